@@ -1,0 +1,58 @@
+{{/* Chart name. */}}
+{{- define "kappa.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels every object carries. */}}
+{{- define "kappa.labels" -}}
+app.kubernetes.io/name: {{ include "kappa.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: kappa
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Strimzi's cluster label, which KafkaTopic and KafkaUser need. */}}
+{{- define "kappa.strimziLabels" -}}
+{{ include "kappa.labels" . }}
+strimzi.io/cluster: {{ .Values.kafka.name }}
+{{- end -}}
+
+{{/* The Kappa image reference. */}}
+{{- define "kappa.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The catalog generated from assets/ (topics and streaming assets that read Kafka). */}}
+{{- define "kappa.catalog" -}}
+{{- $c := .Files.Get "catalog.yaml" | fromYaml -}}
+{{- if or (not $c) (not $c.topics) -}}
+{{- fail "catalog.yaml is missing or declares no topics: run `make helm-catalog`" -}}
+{{- end -}}
+{{- toYaml $c -}}
+{{- end -}}
+
+{{/* Bootstrap address of the client listener inside the cluster. */}}
+{{- define "kappa.bootstrap" -}}
+{{- printf "%s-kafka-bootstrap.%s.svc:%v" .Values.kafka.name .Release.Namespace .Values.kafka.listener.port -}}
+{{- end -}}
+
+{{/* Mandatory values and the security invariants the schema cannot express. */}}
+{{- define "kappa.validate" -}}
+{{- if not .Values.objectStore.existingSecret -}}
+{{- fail "objectStore.existingSecret is required: the name of an existing Secret with the object-store keys (credentials never go into values)" -}}
+{{- end -}}
+{{- range list .Values.objectStore.warehouse .Values.objectStore.checkpoints -}}
+{{- if not (hasPrefix "s3a://" .) -}}
+{{- fail (printf "objectStore.warehouse and objectStore.checkpoints must be s3a:// URIs, got %q" .) -}}
+{{- end -}}
+{{- end -}}
+{{- $controllers := 0 -}}{{- $brokers := 0 -}}
+{{- range .Values.kafka.nodePools -}}
+{{- if has "controller" .roles }}{{ $controllers = add1 $controllers }}{{ end -}}
+{{- if has "broker" .roles }}{{ $brokers = add1 $brokers }}{{ end -}}
+{{- end -}}
+{{- if or (eq $controllers 0) (eq $brokers 0) -}}
+{{- fail "kafka.nodePools: KRaft needs at least one pool with the controller role and one with the broker role" -}}
+{{- end -}}
+{{- end -}}
