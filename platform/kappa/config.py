@@ -1,0 +1,92 @@
+"""Typed settings: the only module that reads the environment.
+
+Settings are read when :func:`load_settings` is called (never at import time), so tests and
+front ends can set ``KAPPA_*`` variables, or pass overrides, right before they need them.
+
+Environment variables (all optional):
+
+=============================  ==============================================  ======================
+variable                       meaning                                         default
+=============================  ==============================================  ======================
+``KAPPA_PROJECT_DIR``          folder holding ``assets/`` and ``build/jars``    found from the cwd
+``KAPPA_HOME``                 local state: broker data, warehouse, checkpoints ``<project>/.kappa``
+``KAPPA_WAREHOUSE``            root of the Delta tables                         ``<home>/warehouse``
+``KAPPA_CHECKPOINTS``          root of the streaming checkpoints                ``<home>/checkpoints``
+``KAPPA_KAFKA_PORT``           local broker's client port                       ``9092``
+``KAPPA_KAFKA_CONTROLLER_PORT`` local broker's KRaft controller port            ``9093``
+``KAPPA_BOOTSTRAP_SERVERS``    Kafka bootstrap servers                          ``127.0.0.1:<port>``
+``KAPPA_SPARK_MASTER``         Spark master URL                                 ``local[*]``
+``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
+``KAPPA_SHUFFLE_PARTITIONS``   ``spark.sql.shuffle.partitions``                 ``4``
+``KAPPA_RUNNER``               where queries run: ``local`` or ``kubernetes``   ``local``
+=============================  ==============================================  ======================
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def find_project_dir(start: Path | None = None) -> Path:
+    """The nearest folder, from ``start`` (default: the cwd) upwards, holding ``assets/`` and a
+    ``pyproject.toml``; else the source checkout this package was installed from; else the cwd."""
+    here = (start or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / "assets").is_dir() and (candidate / "pyproject.toml").is_file():
+            return candidate
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "assets").is_dir():
+        return checkout
+    return here
+
+
+class Settings(BaseSettings):
+    """Every knob Kappa reads. Paths are absolute after validation."""
+
+    model_config = SettingsConfigDict(env_prefix="KAPPA_", extra="ignore")
+
+    project_dir: Path = Field(default_factory=find_project_dir)
+    home: Path | None = None
+    warehouse: Path | None = None
+    checkpoints: Path | None = None
+    assets_dir: Path | None = None
+    jars_dir: Path | None = None
+
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    bootstrap_servers: str | None = None
+    topic_partitions: int = Field(3, ge=1)
+
+    spark_master: str = "local[*]"
+    spark_driver_memory: str = "4g"
+    shuffle_partitions: int = Field(4, ge=1)
+    spark_ui: bool = False
+
+    runner: Literal["local", "kubernetes"] = "local"
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> "Settings":
+        self.project_dir = self.project_dir.resolve()
+        self.home = (self.home or self.project_dir / ".kappa").resolve()
+        self.warehouse = (self.warehouse or self.home / "warehouse").resolve()
+        self.checkpoints = (self.checkpoints or self.home / "checkpoints").resolve()
+        self.assets_dir = (self.assets_dir or self.project_dir / "assets").resolve()
+        self.jars_dir = (self.jars_dir or self.project_dir / "build" / "jars").resolve()
+        if self.bootstrap_servers is None:
+            self.bootstrap_servers = f"127.0.0.1:{self.kafka_port}"
+        return self
+
+    @property
+    def broker_dir(self) -> Path:
+        """State of the local broker: its KRaft log dirs, config, pid file and log file."""
+        assert self.home is not None
+        return self.home / "kafka"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read ``KAPPA_*`` from the environment now; keyword ``overrides`` win over the environment."""
+    return Settings(**overrides)  # type: ignore[arg-type]

@@ -1,0 +1,216 @@
+"""The version registry: which versions of each asset exist, what happened to them, and which one a
+stable name resolves to.
+
+It is an append-only event log (event sourcing, DDIA ch. 11) kept as a Delta table at
+``<warehouse>/_kappa/registry``, written and read with delta-rs. Each write is one Delta commit, so a
+promotion of several assets (a chain) is atomic: readers see all of it or none of it (Delta's
+transaction log gives atomic commits; see "Delta Lake transaction log protocol").
+
+Event rows: ``asset`` string, ``version`` int, ``event`` string, ``at`` timestamp (UTC), ``details``
+JSON string. Events: ``created``, ``running``, ``caught_up``, ``failed``, ``gate_passed``,
+``gate_failed``, ``promoted``, ``retired``.
+
+A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
+(the one the stable name points at), retired.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from kappa.config import Settings
+
+EVENTS = ("created", "running", "caught_up", "failed", "gate_passed", "gate_failed", "promoted", "retired")
+
+_SCHEMA = pa.schema([
+    ("asset", pa.string()),
+    ("version", pa.int32()),
+    ("event", pa.string()),
+    ("at", pa.timestamp("us", tz="UTC")),
+    ("details", pa.string()),
+])
+
+
+class RegistryError(RuntimeError):
+    """An unknown asset or version, or a promotion that is not allowed."""
+
+
+@dataclass
+class Version:
+    """One version of one asset, folded from its events."""
+
+    asset: str
+    version: int
+    table_path: str
+    checkpoint_path: str
+    txn_app_id: str
+    fingerprint: str
+    upstream: dict[str, int]
+    created_at: datetime
+    state: str = "created"
+    promoted_at: datetime | None = None
+    events: list[dict] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.asset}/v{self.version}"
+
+    def last(self, event: str) -> dict | None:
+        """Details of the most recent ``event`` of this version, or None."""
+        for e in reversed(self.events):
+            if e["event"] == event:
+                return e["details"]
+        return None
+
+
+def table_path(settings: Settings, asset: str, version: int) -> Path:
+    """``<warehouse>/<asset>/v<N>``: where version N of an asset keeps its Delta table."""
+    assert settings.warehouse is not None
+    return settings.warehouse / asset / f"v{version}"
+
+
+def checkpoint_path(settings: Settings, asset: str, version: int) -> Path:
+    """``<checkpoints>/<asset>/v<N>``: the version's checkpoint; never shared between versions."""
+    assert settings.checkpoints is not None
+    return settings.checkpoints / asset / f"v{version}"
+
+
+def quarantine_path(settings: Settings) -> Path:
+    assert settings.warehouse is not None
+    return settings.warehouse / "_kappa" / "quarantine"
+
+
+class Registry:
+    """Read and append registry events. Cheap to construct; reads the table on each query."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        assert settings.warehouse is not None
+        self.path = settings.warehouse / "_kappa" / "registry"
+
+    # -- reading ---------------------------------------------------------------------------------
+    def events(self, asset: str | None = None) -> list[dict]:
+        """Every event (oldest first), optionally of one asset; ``details`` decoded."""
+        from deltalake import DeltaTable
+
+        if not (self.path / "_delta_log").is_dir():
+            return []
+        rows = DeltaTable(str(self.path)).to_pyarrow_table().to_pylist()
+        rows.sort(key=lambda r: r["at"])
+        out = []
+        for r in rows:
+            if asset is None or r["asset"] == asset:
+                r["details"] = json.loads(r["details"] or "{}")
+                out.append(r)
+        return out
+
+    def versions(self, asset: str) -> list[Version]:
+        """Every version of ``asset``, oldest first, with its derived state."""
+        by_version: dict[int, Version] = {}
+        promoted: int | None = None
+        for e in self.events(asset):
+            v = e["version"]
+            if e["event"] == "created":
+                d = e["details"]
+                by_version[v] = Version(
+                    asset=asset, version=v, table_path=d["table_path"], checkpoint_path=d["checkpoint_path"],
+                    txn_app_id=d["txn_app_id"], fingerprint=d["fingerprint"], upstream=d.get("upstream", {}),
+                    created_at=e["at"],
+                )
+            if v not in by_version:
+                continue
+            ver = by_version[v]
+            ver.events.append(e)
+            if e["event"] == "promoted":
+                promoted = v
+                ver.promoted_at = e["at"]
+            state = {"running": "running", "caught_up": "caught-up", "failed": "failed",
+                     "gate_failed": "failed-gate", "gate_passed": "caught-up", "retired": "retired"}.get(e["event"])
+            if state:
+                ver.state = state
+        for ver in by_version.values():
+            if ver.version == promoted and ver.state != "retired":
+                ver.state = "promoted"
+        return [by_version[k] for k in sorted(by_version)]
+
+    def version(self, asset: str, version: int) -> Version:
+        for v in self.versions(asset):
+            if v.version == version:
+                return v
+        raise RegistryError(f"{asset} has no version v{version}")
+
+    def latest(self, asset: str) -> Version | None:
+        """The newest version that is not retired (the one ``kappa run`` continues), or None."""
+        live = [v for v in self.versions(asset) if v.state != "retired"]
+        return live[-1] if live else None
+
+    def promoted(self, asset: str) -> Version | None:
+        for v in self.versions(asset):
+            if v.state == "promoted":
+                return v
+        return None
+
+    def promoted_all(self) -> dict[str, Version]:
+        """Stable name -> promoted version, for every asset that has one."""
+        assets = sorted({e["asset"] for e in self.events()})
+        return {a: p for a in assets if (p := self.promoted(a)) is not None}
+
+    # -- writing ---------------------------------------------------------------------------------
+    def _append(self, rows: list[dict]) -> None:
+        from deltalake import write_deltalake
+
+        now = datetime.now(timezone.utc)
+        table = pa.Table.from_pylist(
+            [{**r, "at": r.get("at", now), "details": json.dumps(r.get("details", {}), default=str)} for r in rows],
+            schema=_SCHEMA,
+        )
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_deltalake(str(self.path), table, mode="append")
+
+    def record(self, asset: str, version: int, event: str, **details: object) -> None:
+        if event not in EVENTS:
+            raise ValueError(f"unknown registry event {event!r}")
+        self._append([{"asset": asset, "version": version, "event": event, "details": details}])
+
+    def create_version(self, asset: str, fingerprint: str, upstream: dict[str, int]) -> Version:
+        """Register version N+1 of ``asset`` with fresh paths and a fresh idempotent-writer id."""
+        existing = self.versions(asset)
+        n = (existing[-1].version + 1) if existing else 1
+        details = {
+            "table_path": str(table_path(self.settings, asset, n)),
+            "checkpoint_path": str(checkpoint_path(self.settings, asset, n)),
+            "txn_app_id": f"kappa-{asset}-v{n}-{uuid.uuid4().hex[:12]}",
+            "fingerprint": fingerprint,
+            "upstream": upstream,
+        }
+        self._append([{"asset": asset, "version": n, "event": "created", "details": details}])
+        return self.version(asset, n)
+
+    def promote(self, targets: dict[str, int], reason: str = "promote", **evidence: object) -> None:
+        """Point each stable name in ``targets`` at its version, in ONE commit (atomic for a chain).
+
+        Raises :class:`RegistryError` for an unknown or retired version."""
+        rows = []
+        for asset, v in targets.items():
+            ver = self.version(asset, v)
+            if ver.state == "retired":
+                raise RegistryError(f"{ver.name} is retired and cannot be promoted")
+            previous = self.promoted(asset)
+            rows.append({"asset": asset, "version": v, "event": "promoted",
+                         "details": {"reason": reason, "previous": previous.version if previous else None, **evidence}})
+        self._append(rows)
+
+    def previous_promoted(self, asset: str) -> int | None:
+        """The version that was promoted before the current one (the rollback target), or None."""
+        history = [e["version"] for e in self.events(asset) if e["event"] == "promoted"]
+        current = history[-1] if history else None
+        for v in reversed(history):
+            if v != current:
+                return v
+        return None

@@ -1,0 +1,1 @@
+"""Kafka: the local KRaft broker, topic administration and offsets."""

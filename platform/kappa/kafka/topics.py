@@ -1,0 +1,95 @@
+"""Topic administration and offsets, through confluent-kafka's AdminClient and Consumer.
+
+Offsets follow Kafka's meaning: per partition, the *log start offset* is the earliest offset still
+retained, the *log end offset* is the offset the next record will get.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from kappa.config import Settings
+from kappa.spec import TopicSpec
+
+
+class TopicError(RuntimeError):
+    """A topic cannot be created, described or read."""
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    topic: str
+    partition: int
+    start: int  # log start offset (earliest retained)
+    end: int  # log end offset (next offset to be written)
+
+
+def admin(settings: Settings) -> AdminClient:
+    return AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+
+
+def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: float = 30.0) -> list[str]:
+    """Create every topic in ``topics`` that does not exist yet, with its partitions and configs
+    (retention, cleanup policy). Returns the names created. Existing topics are left as they are."""
+    client = admin(settings)
+    existing = set(client.list_topics(timeout=timeout_s).topics)
+    new = [
+        NewTopic(name, num_partitions=spec.partitions, replication_factor=1, config=spec.kafka_config())
+        for name, spec in topics.items()
+        if name not in existing
+    ]
+    if not new:
+        return []
+    for name, fut in client.create_topics(new, operation_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise TopicError(f"cannot create topic {name!r}: {exc}") from None
+    return [t.topic for t in new]
+
+
+def delete_topics(settings: Settings, names: list[str], timeout_s: float = 30.0) -> None:
+    client = admin(settings)
+    for name, fut in client.delete_topics(names, operation_timeout=timeout_s).items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            if "UNKNOWN_TOPIC" not in str(exc):
+                raise TopicError(f"cannot delete topic {name!r}: {exc}") from None
+
+
+def alter_topic_config(settings: Settings, topic: str, config: dict[str, str]) -> None:
+    """Set topic-level configs (incremental; other configs keep their values)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC, topic,
+        incremental_configs=[ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()],
+    )
+    for fut in admin(settings).incremental_alter_configs([resource]).values():
+        fut.result()
+
+
+def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> list[PartitionOffsets]:
+    """Log start and end offsets of every partition of ``topics``.
+
+    Raises :class:`TopicError` for a topic that does not exist."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-offsets",
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(timeout=timeout_s)
+        out: list[PartitionOffsets] = []
+        for topic in topics:
+            tmeta = meta.topics.get(topic)
+            if tmeta is None or tmeta.error is not None:
+                raise TopicError(f"topic {topic!r} does not exist at {settings.bootstrap_servers}")
+            for p in sorted(tmeta.partitions):
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+                out.append(PartitionOffsets(topic, p, low, high))
+        return out
+    finally:
+        consumer.close()

@@ -1,0 +1,218 @@
+"""The ``local`` runner: streaming queries in this process's Spark (``local[*]``).
+
+``run_until_caught_up`` runs every asset with an available-now trigger, upstream before downstream,
+and records a ``caught_up`` event per version with its metrics. ``run_continuous`` keeps every query
+running with its processing-time trigger until ``stop`` is set (the CLI sets it on SIGINT/SIGTERM).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, Version, quarantine_path
+from kappa.spec import Catalog, SpecError, load_catalog
+
+
+class RunError(RuntimeError):
+    """A streaming query failed; the message names the asset version and Spark's error."""
+
+
+class LogicChangedError(SpecError):
+    """An asset's declaration changed since its current version was created: a new version (a
+    replay) is needed, its checkpoint must not be reused with other logic."""
+
+
+@dataclass
+class AssetRunResult:
+    """What one asset version did in one run."""
+
+    asset: str
+    version: int
+    rows: int  # rows in the version's table at the end
+    input_rows: int  # records read by this run
+    quarantined: int  # rows of this version in the quarantine table
+    dropped_by_watermark: int  # rows Spark's stateful operators dropped as late
+    seconds: float
+    batches: int
+    delta_version: int | None
+    end_offsets: dict = field(default_factory=dict)  # topic -> partition -> offset (Kafka sources)
+    batch_ms: list[int] = field(default_factory=list)
+    input_rows_per_s: float = 0.0
+    processed_rows_per_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> dict[str, Version]:
+    """The version each asset in ``names`` runs: its latest live version, or a new v1 (pinned to its
+    upstream assets' versions). Raises :class:`LogicChangedError` when the declaration changed."""
+    chosen: dict[str, Version] = {}
+    for name in catalog.topological(names):
+        spec = catalog[name]
+        current = registry.latest(name)
+        if current is None:
+            upstream = {}
+            for up in spec.upstream:
+                up_version = chosen.get(up) or registry.latest(up)
+                if up_version is None:
+                    raise SpecError(f"{name} reads {up}, which has no version yet: run {up} first")
+                upstream[up] = up_version.version
+            current = registry.create_version(name, spec.fingerprint(), upstream)
+        elif current.fingerprint != spec.fingerprint():
+            raise LogicChangedError(
+                f"{spec.path}: the declaration of {name} changed since {current.name} was created; "
+                f"its checkpoint cannot be reused with other logic. Replay it into a new version: "
+                f"`kappa replay {name}`"
+            )
+        chosen[name] = current
+    return chosen
+
+
+def _as_dict(progress) -> dict:
+    """A StreamingQueryProgress as plain JSON data (PySpark 4 returns typed objects)."""
+    text = getattr(progress, "json", None)
+    return json.loads(text) if isinstance(text, str) else dict(progress)
+
+
+def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResult:
+    from delta.tables import DeltaTable
+
+    q, spec, version = running.query, running.spec, running.version
+    progress = [_as_dict(p) for p in q.recentProgress if p]
+    input_rows = sum(p.get("numInputRows", 0) for p in progress)
+    dropped = sum(
+        op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
+    )
+    end_offsets: dict = {}
+    for p in progress if spec.source.kafka is not None else []:
+        for src in p.get("sources", []):
+            end = src.get("endOffset")
+            if isinstance(end, str):
+                try:
+                    end = json.loads(end)
+                except ValueError:
+                    continue
+            if isinstance(end, dict):
+                for topic, parts in end.items():
+                    end_offsets.setdefault(topic, {}).update({str(k): int(v) for k, v in parts.items()})
+    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+    batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
+    table = DeltaTable.forPath(spark, version.table_path)
+    rows = table.toDF().count()
+    delta_version = table.history(1).select("version").first()[0]
+    quarantined = 0
+    if spec.transform.kind == "parse":
+        quarantined = (
+            spark.read.format("delta").load(str(quarantine_path(settings)))
+            .where(f"asset = '{spec.name}' AND version = {version.version}").count()
+        )
+    return AssetRunResult(
+        asset=spec.name, version=version.version, rows=rows, input_rows=input_rows, quarantined=quarantined,
+        dropped_by_watermark=dropped, seconds=round(seconds, 2), batches=len(batches),
+        delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
+        input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
+        processed_rows_per_s=round(
+            sum(p.get("numInputRows", 0) for p in batches) / (sum(batch_ms) / 1000), 1
+        ) if sum(batch_ms) else 0.0,
+    )
+
+
+def run_until_caught_up(
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    spark=None,
+    versions: dict[str, Version] | None = None,
+    on_progress: Callable[[str, dict], None] | None = None,
+) -> list[AssetRunResult]:
+    """Run ``names`` (default: every asset) with an available-now trigger until each has processed
+    everything available when it started; upstream levels finish before downstream levels start.
+
+    ``versions`` overrides which version of an asset runs (replay passes the new versions).
+    Raises :class:`RunError` if a query fails, :class:`LogicChangedError` if a declaration changed.
+    """
+    from kappa.streaming.query import start_query
+    from kappa.streaming.session import spark_session
+
+    catalog = load_catalog(settings.assets_dir)
+    names = catalog.topological(names or list(catalog.assets))
+    registry = Registry(settings)
+    chosen = dict(versions or {})
+    missing = [n for n in names if n not in chosen]
+    if missing:
+        chosen.update(resolve_versions(catalog, missing, registry))
+    spark = spark or spark_session(settings)
+    results: list[AssetRunResult] = []
+    for level in catalog.levels(names):
+        started = time.monotonic()
+        running = []
+        for name in level:
+            registry.record(name, chosen[name].version, "running", mode="until-caught-up")
+            running.append(start_query(spark, catalog[name], chosen[name], settings, "available_now"))
+        while any(r.query.isActive for r in running):
+            time.sleep(1.0)
+            if on_progress is not None:
+                for r in running:
+                    if r.query.lastProgress:
+                        on_progress(r.spec.name, _as_dict(r.query.lastProgress))
+        for r in running:
+            exc = r.query.exception()
+            if exc is not None:
+                registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
+                raise RunError(f"{r.version.name} failed: {exc}")
+        for r in running:
+            result = _collect(spark, settings, r, time.monotonic() - started)
+            metrics = {k: v for k, v in result.to_dict().items() if k not in ("asset", "version")}
+            registry.record(r.spec.name, r.version.version, "caught_up", **metrics)
+            results.append(result)
+    return results
+
+
+def run_continuous(
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    stop: threading.Event,
+    spark=None,
+    on_progress: Callable[[str, dict], None] | None = None,
+    poll_s: float = 2.0,
+) -> list[str]:
+    """Start ``names`` (default: every asset) with their processing-time triggers and keep them
+    running until ``stop`` is set; then stop every query (each finishes its current micro-batch's
+    commit or is interrupted and resumes from its checkpoint next time). Returns the query names.
+    Raises :class:`RunError` as soon as one query fails (the others are stopped first)."""
+    from kappa.streaming.query import start_query
+    from kappa.streaming.session import spark_session
+
+    catalog = load_catalog(settings.assets_dir)
+    names = catalog.topological(names or list(catalog.assets))
+    registry = Registry(settings)
+    chosen = resolve_versions(catalog, names, registry)
+    spark = spark or spark_session(settings)
+    running = []
+    try:
+        for name in names:
+            registry.record(name, chosen[name].version, "running", mode="continuous")
+            running.append(start_query(spark, catalog[name], chosen[name], settings, "continuous"))
+        while not stop.is_set():
+            stop.wait(poll_s)
+            for r in running:
+                if not r.query.isActive:
+                    exc = r.query.exception()
+                    registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
+                    raise RunError(f"{r.version.name} stopped: {exc}")
+                if on_progress is not None and r.query.lastProgress:
+                    on_progress(r.spec.name, _as_dict(r.query.lastProgress))
+    finally:
+        for r in running:
+            try:
+                r.query.stop()
+            except Exception:  # stopping must reach every query
+                pass
+    return [r.query.name for r in running]

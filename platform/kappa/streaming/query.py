@@ -1,0 +1,239 @@
+"""Building and starting the Structured Streaming query of one asset version.
+
+Exactly-once effects come from the checkpoint plus idempotent sinks (Spark's Structured Streaming
+guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in foreachBatch"):
+
+* ``raw`` (bronze): Delta's streaming sink, which records each micro-batch id in the Delta log and
+  skips a batch it has already committed.
+* ``parse`` (silver): ``foreachBatch``. Bad records are appended to the quarantine table with
+  ``txnAppId`` = the version's writer id and ``txnVersion`` = the batch id (a replayed batch is
+  skipped); good records are inserted with an insert-only ``MERGE`` on ``event_id``, which is both
+  the deduplication (an event seen before is not inserted again) and idempotent.
+* ``window`` (gold): Spark's stateful window aggregation with a watermark in ``update`` output mode;
+  each micro-batch's updated windows are upserted with ``MERGE`` on (group-by keys, window_start),
+  so the table always holds every window's current value, including windows still open.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, Version, quarantine_path
+from kappa.spec import AssetSpec
+from kappa.streaming.parse import parse_columns, quarantine_schema, row_schema
+
+TriggerMode = Literal["available_now", "continuous"]
+
+KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp"]
+
+
+@dataclass
+class RunningQuery:
+    spec: AssetSpec
+    version: Version
+    query: StreamingQuery
+
+
+def query_name(asset: str, version: int) -> str:
+    return f"{asset}_v{version}"
+
+
+def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings) -> DataFrame:
+    """The input stream of ``spec``: the Kafka topics from their earliest offsets, or the upstream
+    version's Delta table. Kafka columns: key, value (binary), topic, partition, offset, timestamp,
+    timestampType, headers."""
+    if spec.source.kafka is not None:
+        src = spec.source.kafka
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+            .option("subscribe", ",".join(src.topics))
+            # Every version reads the whole retained log; a gap in it must fail, not be skipped.
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", "true")
+            .option("includeHeaders", "true")
+            .option("groupIdPrefix", f"kappa-{spec.name}")
+        )
+        if src.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
+        return reader.load()
+    upstream = spec.source.asset
+    assert upstream is not None
+    up_version = version.upstream[upstream]
+    up = Registry(settings).version(upstream, up_version)
+    reader = spark.readStream.format("delta")
+    if spec.source.asset and (mf := getattr(spec.source, "max_files_per_trigger", None)):
+        reader = reader.option("maxFilesPerTrigger", mf)
+    return reader.load(up.table_path)
+
+
+def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
+    from delta.tables import DeltaTable
+
+    path = str(quarantine_path(settings))
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(quarantine_schema()).execute()
+    return path
+
+
+class ParseWriter:
+    """foreachBatch body of a ``parse`` asset: quarantine bad records, insert new good ones."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        from delta.tables import DeltaTable
+
+        assert spec.transform.parse is not None
+        self.spec, self.version = spec, version
+        self.transform = spec.transform.parse
+        self.quarantine = ensure_quarantine_table(spark, settings)
+        DeltaTable.createIfNotExists(spark).location(version.table_path).addColumns(
+            row_schema(self.transform.fields)
+        ).execute()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        spark = batch.sparkSession
+        parsed = parse_columns(batch.select(*KAFKA_COLUMNS), self.transform).persist()
+        try:
+            bad = parsed.where(F.col("reason").isNotNull()).select(
+                F.lit(self.spec.name).alias("asset"),
+                F.lit(self.version.version).cast("int").alias("version"),
+                "topic", "partition", "offset",
+                F.col("timestamp").alias("kafka_timestamp"),
+                "key", "value", "reason",
+                F.current_timestamp().alias("quarantined_at"),
+            )
+            (bad.write.format("delta").mode("append")
+             .option("txnAppId", f"{self.version.txn_app_id}-quarantine")
+             .option("txnVersion", batch_id)
+             .save(self.quarantine))
+
+            event_id = self.transform.event_id
+            fields = list(self.transform.fields)
+            # One row per event_id: the earliest copy in the log wins, so every version (and a
+            # replay of the whole log in one batch) keeps the same copy.
+            first = Window.partitionBy(F.col(f"r.{event_id}")).orderBy("topic", "partition", "offset")
+            good = (
+                parsed.where(F.col("reason").isNull())
+                .withColumn("_n", F.row_number().over(first))
+                .where("_n = 1")
+                .select(*[F.col(f"r.{f}").alias(f) for f in fields])
+            )
+            (DeltaTable.forPath(spark, self.version.table_path).alias("t")
+             .merge(good.alias("s"), f"t.`{event_id}` = s.`{event_id}`")
+             .whenNotMatchedInsertAll()
+             .execute())
+        finally:
+            parsed.unpersist()
+
+
+class UpsertWriter:
+    """foreachBatch body that upserts each micro-batch on ``keys`` (MERGE: update matched rows,
+    insert new ones). Idempotent: re-running a batch writes the same values again."""
+
+    def __init__(self, table_path: str, keys: list[str]):
+        self.table_path, self.keys = table_path, keys
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        spark = batch.sparkSession
+        if not DeltaTable.isDeltaTable(spark, self.table_path):
+            batch.limit(0).write.format("delta").mode("append").save(self.table_path)
+        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
+        (DeltaTable.forPath(spark, self.table_path).alias("t")
+         .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
+         .whenMatchedUpdateAll()
+         .whenNotMatchedInsertAll()
+         .execute())
+
+
+def window_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
+    """Event-time window aggregation of ``df``.
+
+    Output columns: the group-by columns, ``window_start``, ``window_end`` (timestamps, UTC), then
+    one column per declared aggregation, in declaration order."""
+    w = spec.transform.window
+    assert w is not None and spec.watermark is not None
+    df = df.withWatermark(spec.watermark.column, spec.watermark.delay)
+    if w.type == "tumbling":
+        win = F.window(w.time_column, w.size)
+    elif w.type == "hopping":
+        win = F.window(w.time_column, w.size, w.slide)
+    else:
+        win = F.session_window(w.time_column, w.gap)
+    aggs = [F.expr(expr).alias(name) for name, expr in w.aggregations.items()]
+    grouped = df.groupBy(win.alias("window"), *w.group_by).agg(*aggs)
+    return grouped.select(
+        *w.group_by,
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        *w.aggregations.keys(),
+    )
+
+
+def _load_python_transform(spec: AssetSpec):
+    assert spec.transform.python is not None and spec.path is not None
+    module_file, _, func = spec.transform.python.partition(":")
+    path = Path(spec.path).parent / module_file
+    mod_spec = importlib.util.spec_from_file_location(f"kappa_asset_{spec.name}", path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return getattr(module, func)
+
+
+def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec) -> DataFrame:
+    """The output stream for ``raw``, ``window``, ``sql`` and ``python`` transforms."""
+    kind = spec.transform.kind
+    if kind == "raw":
+        return df.select(*KAFKA_COLUMNS)
+    if kind == "window":
+        return window_frame(df, spec)
+    if kind == "sql":
+        df.createOrReplaceTempView("input")
+        return spark.sql(spec.transform.sql)  # type: ignore[arg-type]
+    if kind == "python":
+        return _load_python_transform(spec)(df)
+    raise ValueError(f"{spec.name}: transform {kind!r} has no stream builder")
+
+
+def start_query(
+    spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings, mode: TriggerMode
+) -> RunningQuery:
+    """Start the streaming query of one asset version and return it running.
+
+    ``available_now`` processes everything available at start and stops (Spark's
+    ``Trigger.AvailableNow``); ``continuous`` runs micro-batches every ``trigger.processing_time``
+    until stopped."""
+    source = read_source(spark, spec, version, settings)
+    if spec.transform.kind == "parse":
+        out = source
+        writer = out.writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
+    else:
+        out = transformed(spark, source, spec)
+        if spec.sink_mode == "merge":
+            output_mode = "update" if spec.transform.kind == "window" else "append"
+            writer = out.writeStream.outputMode(output_mode).foreachBatch(
+                UpsertWriter(version.table_path, spec.merge_keys)
+            )
+        else:
+            writer = out.writeStream.format("delta").outputMode("append").option("path", version.table_path)
+            if spec.sink.partition_by:
+                writer = writer.partitionBy(*spec.sink.partition_by)
+    writer = writer.queryName(query_name(spec.name, version.version)).option(
+        "checkpointLocation", version.checkpoint_path
+    )
+    if mode == "available_now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=spec.trigger.processing_time)
+    return RunningQuery(spec=spec, version=version, query=writer.start())
