@@ -56,13 +56,16 @@ $(STRIMZI_DIR)/.crds: tools/strimzi-crds/pom.xml
 		io.strimzi.api.kafka.model.user.KafkaUser=$(STRIMZI_DIR)/crds/044-Crd-kafkauser.yaml 2>/dev/null
 	touch $@
 
-# The SparkApplication CRD as published in the operator's Go module (config/crd/bases).
+# The SparkApplication CRD as published in the operator's Go module (config/crd/bases); tests also
+# read the module's chart values.yaml and its application states (api/v1beta2).
 $(SPARK_OP_DIR)/.crds:
 	@command -v $(GO) >/dev/null || { echo "Go is required to download the spark-operator module (go not found)"; exit 1; }
 	rm -rf $(SPARK_OP_DIR) && mkdir -p $(SPARK_OP_DIR)
 	dir=$$($(GO_ENV) $(GO) mod download -json github.com/kubeflow/spark-operator/v2@v$(SPARK_OPERATOR_VERSION) \
 		| python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
-	cp $$dir/config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml $(SPARK_OP_DIR)/
+	cp $$dir/config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml $(SPARK_OP_DIR)/ && \
+	mkdir -p $(SPARK_OP_DIR)/upstream && \
+	cp $$dir/charts/spark-operator-chart/values.yaml $$dir/api/v1beta2/sparkapplication_types.go $(SPARK_OP_DIR)/upstream/
 	touch $@
 
 $(K8S_SCHEMAS)/.stamp: tools/schemas.py tools/versions.env $(STRIMZI_DIR)/.crds $(SPARK_OP_DIR)/.crds | $(VENV)/.installed

@@ -1,0 +1,65 @@
+# syntax=docker/dockerfile:1
+# The Kappa image: Spark (pyspark), the Maven-resolved jars, the kappa library and assets/. Used by
+# Kappa's SparkApplications (driver and executors) and by Dagster's code location.
+#
+#   docker build -t registry.example.com/kappa/kappa:0.1.0 .
+#
+# Stages: `jars` resolves JVM dependencies with Maven (never Ivy at run time), `python` builds the
+# virtualenv from requirements.lock, `spark` only lends Apache Spark's Kubernetes entrypoint script,
+# and the final stage copies their results into a slim runtime that runs as uid 185 (non-root, the
+# uid Spark's own images use), so it passes Pod Security "restricted".
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG SPARK_IMAGE=apache/spark:4.1.3
+ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
+
+FROM ${MAVEN_IMAGE} AS jars
+WORKDIR /src
+COPY jvm/ jvm/
+COPY tools/image/pom.xml tools/image/pom.xml
+RUN mvn -q -B -s jvm/settings.xml -f jvm/spark/pom.xml dependency:copy-dependencies \
+ && mvn -q -B -s jvm/settings.xml -f tools/image/pom.xml dependency:copy-dependencies \
+ && ls build/jars/spark
+
+FROM ${PYTHON_IMAGE} AS python
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/kappa/venv
+COPY requirements.lock /src/requirements.lock
+RUN /opt/kappa/venv/bin/pip install -r /src/requirements.lock
+COPY pyproject.toml README.md* /src/
+COPY platform/ /src/platform/
+RUN /opt/kappa/venv/bin/pip install --no-deps /src
+
+# Spark's entrypoint.sh turns the operator's `driver` / `executor` arguments into the right
+# spark-submit or executor command, and passes any other command (Dagster's) through.
+FROM ${SPARK_IMAGE} AS spark
+
+FROM ${PYTHON_IMAGE}
+ARG TARGETARCH
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 185 spark \
+ && useradd --system --uid 185 --gid 185 --home-dir /opt/kappa --shell /usr/sbin/nologin spark
+COPY --from=python /opt/kappa/venv /opt/kappa/venv
+COPY --from=jars /src/build/jars/spark /opt/kappa/jars/spark
+COPY --from=spark /opt/entrypoint.sh /opt/decom.sh /opt/
+COPY assets/ /opt/kappa/assets/
+# The SparkApplication's mainApplicationFile (must be a file): runs `python -m kappa.runners.entrypoint`.
+RUN mkdir -p /opt/kappa/bin /opt/kappa/work \
+ && printf 'import runpy\nrunpy.run_module("kappa.runners.entrypoint", run_name="__main__", alter_sys=True)\n' \
+      > /opt/kappa/bin/entrypoint.py \
+ && ln -s /usr/bin/tini /sbin/tini \
+ && ln -s /usr/lib/jvm/java-17-openjdk-${TARGETARCH:-amd64} /usr/lib/jvm/java-17 \
+ && chown -R 185:185 /opt/kappa/work
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+    SPARK_HOME=/opt/kappa/venv/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=/opt/kappa/venv/bin/python \
+    PATH=/opt/kappa/venv/bin:/opt/kappa/venv/lib/python3.11/site-packages/pyspark/bin:$PATH \
+    KAPPA_PROJECT_DIR=/opt/kappa \
+    KAPPA_ASSETS_DIR=/opt/kappa/assets \
+    KAPPA_JARS_DIR=/opt/kappa/jars \
+    KAPPA_K8S_JARS_DIR=/opt/kappa/jars/spark \
+    KAPPA_HOME=/opt/kappa/work
+WORKDIR /opt/kappa/work
+USER 185:185
+ENTRYPOINT ["/opt/entrypoint.sh"]

@@ -1,0 +1,362 @@
+"""The kappa chart's security defaults, asserted on the objects `helm template` renders, for the
+default values and every ci/*-values.yaml scenario."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from helmtools import CHART, ROOT, kinds, render, render_fails
+from kappa.runners.kubernetes import group_prefix, kafka_user_name
+from kappa.spec import load_catalog
+
+CATALOG = load_catalog(ROOT / "assets")
+KAFKA_ASSETS = {s.name: s for s in CATALOG if s.topics}
+
+
+def _acls(user: dict) -> list[dict]:
+    return user["spec"]["authorization"]["acls"]
+
+
+def _users(objs: list[dict], role: str) -> list[dict]:
+    return [u for u in kinds(objs, "KafkaUser") if u["metadata"]["labels"].get("kappa.dev/user-role") == role]
+
+
+# ----------------------------------------------------------------------------------------- Kafka
+
+
+def test_should_not_render_a_plaintext_or_unauthenticated_kafka_listener(rendered):
+    (kafka,) = kinds(rendered, "Kafka")
+    listeners = kafka["spec"]["kafka"]["listeners"]
+    assert listeners
+    for listener in listeners:
+        assert listener["tls"] is True, listener
+        assert listener["authentication"]["type"] in ("scram-sha-512", "tls"), listener
+
+
+def test_default_listener_is_tls_with_scram_sha_512_and_admits_only_kafka_clients(default_objects):
+    (kafka,) = kinds(default_objects, "Kafka")
+    (listener,) = kafka["spec"]["kafka"]["listeners"]
+    assert listener["authentication"] == {"type": "scram-sha-512"}
+    assert listener["networkPolicyPeers"] == [{"podSelector": {"matchLabels": {"kappa.dev/kafka-client": "true"}}}]
+
+
+def test_values_refuse_a_listener_without_authentication():
+    assert "authentication" in render_fails("kafka.listener.authentication=none")
+
+
+def test_kafka_runs_in_kraft_mode_with_node_pools_and_simple_authorization(rendered):
+    (kafka,) = kinds(rendered, "Kafka")
+    assert kafka["metadata"]["annotations"]["strimzi.io/kraft"] == "enabled"
+    assert kafka["metadata"]["annotations"]["strimzi.io/node-pools"] == "enabled"
+    assert "zookeeper" not in kafka["spec"]
+    assert kafka["spec"]["kafka"]["authorization"]["type"] == "simple"
+    roles = {r for pool in kinds(rendered, "KafkaNodePool") for r in pool["spec"]["roles"]}
+    assert roles == {"controller", "broker"}
+    for pool in kinds(rendered, "KafkaNodePool"):
+        assert pool["metadata"]["labels"]["strimzi.io/cluster"] == kafka["metadata"]["name"]
+
+
+def test_should_not_render_super_users_by_default(default_objects):
+    (kafka,) = kinds(default_objects, "Kafka")
+    assert "superUsers" not in kafka["spec"]["kafka"]["authorization"]
+
+
+def test_should_not_auto_create_topics(rendered):
+    (kafka,) = kinds(rendered, "Kafka")
+    assert kafka["spec"]["kafka"]["config"]["auto.create.topics.enable"] is False
+
+
+def test_a_node_pool_set_without_controllers_is_refused():
+    err = render_fails("kafka.nodePools[0].name=b", "kafka.nodePools[0].roles={broker}",
+                       "kafka.nodePools[0].replicas=3", "kafka.nodePools[0].storage.type=ephemeral")
+    assert "controller" in err
+
+
+# ---------------------------------------------------------------------------------------- topics
+
+
+def test_every_declared_source_topic_has_a_kafkatopic(rendered):
+    topics = {t["spec"]["topicName"]: t for t in kinds(rendered, "KafkaTopic")}
+    assert set(topics) == set(CATALOG.topics)
+
+
+def test_source_topics_keep_their_log_forever_by_default(default_objects):
+    for topic in kinds(default_objects, "KafkaTopic"):
+        config = topic["spec"]["config"]
+        assert config["retention.ms"] == "-1"
+        assert config["cleanup.policy"] == "delete"
+        # precision: 2**63-1 must not turn into a float on its way through Helm
+        assert config["message.timestamp.after.max.ms"] == str(2**63 - 1)
+
+
+def test_retention_can_be_bounded_for_every_topic_or_one():
+    every = render(sets=("topics.retentionMs=604800000",))
+    assert {t["spec"]["config"]["retention.ms"] for t in kinds(every, "KafkaTopic")} == {"604800000"}
+    one = render(sets=("topics.overrides.weather.config.retention\\.ms=1000", "topics.overrides.weather.partitions=6"))
+    by_name = {t["spec"]["topicName"]: t["spec"] for t in kinds(one, "KafkaTopic")}
+    assert by_name["weather"]["config"]["retention.ms"] == "1000" and by_name["weather"]["partitions"] == 6
+    assert by_name["flights"]["config"]["retention.ms"] == "-1"
+
+
+def test_compacted_topics_get_log_compaction(tmp_path):
+    """A table-like topic (`compacted: true` in assets/topics.yaml) renders cleanup.policy=compact."""
+    import shutil
+
+    from kappa.runners.kubernetes import render_chart_catalog
+
+    assets = tmp_path / "assets"
+    (assets / "customers").mkdir(parents=True)
+    (assets / "topics.yaml").write_text(
+        "topics:\n  customers: {partitions: 2, compacted: true}\n  orders: {partitions: 4}\n")
+    (assets / "customers" / "customers_bronze.yaml").write_text(
+        "name: customers_bronze\nlayer: bronze\nsource: {kafka: {topics: [customers]}}\ntransform: {raw: {}}\n")
+    chart = tmp_path / "kappa"
+    shutil.copytree(CHART, chart)
+    (chart / "catalog.yaml").write_text(render_chart_catalog(assets))
+    objs = render(chart=chart)
+    by_name = {t["spec"]["topicName"]: t["spec"] for t in kinds(objs, "KafkaTopic")}
+    assert by_name["customers"]["config"]["cleanup.policy"] == "compact"
+    assert by_name["customers"]["partitions"] == 2
+    assert by_name["orders"]["config"]["cleanup.policy"] == "delete"
+    users = {u["metadata"]["name"] for u in _users(objs, "streaming-asset")}
+    assert users == {"kappa-asset-customers-bronze"}
+
+
+# ----------------------------------------------------------------------------------------- users
+
+
+def test_every_kafka_user_is_authenticated(rendered):
+    (kafka,) = kinds(rendered, "Kafka")
+    listener_auth = kafka["spec"]["kafka"]["listeners"][0]["authentication"]["type"]
+    users = kinds(rendered, "KafkaUser")
+    assert users
+    for user in users:
+        assert user["spec"]["authentication"]["type"] == listener_auth, user["metadata"]["name"]
+        assert user["spec"]["authorization"]["type"] == "simple"
+        assert user["metadata"]["labels"]["strimzi.io/cluster"] == kafka["metadata"]["name"]
+
+
+def test_should_not_grant_wildcards_cluster_or_administrative_operations(rendered):
+    allowed_ops = {"Read", "Write", "Describe", "DescribeConfigs"}
+    for user in kinds(rendered, "KafkaUser"):
+        for acl in _acls(user):
+            res = acl["resource"]
+            assert res["type"] in ("topic", "group"), (user["metadata"]["name"], acl)
+            assert res["name"] not in ("*", ""), acl
+            assert set(acl["operations"]) <= allowed_ops, acl
+            assert acl.get("type", "allow") == "allow"
+
+
+def test_ingest_may_only_write_and_describe_the_source_topics(rendered):
+    (ingest,) = _users(rendered, "ingest")
+    by_topic = {a["resource"]["name"]: a for a in _acls(ingest)}
+    assert set(by_topic) == set(CATALOG.topics)
+    for acl in by_topic.values():
+        assert acl["resource"] == {"type": "topic", "name": acl["resource"]["name"], "patternType": "literal"}
+        assert sorted(acl["operations"]) == ["Describe", "Write"]
+
+
+def test_control_user_may_only_describe_the_source_topics(rendered):
+    (control,) = _users(rendered, "control")
+    for acl in _acls(control):
+        assert acl["resource"]["type"] == "topic" and acl["resource"]["patternType"] == "literal"
+        assert sorted(acl["operations"]) == ["Describe", "DescribeConfigs"]
+
+
+def test_each_streaming_asset_reads_only_its_sources_and_its_own_group_prefix(rendered):
+    users = {u["metadata"]["name"]: u for u in _users(rendered, "streaming-asset")}
+    assert set(users) == {kafka_user_name(n) for n in KAFKA_ASSETS}
+    for name, spec in KAFKA_ASSETS.items():
+        acls = _acls(users[kafka_user_name(name)])
+        topic_acls = [a for a in acls if a["resource"]["type"] == "topic"]
+        group_acls = [a for a in acls if a["resource"]["type"] == "group"]
+        assert {a["resource"]["name"] for a in topic_acls} == set(spec.topics)
+        for a in topic_acls:
+            assert a["resource"]["patternType"] == "literal"
+            assert sorted(a["operations"]) == ["Describe", "Read"]
+        assert group_acls == [{
+            "resource": {"type": "group", "name": group_prefix(name), "patternType": "prefix"},
+            "operations": ["Read"], "host": "*",
+        }]
+
+
+def test_group_prefixes_of_two_assets_never_overlap():
+    prefixes = [group_prefix(n) for n in CATALOG.assets]
+    for a in prefixes:
+        for b in prefixes:
+            assert a == b or not b.startswith(a), (a, b)
+
+
+def test_should_not_render_a_kafka_user_for_assets_that_read_no_topic(default_objects):
+    names = {u["metadata"]["name"] for u in kinds(default_objects, "KafkaUser")}
+    for spec in CATALOG:
+        if not spec.topics:
+            assert kafka_user_name(spec.name) not in names
+
+
+# --------------------------------------------------------------------------------------- secrets
+
+
+def test_should_not_render_any_secret(rendered):
+    assert kinds(rendered, "Secret") == []
+    for obj in rendered:
+        assert "stringData" not in obj
+        if obj["kind"] != "ConfigMap":
+            assert "data" not in obj, obj["kind"]
+
+
+def test_config_map_names_secrets_but_holds_no_credentials(rendered):
+    (cm,) = kinds(rendered, "ConfigMap")
+    for key, value in cm["data"].items():
+        if key.endswith(("_SECRET", "_KEY")):  # names of a Secret and of its keys: identifiers only
+            assert re.fullmatch(r"[A-Za-z0-9_.-]+", value), (key, value)
+        else:
+            assert not re.search(r"(?i)(password|token|secret|BEGIN .*PRIVATE KEY)", value), key
+    assert cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]
+
+
+def test_values_and_templates_hold_no_secret_data():
+    # no credentials-looking key in values (they name Secrets instead) ...
+    def walk(node, path=()):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield from walk(v, (*path, str(k)))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                yield from walk(v, (*path, str(i)))
+        else:
+            yield path, node
+
+    files = [CHART / "values.yaml", *sorted((CHART / "ci").glob("*.yaml"))]
+    for f in files:
+        for path, value in walk(yaml.safe_load(f.read_text())):
+            leaf = path[-1].lower()
+            if re.search(r"password|token|secretkey$|accesskey$|credential", leaf):
+                raise AssertionError(f"{f.name}: {'.'.join(path)} looks like inline credentials")
+    # ... and no template renders a Secret or literal key material
+    for t in (CHART / "templates").glob("*"):
+        text = t.read_text()
+        assert not re.search(r"^kind:\s*Secret\s*$", text, re.M), t.name
+        assert "stringData" not in text and "PRIVATE KEY" not in text, t.name
+
+
+def test_values_refuse_inline_object_store_credentials():
+    assert "additional properties" in render_fails("objectStore.secretAccessKey=abc")
+
+
+def test_object_store_secret_name_is_required_and_paths_are_s3a():
+    assert "existingSecret" in render_fails("objectStore.existingSecret=")
+    assert "warehouse" in render_fails("objectStore.warehouse=/data/warehouse")
+
+
+# ------------------------------------------------------------------------- pod security, policies
+
+
+def test_namespace_enforces_pod_security_restricted(default_objects):
+    (ns,) = kinds(default_objects, "Namespace")
+    labels = ns["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"]
+
+
+def test_should_not_render_the_namespace_when_it_is_managed_outside_the_chart():
+    assert kinds(render(sets=("namespace.create=false",)), "Namespace") == []
+
+
+def _restricted_pod(sc: dict) -> None:
+    assert sc["runAsNonRoot"] is True
+    assert sc["seccompProfile"]["type"] in ("RuntimeDefault", "Localhost")
+
+
+def _restricted_container(sc: dict) -> None:
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["runAsNonRoot"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert not sc["capabilities"].get("add")
+    assert not sc.get("privileged", False)
+
+
+def test_every_pod_template_has_restricted_security_contexts(rendered):
+    (kafka,) = kinds(rendered, "Kafka")
+    templates = [kafka["spec"]["kafka"]["template"], *(p["spec"]["template"] for p in kinds(rendered, "KafkaNodePool"))]
+    for tpl in templates:
+        _restricted_pod(tpl["pod"]["securityContext"])
+        _restricted_container(tpl["kafkaContainer"]["securityContext"])
+        _restricted_container(tpl["initContainer"]["securityContext"])
+    eo = kafka["spec"]["entityOperator"]["template"]
+    _restricted_pod(eo["pod"]["securityContext"])
+    _restricted_container(eo["topicOperatorContainer"]["securityContext"])
+    _restricted_container(eo["userOperatorContainer"]["securityContext"])
+
+
+def test_values_refuse_a_privileged_security_context():
+    assert "allowPrivilegeEscalation" in render_fails("containerSecurityContext.allowPrivilegeEscalation=true")
+    assert "runAsNonRoot" in render_fails("podSecurityContext.runAsNonRoot=false")
+
+
+def test_network_policies_deny_all_ingress_then_allow_only_kappa_paths(rendered):
+    policies = {p["metadata"]["name"]: p["spec"] for p in kinds(rendered, "NetworkPolicy")}
+    deny = policies["kappa-default-deny-ingress"]
+    assert deny == {"podSelector": {}, "policyTypes": ["Ingress"]}
+    for name, spec in policies.items():
+        for rule in spec.get("ingress", []):
+            assert rule.get("from"), f"{name}: an ingress rule without `from` admits every source"
+    spark = policies["kappa-spark-within-application"]
+    assert spark["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "streaming-asset"}
+
+
+def test_should_not_render_network_policies_when_disabled():
+    assert kinds(render(sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
+
+
+# -------------------------------------------------------------------------------------- Dagster
+
+
+def test_dagster_may_only_create_get_watch_delete_sparkapplications_in_its_namespace(rendered):
+    assert kinds(rendered, "ClusterRole") == [] and kinds(rendered, "ClusterRoleBinding") == []
+    (role,) = kinds(rendered, "Role")
+    assert role["metadata"]["namespace"] == "kappa"
+    assert role["rules"] == [{
+        "apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
+        "verbs": ["create", "get", "watch", "delete"],
+    }]
+    (binding,) = kinds(rendered, "RoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-dagster", "namespace": "kappa"}]
+
+
+def test_dagster_values_bind_the_same_service_account_and_load_kappa_config():
+    dagster = yaml.safe_load((ROOT / "helm" / "values" / "dagster.yaml").read_text())
+    chart = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert dagster["global"]["serviceAccountName"] == chart["dagster"]["serviceAccount"]
+    (deployment,) = dagster["dagster-user-deployments"]["deployments"]
+    assert {"name": "kappa-config"} in deployment["envConfigMaps"]
+    assert deployment["labels"]["kappa.dev/kafka-client"] == "true"
+    assert dagster["postgresql"]["enabled"] is False and dagster["generatePostgresqlPasswordSecret"] is False
+    for sc in (deployment["securityContext"], dagster["dagsterWebserver"]["securityContext"]):
+        _restricted_container(sc)
+
+
+def test_notes_tell_how_to_reach_the_dagster_ui():
+    from helmtools import helm
+
+    out = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout
+    notes = out.split("NOTES:", 1)[1]
+    assert "port-forward svc/dagster-dagster-webserver 8080:80" in notes
+    assert "http://127.0.0.1:8080" in notes
+
+
+def test_runner_config_map_is_a_valid_kubernetes_runner_config(rendered):
+    from kappa.runners.kubernetes import KubernetesRunnerConfig
+
+    (cm,) = kinds(rendered, "ConfigMap")
+    data = {k: v for k, v in cm["data"].items() if k != "KAPPA_K8S_JARS_DIR"}  # image path, absent here
+    cfg = KubernetesRunnerConfig.from_mapping(data)
+    assert cfg.warehouse.startswith("s3a://") and cfg.namespace == "kappa"
+    (kafka,) = kinds(rendered, "Kafka")
+    assert cfg.kafka_cluster == kafka["metadata"]["name"]
+    assert cfg.bootstrap_servers.endswith(f":{kafka['spec']['kafka']['listeners'][0]['port']}")
