@@ -1,0 +1,323 @@
+"""The kubernetes runner: the SparkApplication it builds for an asset version (checked against the
+operator's own CRD schema, strictly), its state handling, and its API calls (through a recording
+stand-in for the kubernetes client's CustomObjectsApi: the API server itself is a later issue)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from kappa.runners import kubernetes as k8s
+from kappa.runners.kubernetes import (
+    KubernetesRunnerConfig,
+    Outcome,
+    SparkApplications,
+    build_spark_application,
+    outcome_of,
+)
+from kappa.spec import load_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = load_catalog(ROOT / "assets")
+TOOLS = ROOT / "build" / "tools"
+
+
+def _upstream_env() -> dict[str, str]:
+    return dict(re.findall(r"^([A-Z_]+)=(\S+)$", (ROOT / "helm" / "upstream.env").read_text(), re.M))
+
+
+def _ensure_tools() -> None:
+    if not (TOOLS / "schemas" / ".stamp").exists():
+        proc = subprocess.run(["make", "-s", "tools"], cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.fail(f"`make tools` failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def crd_schema() -> dict:
+    """The strict JSON schema of SparkApplication v1beta2, converted from the spark-operator
+    module's CRD by tools/schemas.py (built by `make tools`)."""
+    _ensure_tools()
+    return json.loads((TOOLS / "schemas" / "crds" / "sparkoperator.k8s.io" / "sparkapplication_v1beta2.json").read_text())
+
+
+@pytest.fixture
+def cfg() -> KubernetesRunnerConfig:
+    return KubernetesRunnerConfig(
+        namespace="data",
+        image="registry.example.com/kappa/kappa:1.2.3",
+        warehouse="s3a://lake/warehouse/",
+        checkpoints="s3a://lake/checkpoints",
+        s3_endpoint="http://minio.minio:9000",
+        s3_path_style_access=True,
+        object_store_secret="lake-keys",
+        kafka_cluster="events",
+        bootstrap_servers="events-kafka-bootstrap.data.svc:9093",
+        jars=("local:///opt/kappa/jars/spark/a.jar", "local:///opt/kappa/jars/spark/b.jar"),
+    )
+
+
+def _env(role: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in role["env"]}
+
+
+# --------------------------------------------------------------------------------- the object
+
+
+@pytest.mark.parametrize("asset", sorted(CATALOG.assets))
+def test_application_of_every_asset_validates_against_the_crd_schema(asset, cfg, crd_schema):
+    app = build_spark_application(CATALOG[asset], 3, cfg)
+    jsonschema.Draft4Validator(crd_schema).validate(app)
+
+
+def test_schema_is_strict_so_a_misspelt_field_fails(cfg, crd_schema):
+    app = build_spark_application(CATALOG["flights_bronze"], 1, cfg)
+    app["spec"]["driver"]["memmory"] = "1g"
+    with pytest.raises(jsonschema.ValidationError, match="memmory"):
+        jsonschema.Draft4Validator(crd_schema).validate(app)
+
+
+def test_application_runs_the_asset_version_in_the_kappa_image(cfg):
+    app = build_spark_application(CATALOG["flights_bronze"], 3, cfg)
+    assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2" and app["kind"] == "SparkApplication"
+    assert app["metadata"]["name"] == "flights-bronze-v3" and app["metadata"]["namespace"] == "data"
+    spec = app["spec"]
+    assert spec["image"] == "registry.example.com/kappa/kappa:1.2.3"
+    assert spec["type"] == "Python" and spec["mode"] == "cluster"
+    assert spec["mainApplicationFile"] == "local:///opt/kappa/bin/entrypoint.py"
+    assert spec["arguments"] == ["--asset", "flights_bronze", "--version", "3"]
+    assert spec["sparkVersion"] == "4.1.3"
+    assert spec["driver"]["serviceAccount"] == "kappa-spark"
+
+
+def test_table_and_checkpoint_are_the_versions_own_paths_on_the_object_store(cfg):
+    app = build_spark_application(CATALOG["flights"], 2, cfg)
+    for role in ("driver", "executor"):
+        env = _env(app["spec"][role])
+        assert env["KAPPA_TABLE_PATH"]["value"] == "s3a://lake/warehouse/flights/v2"
+        assert env["KAPPA_CHECKPOINT_PATH"]["value"] == "s3a://lake/checkpoints/flights/v2"
+    conf = app["spec"]["sparkConf"]
+    assert conf["spark.sql.streaming.checkpointLocation"] == "s3a://lake/checkpoints/flights/v2"
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio.minio:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.jars"] == "local:///opt/kappa/jars/spark/a.jar,local:///opt/kappa/jars/spark/b.jar"
+    assert all(isinstance(v, str) for v in conf.values())
+
+
+def test_a_new_version_never_shares_a_checkpoint_with_the_old_one(cfg):
+    v1 = build_spark_application(CATALOG["flights"], 1, cfg)["spec"]["sparkConf"]
+    v2 = build_spark_application(CATALOG["flights"], 2, cfg)["spec"]["sparkConf"]
+    assert v1["spark.sql.streaming.checkpointLocation"] != v2["spark.sql.streaming.checkpointLocation"]
+
+
+def test_credentials_are_secret_references_never_values(cfg):
+    app = build_spark_application(CATALOG["weather_bronze"], 1, cfg)
+    driver, executor = _env(app["spec"]["driver"]), _env(app["spec"]["executor"])
+    for env in (driver, executor):
+        assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {"secretKeyRef": {"name": "lake-keys", "key": "AWS_ACCESS_KEY_ID"}}
+        assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "lake-keys", "key": "AWS_SECRET_ACCESS_KEY"}}
+    assert driver["KAPPA_KAFKA_SASL_JAAS_CONFIG"]["valueFrom"] == {
+        "secretKeyRef": {"name": "kappa-asset-weather-bronze", "key": "sasl.jaas.config"}}
+    assert "KAPPA_KAFKA_SASL_JAAS_CONFIG" not in executor  # executors get the options with their tasks
+    assert driver["KAPPA_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert driver["KAPPA_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+    assert driver["KAPPA_BOOTSTRAP_SERVERS"]["value"] == "events-kafka-bootstrap.data.svc:9093"
+    (volume,) = app["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "events-cluster-ca-cert"
+    for role in ("driver", "executor"):
+        assert app["spec"][role]["volumeMounts"] == [{"name": "kafka-cluster-ca", "mountPath": k8s.KAFKA_CA_DIR, "readOnly": True}]
+    text = json.dumps(app)
+    assert "password" not in text.lower().replace("sasl.jaas.config", "")
+
+
+def test_group_id_prefix_is_inside_the_assets_acl_prefix(cfg):
+    app = build_spark_application(CATALOG["flights_bronze"], 4, cfg)
+    prefix = _env(app["spec"]["driver"])["KAPPA_KAFKA_GROUP_ID_PREFIX"]["value"]
+    assert prefix == "kappa-flights_bronze-v4-" and prefix.startswith(k8s.group_prefix("flights_bronze"))
+    assert not prefix.startswith(k8s.group_prefix("flights"))
+
+
+def test_assets_that_read_no_topic_get_no_kafka_credentials_or_label(cfg):
+    app = build_spark_application(CATALOG["departures_hourly"], 1, cfg)
+    text = json.dumps(app)
+    assert "sasl" not in text.lower() and "volumes" not in app["spec"]
+    assert k8s.LABEL_KAFKA_CLIENT not in app["metadata"]["labels"]
+    assert build_spark_application(CATALOG["flights"], 1, cfg)["metadata"]["labels"][k8s.LABEL_KAFKA_CLIENT] == "true"
+
+
+def test_restart_on_failure_with_backoff_suited_to_streaming(cfg):
+    policy = build_spark_application(CATALOG["flights"], 1, cfg)["spec"]["restartPolicy"]
+    assert policy == {"type": "OnFailure", "onFailureRetries": 10, "onFailureRetryInterval": 30,
+                      "onSubmissionFailureRetries": 5, "onSubmissionFailureRetryInterval": 60}
+
+
+def test_pods_are_restricted(cfg):
+    app = build_spark_application(CATALOG["flights"], 1, cfg)
+    for role in ("driver", "executor"):
+        pod, ctr = app["spec"][role]["podSecurityContext"], app["spec"][role]["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert ctr["allowPrivilegeEscalation"] is False and ctr["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_default_resources_and_asset_overrides(cfg):
+    app = build_spark_application(CATALOG["flights"], 1, cfg)
+    assert (app["spec"]["driver"]["cores"], app["spec"]["driver"]["memory"]) == (1, "2g")
+    assert (app["spec"]["executor"]["instances"], app["spec"]["executor"]["memory"]) == (1, "2g")
+    # an asset YAML's optional `resources` block (read with getattr, see kappa.spec) wins
+    spec = CATALOG["flights"].model_copy(update={"resources": {
+        "driver": {"cores": 2, "memory": "3g"},
+        "executor": {"cores": 4, "memory": "8g", "memory_overhead": "1g"},
+        "executor_instances": 3,
+    }})
+    app = build_spark_application(spec, 1, cfg)
+    assert app["spec"]["driver"]["cores"] == 2 and app["spec"]["driver"]["memory"] == "3g"
+    ex = app["spec"]["executor"]
+    assert (ex["cores"], ex["memory"], ex["memoryOverhead"], ex["instances"]) == (4, "8g", "1g", 3)
+
+
+def test_bad_versions_names_and_paths_are_refused(cfg):
+    with pytest.raises(ValueError, match="version"):
+        build_spark_application(CATALOG["flights"], 0, cfg)
+    with pytest.raises(ValueError, match="63"):
+        k8s.application_name("a" * 70, 1)
+    with pytest.raises(ValueError, match="s3a"):
+        KubernetesRunnerConfig(image="x", warehouse="/tmp/warehouse", checkpoints="s3a://b/c")
+
+
+def test_config_from_the_charts_configmap_keys(tmp_path):
+    (tmp_path / "delta.jar").write_text("")
+    (tmp_path / "kafka.jar").write_text("")
+    cfg = KubernetesRunnerConfig.from_mapping({
+        "KAPPA_RUNNER": "kubernetes",
+        "KAPPA_K8S_IMAGE": "img:1",
+        "KAPPA_K8S_WAREHOUSE": "s3a://b/w",
+        "KAPPA_K8S_CHECKPOINTS": "s3a://b/c",
+        "KAPPA_K8S_DRIVER_MEMORY": "3g",
+        "KAPPA_K8S_EXECUTOR_CORES": "2",
+        "KAPPA_K8S_EXECUTOR_INSTANCES": "4",
+        "KAPPA_K8S_JARS_DIR": str(tmp_path),
+        "KAPPA_K8S_S3_PATH_STYLE_ACCESS": "true",
+        "OTHER": "ignored",
+    })
+    assert cfg.driver.memory == "3g" and cfg.executor.cores == 2 and cfg.executor_instances == 4
+    assert cfg.jars == (f"local://{tmp_path}/delta.jar", f"local://{tmp_path}/kafka.jar")
+    assert cfg.s3_path_style_access is True
+    with pytest.raises(Exception, match="imag"):
+        KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGEE": "x", "KAPPA_K8S_WAREHOUSE": "s3a://b/w",
+                                             "KAPPA_K8S_CHECKPOINTS": "s3a://b/c"})
+
+
+# ------------------------------------------------------------------------------------ outcomes
+
+
+def _operator_states() -> set[str]:
+    """Every ApplicationStateType constant in the pinned spark-operator's Go API."""
+    _ensure_tools()
+    go = (TOOLS / f"spark-operator-{_upstream_env()['SPARK_OPERATOR_VERSION']}" / "upstream" / "sparkapplication_types.go").read_text()
+    states = set(re.findall(r'ApplicationState\w+\s+ApplicationStateType\s*=\s*"([A-Z_]*)"', go))
+    assert len(states) >= 14, states
+    return states
+
+
+def test_every_operator_state_has_an_outcome():
+    assert _operator_states() == set(k8s.STATE_OUTCOMES)
+
+
+@pytest.mark.parametrize("state,streaming,expected", [
+    ("", True, Outcome.PENDING),
+    ("SUBMITTED", True, Outcome.PENDING),
+    ("PENDING_RERUN", True, Outcome.PENDING),
+    ("INVALIDATING", True, Outcome.PENDING),
+    ("RESUMING", True, Outcome.PENDING),
+    ("RUNNING", True, Outcome.RUNNING),
+    ("FAILING", True, Outcome.RETRYING),
+    ("SUBMISSION_FAILED", True, Outcome.RETRYING),
+    ("SUSPENDING", True, Outcome.SUSPENDED),
+    ("SUSPENDED", True, Outcome.SUSPENDED),
+    ("FAILED", True, Outcome.FAILED),
+    ("UNKNOWN", True, Outcome.UNKNOWN),
+    # a streaming query never completes on its own: the operator's COMPLETED is a failure
+    ("COMPLETED", True, Outcome.FAILED),
+    ("SUCCEEDING", True, Outcome.FAILED),
+    # a bounded (available-now) run may complete
+    ("COMPLETED", False, Outcome.SUCCEEDED),
+    ("SUCCEEDING", False, Outcome.SUCCEEDED),
+    ("FAILED", False, Outcome.FAILED),
+    ("SOMETHING_NEW", True, Outcome.UNKNOWN),
+])
+def test_state_maps_to_outcome(state, streaming, expected):
+    app = {"status": {"applicationState": {"state": state}}}
+    assert outcome_of(app, streaming=streaming) is expected
+    assert outcome_of(state, streaming=streaming) is expected
+
+
+def test_streaming_is_the_default_and_no_status_yet_is_pending():
+    assert outcome_of({"status": {"applicationState": {"state": "COMPLETED"}}}) is Outcome.FAILED
+    assert outcome_of({"metadata": {"name": "x"}}) is Outcome.PENDING
+    assert Outcome.FAILED.terminal and Outcome.SUCCEEDED.terminal and not Outcome.RETRYING.terminal
+    assert "never completes" in k8s.error_message({"status": {"applicationState": {"state": "COMPLETED"}}})
+    assert k8s.error_message({"status": {"applicationState": {"state": "FAILED", "errorMessage": "OOMKilled"}}}) == "OOMKilled"
+
+
+# ---------------------------------------------------------------------------------- API client
+
+
+class RecordingApi:
+    """Stands in for kubernetes.client.CustomObjectsApi; stores objects by name."""
+
+    def __init__(self):
+        self.objects: dict[str, dict] = {}
+        self.calls: list[tuple] = []
+
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        self.calls.append(("create", group, version, namespace, plural))
+        self.objects[body["metadata"]["name"]] = body
+        return body
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self.calls.append(("get", group, version, namespace, plural))
+        if name not in self.objects:
+            raise ApiException(status=404, reason="Not Found")
+        return self.objects[name]
+
+    def delete_namespaced_custom_object(self, group, version, namespace, plural, name):
+        self.calls.append(("delete", group, version, namespace, plural))
+        if name not in self.objects:
+            raise ApiException(status=404, reason="Not Found")
+        return self.objects.pop(name)
+
+
+def test_create_get_delete_through_the_custom_objects_api(cfg):
+    api = RecordingApi()
+    apps = SparkApplications("data", api=api)
+    app = build_spark_application(CATALOG["flights"], 1, cfg)
+    apps.create(app)
+    assert apps.outcome("flights-v1") is Outcome.PENDING
+    api.objects["flights-v1"]["status"] = {"applicationState": {"state": "COMPLETED"}}
+    assert apps.outcome("flights-v1") is Outcome.FAILED
+    assert apps.delete("flights-v1") is True
+    assert apps.get("flights-v1") is None and apps.outcome("flights-v1") is None
+    assert apps.delete("flights-v1") is False
+    assert {c[1:] for c in api.calls} == {("sparkoperator.k8s.io", "v1beta2", "data", "sparkapplications")}
+    assert {c[0] for c in api.calls} <= {"create", "get", "delete"}  # within the chart's Role
+
+
+def test_other_api_errors_are_raised(cfg):
+    class Forbidden(RecordingApi):
+        def get_namespaced_custom_object(self, *a, **k):
+            raise ApiException(status=403, reason="Forbidden")
+
+    with pytest.raises(ApiException):
+        SparkApplications("data", api=Forbidden()).get("x")
+
+
+def test_module_does_not_import_dagster():
+    source = Path(k8s.__file__).read_text()
+    assert not re.search(r"^\s*(import|from)\s+dagster", source, re.M)
