@@ -43,7 +43,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -148,7 +148,7 @@ class WindowTransform(_Strict):
 
     type: Literal["tumbling", "hopping", "session"]
     time_column: str
-    size: Annotated[str, Field(None)] = None
+    size: str | None = None
     slide: str | None = None
     gap: str | None = None
     group_by: list[str] = Field(default_factory=list)

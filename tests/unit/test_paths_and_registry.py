@@ -1,0 +1,75 @@
+"""Version paths and the registry's event folding (real Delta tables through delta-rs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kappa.config import load_settings
+from kappa.delta.registry import Registry, RegistryError, checkpoint_path, table_path
+from kappa.jvm import artifact_name
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return load_settings(home=tmp_path / "home")
+
+
+def test_version_paths(settings):
+    assert table_path(settings, "flights", 3) == settings.warehouse / "flights" / "v3"
+    assert checkpoint_path(settings, "flights", 3) == settings.checkpoints / "flights" / "v3"
+    assert settings.warehouse == settings.home / "warehouse"
+
+
+def test_settings_read_environment_at_call_time(monkeypatch, tmp_path):
+    monkeypatch.setenv("KAPPA_KAFKA_PORT", "29092")
+    monkeypatch.setenv("KAPPA_HOME", str(tmp_path / "h"))
+    s = load_settings()
+    assert s.bootstrap_servers == "127.0.0.1:29092" and s.checkpoints == tmp_path / "h" / "checkpoints"
+
+
+def test_versions_promotion_and_rollback(settings):
+    reg = Registry(settings)
+    v1 = reg.create_version("a", "f1", {})
+    v2 = reg.create_version("a", "f2", {})
+    assert (v1.version, v2.version) == (1, 2)
+    assert v1.txn_app_id != v2.txn_app_id and v1.checkpoint_path != v2.checkpoint_path
+    assert reg.promoted("a") is None and reg.latest("a").version == 2
+    reg.record("a", 1, "caught_up", rows=10)
+    reg.promote({"a": 1})
+    assert reg.promoted("a").version == 1 and reg.version("a", 1).state == "promoted"
+    reg.promote({"a": 2})
+    assert reg.promoted("a").version == 2 and reg.version("a", 1).state == "caught-up"
+    assert reg.previous_promoted("a") == 1
+    reg.promote({"a": 1}, reason="rollback")
+    assert reg.promoted("a").version == 1
+    assert reg.version("a", 1).last("caught_up") == {"rows": 10}
+
+
+def test_chain_promotion_is_one_commit(settings):
+    from deltalake import DeltaTable
+
+    reg = Registry(settings)
+    reg.create_version("s", "f", {})
+    reg.create_version("g", "f", {"s": 1})
+    before = DeltaTable(str(reg.path)).version()
+    reg.promote({"s": 1, "g": 1})
+    assert DeltaTable(str(reg.path)).version() == before + 1
+    assert set(reg.promoted_all()) == {"s", "g"}
+
+
+def test_unknown_and_retired_versions_cannot_be_promoted(settings):
+    reg = Registry(settings)
+    reg.create_version("a", "f", {})
+    with pytest.raises(RegistryError, match="no version v7"):
+        reg.promote({"a": 7})
+    reg.record("a", 1, "retired")
+    with pytest.raises(RegistryError, match="retired"):
+        reg.promote({"a": 1})
+
+
+@pytest.mark.parametrize("jar, name", [("jackson-core-2.21.2.jar", "jackson-core"),
+                                        ("delta-spark_4.1_2.13-4.4.0.jar", "delta-spark_4.1_2.13"),
+                                        ("scala-library-2.13.17.jar", "scala-library"),
+                                        ("RoaringBitmap-1.3.0.jar", "RoaringBitmap")])
+def test_artifact_name(jar, name):
+    assert artifact_name(jar) == name

@@ -1,0 +1,162 @@
+"""Asset declarations: the repo's assets load; bad files fail naming the file and the field."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kappa.spec import AssetSpec, SpecError, interval_seconds, load_asset, load_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_repo_assets_load_in_dependency_order():
+    catalog = load_catalog(REPO / "assets")
+    order = catalog.topological()
+    assert set(order) == {"flights_bronze", "flights", "departures_hourly", "weather_bronze", "weather"}
+    assert order.index("flights") < order.index("departures_hourly")
+    assert catalog.levels(order)[-1] == ["departures_hourly"]
+    assert catalog.downstream("flights") == ["departures_hourly"]
+    gold = catalog["departures_hourly"]
+    assert gold.merge_keys == ["origin", "window_start"] and gold.sink_mode == "merge"
+    assert catalog["flights_bronze"].sink_mode == "append"
+    assert catalog.topics["flights"].kafka_config()["retention.ms"] == "-1"
+
+
+def _write(tmp_path: Path, name: str, doc: dict) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+SILVER = {
+    "name": "s", "layer": "silver",
+    "source": {"kafka": {"topics": ["t"]}},
+    "transform": {"parse": {"schema": {"event_id": {"type": "string", "required": True},
+                                       "event_time": "timestamp", "n": "int"}}},
+}
+
+
+def test_shorthand_field_types_are_accepted(tmp_path):
+    spec = load_asset(_write(tmp_path, "s", SILVER))
+    fields = spec.transform.parse.fields
+    assert fields["n"].type == "int" and not fields["n"].required and fields["event_id"].required
+
+
+@pytest.mark.parametrize(
+    "change, field, message",
+    [
+        (lambda d: d["transform"]["parse"]["schema"].update(n="integer"), "transform.parse.schema.n.type", "Input should be"),
+        (lambda d: d.update(layer="platinum"), "layer", "Input should be"),
+        (lambda d: d["source"].update(asset="x"), "source", "exactly one of 'kafka' or 'asset'"),
+        (lambda d: d.pop("source"), "source", "Field required"),
+        (lambda d: d.update(colour="blue"), "colour", "Extra inputs are not permitted"),
+        (lambda d: d["transform"]["parse"].update(event_time="n"), "transform.parse", "must have type timestamp"),
+        (lambda d: d.update(name="Bad-Name"), "name", "lower_snake_case"),
+        (lambda d: d["source"]["kafka"].update(topics=[]), "source.kafka.topics", "at least 1"),
+    ],
+)
+def test_invalid_declarations_fail_naming_file_and_field(tmp_path, change, field, message):
+    doc = yaml.safe_load(yaml.safe_dump(SILVER))
+    change(doc)
+    path = _write(tmp_path, doc.get("name", "s") if doc.get("name") == "s" else "s", doc)
+    with pytest.raises(SpecError) as err:
+        load_asset(path)
+    text = str(err.value)
+    assert str(path) in text and f": {field}" in text and message in text
+
+
+GOLD = {
+    "name": "g", "layer": "gold", "source": {"asset": "s"},
+    "watermark": {"column": "event_time", "delay": "1 hour"},
+    "transform": {"window": {"type": "tumbling", "time_column": "event_time", "size": "1 hour",
+                             "group_by": ["k"], "aggregations": {"n": "count(*)"}}},
+}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d.pop("watermark"), "needs a watermark"),
+        (lambda d: d["watermark"].update(delay="soon"), "is not an interval"),
+        (lambda d: d["transform"]["window"].update(type="hopping"), "needs 'slide'"),
+        (lambda d: d["transform"]["window"].update(type="hopping", slide="2 hours"), "must not exceed 'size'"),
+        (lambda d: d["transform"]["window"].update(type="session"), "a session window takes no 'size'"),
+        (lambda d: d["transform"]["window"].update(type="session", size=None), "needs 'gap'"),
+        (lambda d: d["watermark"].update(column="other"), "watermark.column must equal"),
+        (lambda d: d.update(source={"kafka": {"topics": ["t"]}}), "set source.asset"),
+    ],
+)
+def test_invalid_windows_fail_at_load(tmp_path, change, message):
+    doc = yaml.safe_load(yaml.safe_dump(GOLD))
+    change(doc)
+    with pytest.raises(SpecError, match=message):
+        load_asset(_write(tmp_path, "g", doc))
+
+
+def test_file_name_must_match_asset_name(tmp_path):
+    with pytest.raises(SpecError, match="must equal the file name"):
+        load_asset(_write(tmp_path, "other", SILVER))
+
+
+def test_invalid_yaml_names_the_file(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match=f"{path}: not valid YAML"):
+        load_asset(path)
+
+
+def _catalog_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "assets"
+    shutil.copytree(REPO / "assets", root)
+    return root
+
+
+def test_catalog_rejects_unknown_upstream(tmp_path):
+    root = _catalog_dir(tmp_path)
+    doc = yaml.safe_load((root / "flights/departures_hourly.yaml").read_text())
+    doc["source"]["asset"] = "nope"
+    (root / "flights/departures_hourly.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match="departures_hourly.yaml: source.asset: unknown asset 'nope'"):
+        load_catalog(root)
+
+
+def test_catalog_rejects_undeclared_topic(tmp_path):
+    root = _catalog_dir(tmp_path)
+    doc = yaml.safe_load((root / "flights/flights.yaml").read_text())
+    doc["source"]["kafka"]["topics"] = ["nowhere"]
+    (root / "flights/flights.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match="topic 'nowhere' is not declared"):
+        load_catalog(root)
+
+
+def test_catalog_rejects_duplicate_names(tmp_path):
+    root = _catalog_dir(tmp_path)
+    (root / "weather" / "x").mkdir()
+    shutil.copy(root / "weather/weather.yaml", root / "weather/x/weather.yaml")
+    with pytest.raises(SpecError, match="already declared"):
+        load_catalog(root)
+
+
+def test_fingerprint_changes_with_logic_not_with_description(tmp_path):
+    spec = load_asset(_write(tmp_path, "s", SILVER))
+    (tmp_path / "a").mkdir()
+    described = load_asset(_write(tmp_path / "a", "s", {**SILVER, "description": "words"}))
+    assert spec.fingerprint() == described.fingerprint()
+    changed = AssetSpec.model_validate({**SILVER, "source": {"kafka": {"topics": ["t", "u"]}}})
+    assert changed.fingerprint() != spec.fingerprint()
+
+
+@pytest.mark.parametrize("text, seconds", [("10 seconds", 10), ("2 hours", 7200), ("1 hour", 3600),
+                                           ("500 milliseconds", 0.5), ("1 day", 86400)])
+def test_interval_seconds(text, seconds):
+    assert interval_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10", "ten seconds", "1 fortnight", ""])
+def test_interval_seconds_rejects_non_intervals(text):
+    with pytest.raises(ValueError):
+        interval_seconds(text)
