@@ -1,0 +1,13 @@
+"""Kappa's Dagster front end: the only package that imports ``dagster``.
+
+* :mod:`kappa.dagster.definitions` — the code location's entry point (``[tool.dagster]`` in
+  ``pyproject.toml``): loads ``assets/`` through the component and applies the run policy.
+* :mod:`kappa.dagster.component` — ``StreamingAssets``, one Dagster asset per asset YAML, with its
+  lineage, blocking gate checks and ``query_health`` check.
+* :mod:`kappa.dagster.execution` — what materializing a streaming asset does.
+* :mod:`kappa.dagster.sensor` / :mod:`kappa.dagster.observe` — lag and health of running queries.
+* :mod:`kappa.dagster.replay` — the ``replay`` job.
+* :mod:`kappa.dagster.resources` — ``KappaResource`` (settings, SparkSession).
+
+Spark and Delta code never imports this package; it calls the library, like the CLI does.
+"""

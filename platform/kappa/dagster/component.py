@@ -1,0 +1,248 @@
+"""``StreamingAssets``: the Dagster Component that turns ``assets/`` into Dagster definitions.
+
+One YAML file under ``assets/`` is one streaming asset (see :mod:`kappa.spec`); this component adds no
+declarations of its own. Everything is loaded and validated in ``__post_init__`` (the pattern of
+dagster-k8s ``PipesK8sComponent``), so a bad file fails when the code location loads, with the
+:class:`~kappa.spec.SpecError` naming the file and the field, never when a run starts.
+
+What each asset YAML becomes:
+
+* an asset keyed by the asset's name, with its ``group``, ``owner``, ``description``, kinds
+  ``spark`` and ``delta`` (plus ``kafka`` when it reads Kafka), its column schema (parse assets) and
+  a link to the YAML file;
+* lineage: each source topic is an external asset ``topic/<topic>``; an upstream asset is a dep;
+* blocking asset checks, one per name in :func:`kappa.quality.check_names` (the GX expectations the
+  YAML declares, ``quarantine_rate`` for parse assets, ``shadow_diff``), evaluated by
+  :func:`kappa.quality.run_gate` after the asset runs; a failing blocking check stops downstream
+  assets of the run;
+* a non-blocking ``query_health`` check, evaluated on demand and by the
+  ``kappa_streaming_queries`` sensor (consumer lag, last progress, failed or stalled queries).
+
+Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.promotion.replay`.
+
+Example (Python; ``definitions.py`` does this)::
+
+    import dagster as dg
+    from kappa.dagster.component import StreamingAssets
+
+    defs = dg.build_defs_for_component(StreamingAssets(assets_dir="assets", continuous=["flights"]))
+
+The same as a ``defs.yaml`` in a dg project's defs folder::
+
+    type: kappa.dagster.component.StreamingAssets
+    attributes:
+      assets_dir: assets
+      continuous: [flights]
+"""
+
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from kappa.config import load_settings
+from kappa.dagster import execution
+from kappa.dagster.resources import KappaResource
+from kappa.spec import AssetSpec, Catalog, SpecError, load_catalog
+
+#: Name of the non-blocking check the sensor evaluates on every asset.
+HEALTH_CHECK = "query_health"
+SENSOR_NAME = "kappa_streaming_queries"
+REPLAY_JOB = "replay"
+
+# Dagster accepts an owner that is an email address or "team:<name>" (AssetSpec docs, "owners").
+_OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.\-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
+_SPARK_TYPES = {"string": "string", "int": "int", "long": "bigint", "double": "double", "boolean": "boolean",
+                "timestamp": "timestamp", "date": "date"}
+
+
+class RunMode(str, Enum):
+    until_caught_up = "until_caught_up"
+    continuous = "continuous"
+
+
+class StreamingRunConfig(dg.Config):
+    """Run configuration of one streaming asset (every field optional, so a plain "Materialize"
+    works)."""
+
+    mode: RunMode | None = Field(
+        None, description="until_caught_up: available-now trigger, stop when caught up. continuous: the "
+        "asset's processing-time trigger, until duration_s passes or the run is terminated. "
+        "Default: the component's per-asset setting (`continuous:`), else until_caught_up.",
+    )
+    duration_s: float | None = Field(
+        None, gt=0, description="continuous mode only: stop after this many seconds (default: run until "
+        "the run is terminated).",
+    )
+
+
+@dataclass
+class StreamingAssets(dg.Component, dg.Resolvable):
+    """Every streaming asset declared in an ``assets/`` folder.
+
+    Attributes:
+        assets_dir: the folder of asset YAML files; relative paths are relative to the project dir.
+            Default: ``KAPPA_ASSETS_DIR`` or ``<project>/assets``.
+        continuous: assets whose materialization runs long-running (processing-time trigger) by
+            default instead of until caught up; a run's config overrides this.
+        stall_after_s: a running query with records to read and no commit for this many seconds
+            is reported unhealthy (default 300 s: well above the 10 s triggers of ``assets/``).
+        sensor_interval_s: how often the sensor observes the queries (seconds).
+    """
+
+    assets_dir: str | None = None
+    continuous: list[str] = field(default_factory=list)
+    stall_after_s: float = 300.0
+    sensor_interval_s: int = 30
+
+    def __post_init__(self) -> None:
+        settings = load_settings()
+        path = Path(self.assets_dir) if self.assets_dir else settings.assets_dir
+        assert path is not None
+        self._assets_path = (path if path.is_absolute() else settings.project_dir / path).resolve()
+        # SpecError names the file and the field; let it propagate unchanged.
+        self._catalog: Catalog = load_catalog(self._assets_path)
+        for spec in self._catalog:
+            if spec.owner is not None and not _OWNER_RE.match(spec.owner):
+                raise SpecError(f"{spec.path}: owner: {spec.owner!r} must be an email address or 'team:<name>'")
+        unknown = sorted(set(self.continuous) - set(self._catalog.assets))
+        if unknown:
+            raise SpecError(f"{self.__class__.__name__}: continuous: unknown assets {unknown} "
+                            f"(known: {', '.join(sorted(self._catalog.assets))})")
+        if self.stall_after_s <= 0 or self.sensor_interval_s <= 0:
+            raise SpecError(f"{self.__class__.__name__}: stall_after_s and sensor_interval_s must be > 0")
+        self._check_names = {spec.name: self._declared_checks(spec) for spec in self._catalog}
+
+    @staticmethod
+    def _declared_checks(spec: AssetSpec) -> list[str]:
+        from kappa.quality import check_names
+
+        names = list(check_names(spec))
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SpecError(f"{spec.path}: expectations: check names must be unique, repeated: {dupes}")
+        if HEALTH_CHECK in names:
+            raise SpecError(f"{spec.path}: expectations: {HEALTH_CHECK!r} is reserved for the query sensor")
+        return names
+
+    # -- what was loaded ---------------------------------------------------------------------------
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
+    @property
+    def assets_path(self) -> Path:
+        return self._assets_path
+
+    def check_names(self, asset: str) -> list[str]:
+        """The blocking gate checks declared for ``asset``."""
+        return list(self._check_names[asset])
+
+    # -- definitions -------------------------------------------------------------------------------
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        from kappa.dagster.replay import build_replay_job
+        from kappa.dagster.sensor import build_health_checks, build_sensor
+
+        specs = [self._catalog[n] for n in self._catalog.topological()]
+        return dg.Definitions(
+            assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
+            asset_checks=build_health_checks(self, specs),
+            sensors=[build_sensor(self)],
+            jobs=[build_replay_job(self)],
+        )
+
+    def _topic_specs(self) -> list[dg.AssetSpec]:
+        used = sorted({t for s in self._catalog for t in s.topics})
+        out = []
+        for topic in used:
+            t = self._catalog.topics[topic]
+            out.append(dg.AssetSpec(
+                key=topic_key(topic),
+                description=t.description or f"Kafka topic {topic}",
+                group_name="kafka_topics",
+                kinds={"kafka"},
+                metadata={
+                    "partitions": t.partitions,
+                    "retention_ms": t.retention_ms,
+                    "compacted": t.compacted,
+                    "dagster/code_references": _code_ref(self._catalog.root / "topics.yaml"),
+                },
+            ))
+        return out
+
+    def asset_spec(self, spec: AssetSpec) -> dg.AssetSpec:
+        deps = [topic_key(t) for t in spec.topics] + [dg.AssetKey(u) for u in spec.upstream]
+        metadata: dict = {
+            "layer": spec.layer,
+            "transform": spec.transform.kind,
+            "sink_mode": spec.sink_mode,
+            "source": ", ".join(spec.topics) if spec.topics else f"asset {spec.source.asset}",
+            "trigger": spec.trigger.processing_time,
+            "spec_path": dg.MetadataValue.path(str(spec.path)),
+        }
+        if spec.watermark is not None:
+            metadata["watermark"] = f"{spec.watermark.column} - {spec.watermark.delay}"
+        if spec.path is not None:
+            metadata["dagster/code_references"] = _code_ref(spec.path)
+        if spec.transform.parse is not None:
+            metadata["dagster/column_schema"] = dg.TableSchema(columns=[
+                dg.TableColumn(name, _SPARK_TYPES[f.type], description=f.description,
+                               constraints=dg.TableColumnConstraints(nullable=not f.required))
+                for name, f in spec.transform.parse.fields.items()
+            ])
+        return dg.AssetSpec(
+            key=dg.AssetKey(spec.name),
+            deps=deps,
+            description=spec.description.strip() or None,
+            group_name=spec.group or spec.layer,
+            owners=[spec.owner] if spec.owner else None,
+            kinds={"spark", "delta", *(["kafka"] if spec.topics else [])},
+            tags={"layer": spec.layer},
+            code_version=spec.fingerprint(),
+            metadata=metadata,
+        )
+
+    def _build_asset(self, spec: AssetSpec) -> dg.AssetsDefinition:
+        key = dg.AssetKey(spec.name)
+        check_specs = [
+            dg.AssetCheckSpec(name, asset=key, blocking=True, description=_check_description(name))
+            for name in self._check_names[spec.name]
+        ]
+        component = self
+
+        # One asset per op: a failed blocking check then stops the downstream assets of the run.
+        # The pool serializes runs of the same asset: two queries must never share a checkpoint.
+        @dg.multi_asset(
+            name=spec.name,
+            specs=[self.asset_spec(spec)],
+            check_specs=check_specs,
+            can_subset=True,
+            pool=f"kappa_{spec.name}",
+            description=f"Run {spec.name}'s current version with the local runner, then its gate.",
+        )
+        def _streaming_asset(context: dg.AssetExecutionContext, config: StreamingRunConfig, kappa: KappaResource):
+            yield from execution.materialize(component, spec.name, context, config, kappa)
+
+        return _streaming_asset
+
+
+def topic_key(topic: str) -> dg.AssetKey:
+    """The external asset of a Kafka topic: ``topic/<name>``."""
+    return dg.AssetKey(["topic", topic])
+
+
+def _code_ref(path: Path) -> dg.CodeReferencesMetadataValue:
+    return dg.CodeReferencesMetadataValue(code_references=[dg.LocalFileCodeReference(file_path=str(path))])
+
+
+def _check_description(name: str) -> str:
+    known = {
+        "quarantine_rate": "Quarantined records / input records must not exceed the asset's max_quarantine_rate.",
+        "shadow_diff": "The candidate compared with the promoted version (row counts, keys on one side only, "
+                       "aggregate differences); blocks only if the asset says so.",
+    }
+    return known.get(name, f"Great Expectations expectation {name} on the version's Delta table.")

@@ -1,0 +1,181 @@
+"""What a streaming query's checkpoint says about it, read from outside the query's process.
+
+The Dagster sensor runs in the daemon, not in the process that runs the query, so it cannot ask
+Spark for ``lastProgress``. It reads what Structured Streaming persists instead (Spark's
+"Structured Streaming Programming Guide", *Recovering from Failures with Checkpointing*):
+
+* ``<checkpoint>/offsets/<batchId>``: the write-ahead log. Written when batch ``batchId`` is planned:
+  a ``v1`` line, a metadata line, then one JSON line per source with the offsets the batch reads up
+  to (Kafka: ``{"topic": {"partition": offset}}``; Delta: ``{"reservoirVersion": n, "index": i, ...}``).
+* ``<checkpoint>/commits/<batchId>``: written when batch ``batchId`` has been committed to the sink.
+
+The *committed offset* is therefore the offsets file of the newest committed batch, and the
+consumer lag of a partition is ``log end offset - committed offset`` (Kafka's definition of lag,
+with the checkpoint in the role of the consumer group). No commit yet means nothing is consumed:
+the lag is the whole retained log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, Version
+from kappa.spec import AssetSpec, Catalog
+
+
+@dataclass
+class CheckpointState:
+    """The newest committed batch of a checkpoint (all None/empty when nothing is committed)."""
+
+    batch_id: int | None = None
+    #: The source offsets the committed batch read up to (last source line of its offsets file).
+    offsets: dict = field(default_factory=dict)
+    #: Unix time (s) of the newest commit file, i.e. the last time the query made progress.
+    committed_at: float | None = None
+    #: Newest planned batch (may be ahead of ``batch_id`` while a batch runs).
+    planned_batch_id: int | None = None
+
+
+def _batch_files(folder: Path) -> dict[int, Path]:
+    if not folder.is_dir():
+        return {}
+    return {int(p.name): p for p in folder.iterdir() if p.name.isdigit()}
+
+
+def read_checkpoint(checkpoint: str | Path) -> CheckpointState:
+    """Parse ``<checkpoint>/offsets`` and ``<checkpoint>/commits``. Never raises for a missing or
+    half-written checkpoint (a query that has not committed yet is a normal state)."""
+    root = Path(checkpoint)
+    offsets, commits = _batch_files(root / "offsets"), _batch_files(root / "commits")
+    state = CheckpointState(planned_batch_id=max(offsets) if offsets else None)
+    done = sorted(b for b in commits if b in offsets)
+    if not done:
+        return state
+    batch = done[-1]
+    lines = [ln for ln in offsets[batch].read_text().splitlines() if ln.strip()]
+    try:
+        source = json.loads(lines[-1]) if len(lines) >= 3 else {}
+    except ValueError:
+        source = {}
+    state.batch_id = batch
+    state.offsets = source if isinstance(source, dict) else {}
+    state.committed_at = commits[batch].stat().st_mtime
+    return state
+
+
+@dataclass
+class QueryHealth:
+    """One observation of one asset's current version."""
+
+    asset: str
+    version: int
+    state: str  # the registry state: running, caught-up, failed, failed-gate, promoted, retired
+    healthy: bool
+    reason: str
+    #: Kafka sources: topic -> partition -> records not yet committed by the query.
+    lag: dict[str, dict[str, int]] = field(default_factory=dict)
+    committed: dict = field(default_factory=dict)
+    end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Delta sources: upstream table versions not yet read.
+    upstream_versions_behind: int | None = None
+    last_progress_at: float | None = None
+    committed_batch: int | None = None
+
+    @property
+    def total_lag(self) -> int:
+        return sum(v for parts in self.lag.values() for v in parts.values())
+
+    @property
+    def seconds_since_progress(self) -> float | None:
+        return None if self.last_progress_at is None else max(0.0, time.time() - self.last_progress_at)
+
+
+def _kafka_lag(settings: Settings, spec: AssetSpec, committed: dict) -> tuple[dict, dict]:
+    from kappa.kafka.topics import offsets
+
+    lag: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for po in offsets(settings, spec.topics, timeout_s=10):
+        done = committed.get(po.topic, {}).get(str(po.partition))
+        # Nothing committed for this partition yet: everything retained is still to be read.
+        consumed = po.start if done is None else int(done)
+        ends.setdefault(po.topic, {})[str(po.partition)] = po.end
+        lag.setdefault(po.topic, {})[str(po.partition)] = max(0, po.end - consumed)
+    return lag, ends
+
+
+def _delta_behind(registry: Registry, version: Version, spec: AssetSpec, committed: dict) -> int | None:
+    """Upstream Delta versions not yet read. Delta's source offset ``(reservoirVersion, index=-1)``
+    means "everything before reservoirVersion is read" (delta-io ``DeltaSourceOffset``)."""
+    from deltalake import DeltaTable
+
+    up = spec.source.asset
+    if up is None or up not in version.upstream:
+        return None
+    try:
+        latest = DeltaTable(registry.version(up, version.upstream[up]).table_path).version()
+    except Exception:  # upstream table not written yet
+        return None
+    if "reservoirVersion" not in committed:
+        return latest + 1
+    read_through = committed["reservoirVersion"] - (1 if committed.get("index", -1) == -1 else 0)
+    return max(0, latest - read_through)
+
+
+def observe(
+    settings: Settings, catalog: Catalog, stall_after_s: float, names: list[str] | None = None
+) -> list[QueryHealth]:
+    """Observe the latest (non-retired) version of every asset in ``names`` (default: all) that
+    has one.
+
+    Unhealthy means: the version's last run failed, or it is marked running, has records to read,
+    and has committed nothing for ``stall_after_s`` seconds (a stalled or dead query). A version
+    that is not running and lags is healthy but lagging (it runs when materialized).
+    A broker that does not answer, or a missing topic, makes the Kafka-sourced assets unhealthy
+    (their lag is unknown); nothing is raised, so one bad asset cannot hide the others.
+    """
+    registry = Registry(settings)
+    out: list[QueryHealth] = []
+    for name in catalog.topological(names):
+        spec = catalog[name]
+        version = registry.latest(name)
+        if version is None:
+            continue
+        cp = read_checkpoint(version.checkpoint_path)
+        health = QueryHealth(asset=name, version=version.version, state=version.state, healthy=True,
+                             reason="", committed=cp.offsets, committed_batch=cp.batch_id)
+        lag_error = None
+        if spec.topics:
+            try:
+                health.lag, health.end_offsets = _kafka_lag(settings, spec, cp.offsets)
+            except Exception as exc:  # TopicError, KafkaException: both mean "lag unknown"
+                lag_error = f"cannot read the log end offsets of {spec.topics} at {settings.bootstrap_servers}: {exc}"
+        else:
+            health.upstream_versions_behind = _delta_behind(registry, version, spec, cp.offsets)
+        running = version.last("running")
+        started_at = next((e["at"].timestamp() for e in reversed(version.events) if e["event"] == "running"), None)
+        health.last_progress_at = max(filter(None, [cp.committed_at, started_at]), default=None)
+        pending = health.total_lag > 0 or (health.upstream_versions_behind or 0) > 0
+        idle_s = health.seconds_since_progress
+        if lag_error is not None:
+            health.healthy = False
+            health.reason = f"{version.name}: {lag_error}"
+        elif version.state == "failed":
+            failed = version.last("failed") or {}
+            health.healthy = False
+            health.reason = f"{version.name} failed: {str(failed.get('error', 'unknown error'))[:500]}"
+        elif version.state == "running" and pending and idle_s is not None and idle_s > stall_after_s:
+            health.healthy = False
+            health.reason = (f"{version.name} is marked running ({(running or {}).get('mode', '?')}) with "
+                             f"{health.total_lag or health.upstream_versions_behind} pending but committed "
+                             f"nothing for {idle_s:.0f} s (stall threshold {stall_after_s:.0f} s)")
+        elif version.state == "running":
+            health.reason = f"{version.name} is running; lag {health.total_lag}"
+        else:
+            health.reason = f"{version.name} is {version.state} (not running); lag {health.total_lag}"
+        out.append(health)
+    return out

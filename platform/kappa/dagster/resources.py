@@ -1,0 +1,52 @@
+"""The one Dagster resource: Kappa's settings and the process's SparkSession.
+
+Settings are read from ``KAPPA_*`` (see :mod:`kappa.config`) when a run or sensor tick asks for them,
+not when the code location loads; a field set here wins over the environment. Tests point a run at a
+private warehouse and broker by setting fields.
+
+Example::
+
+    KappaResource(home="/tmp/t/home", kafka_port=39092).settings().warehouse
+    # PosixPath('/tmp/t/home/warehouse')
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from kappa.config import Settings, load_settings
+
+
+class KappaResource(dg.ConfigurableResource):
+    """Overrides of :class:`kappa.config.Settings`; unset fields come from ``KAPPA_*`` or defaults."""
+
+    project_dir: str | None = None
+    home: str | None = None
+    assets_dir: str | None = None
+    warehouse: str | None = None
+    checkpoints: str | None = None
+    kafka_port: int | None = None
+    kafka_controller_port: int | None = None
+    bootstrap_servers: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "KappaResource":
+        """A resource that reproduces ``settings`` exactly (paths, ports, bootstrap servers)."""
+        return cls(
+            project_dir=str(settings.project_dir), home=str(settings.home), assets_dir=str(settings.assets_dir),
+            warehouse=str(settings.warehouse), checkpoints=str(settings.checkpoints),
+            kafka_port=settings.kafka_port, kafka_controller_port=settings.kafka_controller_port,
+            bootstrap_servers=settings.bootstrap_servers,
+        )
+
+    def settings(self, **overrides: object) -> Settings:
+        """``load_settings`` with this resource's fields, then ``overrides``, over the environment."""
+        fields = {k: v for k, v in self.model_dump().items() if v is not None}
+        return load_settings(**{**fields, **overrides})
+
+    def spark(self, settings: Settings):
+        """The process's SparkSession (created on first use; one JVM per run process, which is why
+        the code location runs every step of a run in one process)."""
+        from kappa.streaming.session import spark_session
+
+        return spark_session(settings)

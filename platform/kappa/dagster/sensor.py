@@ -1,0 +1,130 @@
+"""Observing the streaming queries: the ``kappa_streaming_queries`` sensor and ``query_health`` checks.
+
+Every tick, for the latest version of every asset, the sensor reports an ``AssetObservation``
+(consumer lag per partition, committed and log end offsets, time of last progress, input rate
+between ticks) and a ``query_health`` check evaluation. A failed or stalled query fails the check,
+so it shows red in the UI rather than going quiet. Each source topic gets an observation of its log
+start and end offsets too. The logic is in :mod:`kappa.dagster.observe`.
+"""
+
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from kappa.dagster.observe import QueryHealth, observe
+from kappa.dagster.resources import KappaResource
+
+if TYPE_CHECKING:
+    from kappa.dagster.component import StreamingAssets
+    from kappa.spec import AssetSpec
+
+
+def _iso(ts: float | None) -> str:
+    return "never" if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def health_metadata(h: QueryHealth) -> dict[str, object]:
+    md: dict[str, object] = {
+        "version": h.version,
+        "state": h.state,
+        "healthy": h.healthy,
+        "last_progress_at": _iso(h.last_progress_at),
+        "seconds_since_progress": dg.MetadataValue.float(round(h.seconds_since_progress or 0.0, 1))
+        if h.last_progress_at else dg.MetadataValue.null(),
+        "committed_batch": dg.MetadataValue.int(h.committed_batch) if h.committed_batch is not None
+        else dg.MetadataValue.null(),
+    }
+    if h.lag or h.end_offsets:
+        md["consumer_lag"] = h.total_lag
+        md["consumer_lag_by_partition"] = dg.MetadataValue.json(h.lag)
+        md["committed_offsets"] = dg.MetadataValue.json(h.committed)
+        md["log_end_offsets"] = dg.MetadataValue.json(h.end_offsets)
+    if h.upstream_versions_behind is not None:
+        md["upstream_delta_versions_behind"] = h.upstream_versions_behind
+    return md
+
+
+def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEvaluation:
+    from kappa.dagster.component import HEALTH_CHECK
+
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey(h.asset), check_name=HEALTH_CHECK, passed=h.healthy,
+        severity=dg.AssetCheckSeverity.ERROR, description=h.reason, metadata=health_metadata(h),
+        blocking=blocking,
+    )
+
+
+def build_health_checks(component: "StreamingAssets", specs: list["AssetSpec"]) -> list[dg.AssetChecksDefinition]:
+    """A ``query_health`` check per asset: evaluated on demand here, and by the sensor every tick."""
+    from kappa.dagster.component import HEALTH_CHECK
+
+    def build(name: str) -> dg.AssetChecksDefinition:
+        @dg.asset_check(
+            asset=dg.AssetKey(name), name=HEALTH_CHECK, blocking=False,
+            description="The latest version's query is not failed and not stalled (a running query with "
+                        "records to read and no commit for stall_after_s); reports consumer lag.",
+        )
+        def _health(context: dg.AssetCheckExecutionContext, kappa: KappaResource) -> dg.AssetCheckResult:
+            settings = kappa.settings(assets_dir=str(component.assets_path))
+            found = observe(settings, component.catalog, component.stall_after_s, names=[name])
+            if not found:
+                return dg.AssetCheckResult(passed=False, description=f"{name} has no version yet")
+            h = found[0]
+            return dg.AssetCheckResult(passed=h.healthy, description=h.reason, metadata=health_metadata(h))
+
+        return _health
+
+    checks = [build(spec.name) for spec in specs]
+    return checks
+
+
+def build_sensor(component: "StreamingAssets") -> dg.SensorDefinition:
+    from kappa.dagster.component import SENSOR_NAME
+    from kappa.dagster.component import topic_key
+
+    @dg.sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=component.sensor_interval_s,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Observes every streaming asset's latest version: consumer lag per partition "
+                    "(log end offset - checkpoint's committed offset), last progress, input rate; "
+                    "fails query_health for a failed or stalled query.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext, kappa: KappaResource) -> dg.SensorResult:
+        settings = kappa.settings(assets_dir=str(component.assets_path))
+        now = time.time()
+        previous = json.loads(context.cursor) if context.cursor else {}
+        cursor: dict[str, dict] = {}
+        events: list = []
+        topics_seen: dict[str, dict] = {}
+        for h in observe(settings, component.catalog, component.stall_after_s):
+            md = health_metadata(h)
+            consumed = sum(int(v) for parts in h.committed.values() if isinstance(parts, dict)
+                           for v in parts.values())
+            cursor[h.asset] = {"version": h.version, "consumed": consumed, "t": now}
+            prev = previous.get(h.asset)
+            if prev and prev.get("version") == h.version and now > prev["t"] and h.end_offsets:
+                # Records committed per second between two ticks (the query's throughput as seen
+                # from its checkpoint; Spark's own rates are logged by the run itself).
+                md["input_rows_per_s"] = round((consumed - prev["consumed"]) / (now - prev["t"]), 1)
+            events.append(dg.AssetObservation(asset_key=dg.AssetKey(h.asset), metadata=md,
+                                              description=h.reason))
+            events.append(health_evaluation(h))
+            for topic, ends in h.end_offsets.items():
+                topics_seen[topic] = ends
+        for topic, ends in topics_seen.items():
+            events.append(dg.AssetObservation(asset_key=topic_key(topic), metadata={
+                "log_end_offsets": dg.MetadataValue.json(ends),
+                "log_end_offset_total": sum(ends.values()),
+            }))
+        unhealthy = [e.asset_key.to_user_string() for e in events
+                     if isinstance(e, dg.AssetCheckEvaluation) and not e.passed]
+        if unhealthy:
+            context.log.warning(f"unhealthy streaming queries: {', '.join(unhealthy)}")
+        return dg.SensorResult(asset_events=events, cursor=json.dumps(cursor))
+
+    return _sensor
