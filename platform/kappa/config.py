@@ -44,6 +44,27 @@ def find_project_dir(start: Path | None = None) -> Path:
     return here
 
 
+def is_uri(location: object) -> bool:
+    return isinstance(location, str) and "://" in location
+
+
+def _location(value: Path | str | None, default: Path) -> Path | str:
+    """An absolute local Path, or an object-store URI kept as a string (``Path`` would fold
+    ``s3a://b`` into ``s3a:/b``)."""
+    if value is None:
+        return default.resolve()
+    if is_uri(value):
+        return str(value).rstrip("/")
+    return Path(value).resolve()
+
+
+def join(root: Path | str, *parts: str) -> Path | str:
+    """``root/part/…`` for a local Path or an object-store URI."""
+    if isinstance(root, str):
+        return "/".join([root.rstrip("/"), *parts])
+    return root.joinpath(*parts)
+
+
 class Settings(BaseSettings):
     """Every knob Kappa reads. Paths are absolute after validation."""
 
@@ -51,8 +72,9 @@ class Settings(BaseSettings):
 
     project_dir: Path = Field(default_factory=find_project_dir)
     home: Path | None = None
-    warehouse: Path | None = None
-    checkpoints: Path | None = None
+    #: A local folder, or an object-store URI (``s3a://bucket/prefix``) on Kubernetes.
+    warehouse: Path | str | None = None
+    checkpoints: Path | str | None = None
     assets_dir: Path | None = None
     jars_dir: Path | None = None
 
@@ -68,12 +90,33 @@ class Settings(BaseSettings):
 
     runner: Literal["local", "kubernetes"] = "local"
 
+    # Kafka client security (the kubernetes runner sets these from the KafkaUser's Secret; the local
+    # broker is PLAINTEXT on loopback and needs none). Passed to Spark's Kafka source as kafka.*.
+    kafka_security_protocol: str | None = None
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_jaas_config: str | None = None
+    kafka_ssl_truststore_type: str | None = None
+    kafka_ssl_truststore_location: str | None = None
+    #: Consumer-group prefix of Spark's Kafka source (must stay inside the KafkaUser's ACL prefix).
+    kafka_group_id_prefix: str | None = None
+
+    def kafka_client_options(self) -> dict[str, str]:
+        """Kafka client properties beyond bootstrap servers (security), without the ``kafka.`` prefix."""
+        pairs = {
+            "security.protocol": self.kafka_security_protocol,
+            "sasl.mechanism": self.kafka_sasl_mechanism,
+            "sasl.jaas.config": self.kafka_sasl_jaas_config,
+            "ssl.truststore.type": self.kafka_ssl_truststore_type,
+            "ssl.truststore.location": self.kafka_ssl_truststore_location,
+        }
+        return {k: v for k, v in pairs.items() if v}
+
     @model_validator(mode="after")
     def _derive_paths(self) -> "Settings":
         self.project_dir = self.project_dir.resolve()
         self.home = (self.home or self.project_dir / ".kappa").resolve()
-        self.warehouse = (self.warehouse or self.home / "warehouse").resolve()
-        self.checkpoints = (self.checkpoints or self.home / "checkpoints").resolve()
+        self.warehouse = _location(self.warehouse, self.home / "warehouse")
+        self.checkpoints = _location(self.checkpoints, self.home / "checkpoints")
         self.assets_dir = (self.assets_dir or self.project_dir / "assets").resolve()
         self.jars_dir = (self.jars_dir or self.project_dir / "build" / "jars").resolve()
         if self.bootstrap_servers is None:

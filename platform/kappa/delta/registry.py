@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kappa.config import Settings
+from kappa.config import Settings, join
 
 EVENTS = ("created", "running", "caught_up", "failed", "gate_passed", "gate_failed", "promoted", "retired")
 
@@ -56,6 +56,8 @@ class Version:
     state: str = "created"
     promoted_at: datetime | None = None
     events: list[dict] = field(default_factory=list)
+    #: Upstream asset -> table path, where it is known without the registry (the kubernetes entrypoint).
+    upstream_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -69,21 +71,22 @@ class Version:
         return None
 
 
-def table_path(settings: Settings, asset: str, version: int) -> Path:
+def table_path(settings: Settings, asset: str, version: int) -> Path | str:
     """``<warehouse>/<asset>/v<N>``: where version N of an asset keeps its Delta table."""
     assert settings.warehouse is not None
-    return settings.warehouse / asset / f"v{version}"
+    return join(settings.warehouse, asset, f"v{version}")
 
 
-def checkpoint_path(settings: Settings, asset: str, version: int) -> Path:
+def checkpoint_path(settings: Settings, asset: str, version: int) -> Path | str:
     """``<checkpoints>/<asset>/v<N>``: the version's checkpoint; never shared between versions."""
     assert settings.checkpoints is not None
-    return settings.checkpoints / asset / f"v{version}"
+    return join(settings.checkpoints, asset, f"v{version}")
 
 
-def quarantine_path(settings: Settings) -> Path:
+def quarantine_path(settings: Settings) -> Path | str:
+    """The quarantine table, shared by every asset and version (rows carry both)."""
     assert settings.warehouse is not None
-    return settings.warehouse / "_kappa" / "quarantine"
+    return join(settings.warehouse, "_kappa", "quarantine")
 
 
 class Registry:
@@ -91,7 +94,9 @@ class Registry:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        assert settings.warehouse is not None
+        if not isinstance(settings.warehouse, Path):
+            # delta-rs could open s3:// tables with storage options; not wired up yet.
+            raise RegistryError(f"the registry needs a local warehouse, got {settings.warehouse!r}")
         self.path = settings.warehouse / "_kappa" / "registry"
 
     # -- reading ---------------------------------------------------------------------------------
@@ -178,8 +183,9 @@ class Registry:
             raise ValueError(f"unknown registry event {event!r}")
         self._append([{"asset": asset, "version": version, "event": event, "details": details}])
 
-    def create_version(self, asset: str, fingerprint: str, upstream: dict[str, int]) -> Version:
-        """Register version N+1 of ``asset`` with fresh paths and a fresh idempotent-writer id."""
+    def create_version(self, asset: str, fingerprint: str, upstream: dict[str, int], **extra: object) -> Version:
+        """Register version N+1 of ``asset`` with fresh paths and a fresh idempotent-writer id;
+        ``extra`` (e.g. ``start_offsets``) is kept in the ``created`` event's details."""
         existing = self.versions(asset)
         n = (existing[-1].version + 1) if existing else 1
         details = {
@@ -188,6 +194,7 @@ class Registry:
             "txn_app_id": f"kappa-{asset}-v{n}-{uuid.uuid4().hex[:12]}",
             "fingerprint": fingerprint,
             "upstream": upstream,
+            **extra,
         }
         self._append([{"asset": asset, "version": n, "event": "created", "details": details}])
         return self.version(asset, n)

@@ -117,6 +117,8 @@ def _server_properties(settings: Settings, data_dir: Path) -> str:
         "group.initial.rebalance.delay.ms": "0",
         # Kafka is the system of record: never delete by age unless a topic says so.
         "log.retention.ms": "-1",
+        # A topic that does set a retention sees it applied within seconds, not the default 5 min.
+        "log.retention.check.interval.ms": "5000",
         "auto.create.topics.enable": "false",
         # Room for oversized records (a bad-input corpus sends a 5 MB value).
         "message.max.bytes": str(16 * 1024 * 1024),

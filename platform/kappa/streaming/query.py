@@ -60,19 +60,18 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
             .option("startingOffsets", "earliest")
             .option("failOnDataLoss", "true")
             .option("includeHeaders", "true")
-            .option("groupIdPrefix", f"kappa-{spec.name}")
+            .option("groupIdPrefix", settings.kafka_group_id_prefix or f"kappa-{spec.name}-v{version.version}-")
         )
+        for key, value in settings.kafka_client_options().items():
+            reader = reader.option(f"kafka.{key}", value)
         if src.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
         return reader.load()
     upstream = spec.source.asset
     assert upstream is not None
-    up_version = version.upstream[upstream]
-    up = Registry(settings).version(upstream, up_version)
-    reader = spark.readStream.format("delta")
-    if spec.source.asset and (mf := getattr(spec.source, "max_files_per_trigger", None)):
-        reader = reader.option("maxFilesPerTrigger", mf)
-    return reader.load(up.table_path)
+    path = version.upstream_paths.get(upstream) or Registry(settings).version(
+        upstream, version.upstream[upstream]).table_path
+    return spark.readStream.format("delta").load(str(path))
 
 
 def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:

@@ -38,7 +38,9 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Stop queries cleanly on JVM shutdown and don't keep a Hive metastore around.
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.warehouse.dir": str((settings.home or Path(".kappa")) / "spark-warehouse"),
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_LOG4J}",
+        # A larger thread stack: Spark matches long exception messages with java.util.regex when a
+        # query is stopped mid-batch, which overflows the default 1 MB stack of its stream thread.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_LOG4J} -Xss8m",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     }
 
