@@ -58,7 +58,10 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from kappa.spec import SpecError
     from kappa.sql import QueryError
 
-    return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError)
+    from kappa.promotion import GateFailedError, RetentionError
+
+    return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
+            GateFailedError, RetentionError)
 
 
 class _Guard:
@@ -304,28 +307,75 @@ def versions(
         console.print(table)
 
 
-@app.command("promote")
-def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
-    """Point the stable name of ASSET at VERSION (one atomic registry commit)."""
-    from kappa.delta.registry import Registry
+def _gate_table(report) -> Table:
+    table = Table(title=f"gate: {report.asset} v{report.version} — {'PASSED' if report.passed else 'FAILED'}")
+    for col in ("check", "blocking", "result", "observed", "expected"):
+        table.add_column(col, overflow="fold")
+    for c in report.checks:
+        result = "[green]pass[/]" if c.passed else ("[red]FAIL[/]" if c.blocking else "[yellow]differs[/]")
+        table.add_row(c.name, "yes" if c.blocking else "no", result, str(c.observed), c.expected)
+    return table
+
+
+@app.command("gate")
+def gate(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
+    """Run the gate (GX suite, quarantine rate, shadow diff) on one version and record the result."""
+    from kappa.quality import run_gate
+
+    with _Guard():
+        report = run_gate(load_settings(), asset, version)
+        console.print(_gate_table(report))
+        if report.data_docs_path:
+            console.print(f"Data Docs: {report.data_docs_path}")
+        if not report.passed:
+            raise typer.Exit(1)
+
+
+@app.command("replay")
+def replay(
+    asset: str,
+    promote: bool = typer.Option(False, "--promote", help="Promote the new chain if every blocking check passes."),
+) -> None:
+    """Replay ASSET (and everything downstream of it) from the start of the log into new versions,
+    run the gate on each, and with --promote promote the chain atomically."""
+    from kappa import promotion
 
     with _Guard():
         settings = load_settings()
-        Registry(settings).promote({asset: version}, reason="manual")
+        report = promotion.replay(settings, asset, promote=promote, on_progress=_progress_printer())
+        console.print(_results_table(report.results))
+        for g in report.gates.values():
+            console.print(_gate_table(g))
+        chain = ", ".join(f"{a} v{v}" for a, v in report.versions.items())
+        if report.promoted:
+            console.print(f"[green]promoted[/] {chain} in one commit ({report.seconds:.0f} s)")
+        elif not report.passed:
+            failed = [f"{g.asset} v{g.version}: {c.describe()}" for g in report.gates.values() for c in g.failed]
+            current = ", ".join(f"{a} v{v}" if v else f"{a} (none)" for a, v in report.previous.items())
+            _fail("the gate failed, nothing was promoted (still promoted: " + current + "):\n  "
+                  + "\n  ".join(failed))
+        else:
+            console.print(f"replayed {chain} in {report.seconds:.0f} s; gate passed. Promote with "
+                          f"`kappa replay --promote` next time or `kappa promote {asset} {report.versions[asset]}`.")
+
+
+@app.command("promote")
+def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
+    """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed."""
+    from kappa import promotion
+
+    with _Guard():
+        promotion.promote(load_settings(), asset, version)
         console.print(f"{asset} -> v{version}")
 
 
 @app.command("rollback")
 def rollback(asset: str) -> None:
     """Point the stable name of ASSET back at the previously promoted version."""
-    from kappa.delta.registry import Registry, RegistryError
+    from kappa import promotion
 
     with _Guard():
-        registry = Registry(load_settings())
-        target = registry.previous_promoted(asset)
-        if target is None:
-            raise RegistryError(f"{asset} has no previously promoted version to roll back to")
-        registry.promote({asset: target}, reason="rollback")
+        target = promotion.rollback(load_settings(), asset)
         console.print(f"{asset} -> v{target} (rolled back)")
 
 
@@ -340,6 +390,7 @@ def demo(
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
+    from kappa.quality import run_gate
     from kappa.runners.local import run_until_caught_up
     from kappa.sql import run_sql
     from kappa.streaming.session import spark_session
@@ -358,12 +409,19 @@ def demo(
         results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
         console.print(f"caught up in {time.monotonic() - t:.1f} s")
         registry = Registry(settings)
-        to_promote = {r.asset: r.version for r in results
-                      if (p := registry.promoted(r.asset)) is None or p.version != r.version}
+        pending = {r.asset: r.version for r in results
+                   if (p := registry.promoted(r.asset)) is None or p.version != r.version}
+        to_promote = {}
+        for asset, version in pending.items():
+            report = run_gate(settings, asset, version, spark=spark)
+            if report.passed:
+                to_promote[asset] = version
+            else:
+                console.print(_gate_table(report))
         if to_promote:
             registry.promote(to_promote, reason="demo")
-        console.print(f"[bold]4/4[/] promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
-                                                     or "nothing new (already promoted)"))
+        console.print(f"[bold]4/4[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+                                                                 or "nothing new (already promoted)"))
         console.print(_results_table(results))
         counts = run_sql(spark, settings, " UNION ALL ".join(
             f"SELECT '{r.asset}' AS asset, count(*) AS row_count FROM {r.asset}" for r in results

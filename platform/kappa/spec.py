@@ -93,13 +93,6 @@ class KafkaSource(_Strict):
     max_offsets_per_trigger: int | None = Field(None, gt=0)
 
 
-class AssetSource(_Strict):
-    """Read the Delta table of an upstream asset (the version pinned when this version was created)."""
-
-    asset: str
-    max_files_per_trigger: int | None = Field(None, gt=0)
-
-
 class Source(_Strict):
     kafka: KafkaSource | None = None
     asset: str | None = None
@@ -235,8 +228,19 @@ class AssetSpec(_Strict):
     watermark: Watermark | None = None
     trigger: Trigger = Trigger()
     sink: Sink = Sink()
+    #: The asset's data-quality suite: Great Expectations expectations, each a one-key mapping
+    #: ``expect_<snake_case>: {kwargs}`` (GX's expectation class name in snake case), e.g.
+    #: ``- expect_column_values_to_be_unique: {column: event_id}``. All are blocking gate checks.
+    expectations: list[dict[str, dict]] = Field(default_factory=list)
     #: Blocking gate threshold: quarantined / input records above this fails promotion.
     max_quarantine_rate: float = Field(0.01, ge=0, le=1)
+    #: Driver/executor resources on the ``kubernetes`` runner, e.g.
+    #: ``{driver: {cores: 1, memory: 2g}, executor: {cores: 2, memory: 4g}, executor_instances: 2}``
+    #: (see :class:`kappa.runners.kubernetes.AssetResources`); the local runner ignores it.
+    resources: dict | None = None
+    #: Whether a difference between a candidate version and the promoted one blocks promotion
+    #: (default: the shadow diff is reported, not blocking).
+    shadow_diff_blocking: bool = False
 
     # Where the spec came from (not part of the YAML).
     path: Path | None = Field(None, exclude=True)
@@ -246,6 +250,26 @@ class AssetSpec(_Strict):
     def _name(cls, v: str) -> str:
         if not NAME_RE.match(v):
             raise ValueError("must be lower_snake_case (letters, digits, _), starting with a letter")
+        return v
+
+    @field_validator("expectations")
+    @classmethod
+    def _expectations(cls, v: list[dict[str, dict]]) -> list[dict[str, dict]]:
+        for i, item in enumerate(v):
+            if len(item) != 1:
+                raise ValueError(f"item {i}: expected one 'expect_…: {{kwargs}}' mapping, got keys {sorted(item)}")
+            (name,) = item
+            if not re.fullmatch(r"expect_[a-z0-9_]+", name):
+                raise ValueError(f"item {i}: {name!r} is not a Great Expectations expectation name (expect_…)")
+        return v
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, v: dict | None) -> dict | None:
+        if v is not None:
+            from kappa.runners.kubernetes import AssetResources
+
+            AssetResources.model_validate(v)
         return v
 
     @model_validator(mode="after")
@@ -291,7 +315,12 @@ class AssetSpec(_Strict):
     def fingerprint(self) -> str:
         """A hash of the logic (the YAML content plus a python/sql transform file's text): a version
         records it, so a changed declaration can be told from an unchanged one."""
-        doc = self.model_dump(mode="json", by_alias=True, exclude={"description", "owner", "group"})
+        # Checks, thresholds, the trigger interval and documentation are not logic: changing them
+        # must not force a replay.
+        doc = self.model_dump(mode="json", by_alias=True, exclude={
+            "description", "owner", "group", "expectations", "max_quarantine_rate", "shadow_diff_blocking", "trigger",
+            "resources",
+        })
         blob = json.dumps(doc, sort_keys=True)
         if self.transform.python and self.path is not None:
             module = self.transform.python.split(":")[0]

@@ -49,6 +49,20 @@ class AssetRunResult:
         return asdict(self)
 
 
+def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
+    """topic -> partition -> log start offset: where a new version starts reading ({} without
+    topics, or for a topic that does not exist yet: it starts at 0)."""
+    from kappa.kafka.topics import TopicError, offsets
+
+    out: dict[str, dict[str, int]] = {}
+    for topic in topics:
+        try:
+            out[topic] = {str(p.partition): p.start for p in offsets(settings, [topic])}
+        except TopicError:
+            out[topic] = {}
+    return out
+
+
 def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> dict[str, Version]:
     """The version each asset in ``names`` runs: its latest live version, or a new v1 (pinned to its
     upstream assets' versions). Raises :class:`LogicChangedError` when the declaration changed."""
@@ -63,7 +77,8 @@ def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> 
                 if up_version is None:
                     raise SpecError(f"{name} reads {up}, which has no version yet: run {up} first")
                 upstream[up] = up_version.version
-            current = registry.create_version(name, spec.fingerprint(), upstream)
+            current = registry.create_version(name, spec.fingerprint(), upstream,
+                                              start_offsets=start_offsets(registry.settings, spec.topics))
         elif current.fingerprint != spec.fingerprint():
             raise LogicChangedError(
                 f"{spec.path}: the declaration of {name} changed since {current.name} was created; "

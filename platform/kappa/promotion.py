@@ -1,0 +1,151 @@
+"""Replay, promotion and rollback: Kappa's reprocessing is a replay of the log into a new version.
+
+``replay(asset)``:
+
+1. refuses if retention has deleted any of the log the asset's topics must be read from (a log
+   start offset above 0 means records were deleted: the new version would be partial);
+2. creates version N+1 of the asset and of every asset downstream of it, each with a fresh
+   checkpoint and idempotent-writer id, the downstream versions reading the new upstream versions;
+3. runs the chain until caught up, runs the gate on every new version, and, when asked to promote
+   and every blocking check of every version passed, promotes the whole chain in ONE registry commit
+   (a reader never sees gold vN+1 over silver vN). Otherwise the current versions stay promoted.
+
+This is the Kappa architecture's reprocessing (Jay Kreps, "Questioning the Lambda Architecture";
+DDIA ch. 11, "Reprocessing data for application evolution").
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, RegistryError, Version
+from kappa.kafka.topics import offsets
+from kappa.quality import GateReport, run_gate
+from kappa.runners.local import AssetRunResult, run_until_caught_up, start_offsets
+from kappa.spec import load_catalog
+
+
+class RetentionError(RuntimeError):
+    """Retention (or a record deletion) removed part of a topic's log: a replay would be partial."""
+
+
+class GateFailedError(RuntimeError):
+    """A version's blocking checks failed, so it cannot be promoted."""
+
+
+@dataclass
+class ReplayReport:
+    versions: dict[str, int]
+    results: list[AssetRunResult]
+    gates: dict[str, GateReport]
+    promoted: bool
+    seconds: float
+    previous: dict[str, int | None] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(g.passed for g in self.gates.values())
+
+
+def check_retention(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
+    """Log start offsets of ``topics``; raises :class:`RetentionError` if any partition's log no
+    longer starts at offset 0 (Kafka's log start offset moves only when records are deleted, by
+    retention or DeleteRecords; compaction does not move it)."""
+    gaps = [p for p in offsets(settings, topics) if p.start > 0]
+    if gaps:
+        detail = ", ".join(f"{p.topic}[{p.partition}] starts at offset {p.start} (end {p.end})" for p in gaps)
+        raise RetentionError(
+            f"cannot replay: retention has deleted the start of the log ({detail}); a replay would "
+            f"build a partial table. Keep source topics' retention.ms at -1 (assets/topics.yaml) or "
+            f"restore the log before replaying."
+        )
+    return {t: {str(p.partition): p.start for p in offsets(settings, [t])} for t in topics}
+
+
+def replay(
+    settings: Settings,
+    asset: str,
+    *,
+    promote: bool = False,
+    spark=None,
+    on_progress: Callable[[str, dict], None] | None = None,
+) -> ReplayReport:
+    """Replay ``asset`` and its downstream chain into new versions, gate them, and optionally
+    promote the chain atomically. Raises :class:`RetentionError` before creating anything if the log
+    is incomplete; :class:`kappa.runners.local.RunError` if a query fails."""
+    from kappa.streaming.session import spark_session
+
+    started = time.monotonic()
+    catalog = load_catalog(settings.assets_dir)
+    chain = catalog.topological([asset, *catalog.downstream(asset)])
+    topics = sorted({t for name in chain for t in catalog[name].topics})
+    check_retention(settings, topics)
+
+    registry = Registry(settings)
+    new: dict[str, Version] = {}
+    for name in chain:
+        spec = catalog[name]
+        upstream = {}
+        for up in spec.upstream:
+            source = new.get(up) or registry.promoted(up) or registry.latest(up)
+            if source is None:
+                raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
+            upstream[up] = source.version
+        new[name] = registry.create_version(name, spec.fingerprint(), upstream,
+                                            start_offsets=start_offsets(settings, spec.topics), reason="replay")
+    spark = spark or spark_session(settings)
+    results = run_until_caught_up(settings, chain, spark=spark, versions=new, on_progress=on_progress)
+    gates = {name: run_gate(settings, name, new[name].version, spark=spark) for name in chain}
+    previous = {name: (p.version if (p := registry.promoted(name)) else None) for name in chain}
+    promoted = False
+    if promote and all(g.passed for g in gates.values()):
+        registry.promote({name: v.version for name, v in new.items()}, reason="replay",
+                         chain=chain, gates={n: g.passed for n, g in gates.items()})
+        promoted = True
+    return ReplayReport(versions={n: v.version for n, v in new.items()}, results=results, gates=gates,
+                        promoted=promoted, seconds=round(time.monotonic() - started, 1), previous=previous)
+
+
+def latest_gate(version: Version) -> tuple[bool, list[dict]] | None:
+    """(passed, checks) of the version's most recent gate run, or None if never gated."""
+    for e in reversed(version.events):
+        if e["event"] in ("gate_passed", "gate_failed"):
+            return e["event"] == "gate_passed", e["details"].get("checks", [])
+    return None
+
+
+def promote(settings: Settings, asset: str, version: int, spark=None) -> GateReport | None:
+    """Promote one version after its gate passes (running the gate if it never ran).
+
+    Raises :class:`GateFailedError` naming the failed checks; :class:`RegistryError` for an unknown
+    or retired version."""
+    registry = Registry(settings)
+    ver = registry.version(asset, version)
+    report = None
+    gate = latest_gate(ver)
+    if gate is None:
+        report = run_gate(settings, asset, version, spark=spark)
+        gate = (report.passed, [c.__dict__ for c in report.checks])
+    passed, checks = gate
+    if not passed:
+        failed = [c for c in checks if c["blocking"] and not c["passed"]]
+        raise GateFailedError(
+            f"{asset} v{version} failed its gate; not promoted. Failed checks: "
+            + "; ".join(f"{c['name']} (observed {c['observed']}; expected {c['expected']})" for c in failed)
+        )
+    registry.promote({asset: version}, reason="manual")
+    return report
+
+
+def rollback(settings: Settings, asset: str) -> int:
+    """Point ``asset`` back at its previously promoted version; returns that version.
+    Raises :class:`RegistryError` when there is none."""
+    registry = Registry(settings)
+    target = registry.previous_promoted(asset)
+    if target is None:
+        raise RegistryError(f"{asset} has no previously promoted version to roll back to")
+    registry.promote({asset: target}, reason="rollback")
+    return target

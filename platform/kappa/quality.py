@@ -1,0 +1,282 @@
+"""The gate: the blocking checks a candidate version must pass before it can be promoted.
+
+* the asset's Great Expectations suite (its YAML's ``expectations:``), validated against the
+  version's Delta table on GX's Spark execution engine; one check per expectation; GX Data Docs are
+  built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
+* ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
+  asset's ``max_quarantine_rate``;
+* ``late_rows`` (window assets): rows Spark's watermark dropped as too late while building this
+  version must be none — a version that silently lost events is not promoted;
+* ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
+  differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
+
+The result is recorded in the registry as ``gate_passed`` or ``gate_failed`` with every check.
+See the Great Expectations 1.x docs ("Validate data", "Run a Checkpoint", "Data Docs").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, quarantine_path
+from kappa.spec import AssetSpec, SpecError, load_catalog
+
+QUARANTINE_CHECK = "quarantine_rate"
+LATE_CHECK = "late_rows"
+SHADOW_CHECK = "shadow_diff"
+
+
+@dataclass
+class CheckResult:
+    name: str
+    passed: bool
+    blocking: bool
+    observed: object
+    expected: str
+    details: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: what failed and by how much."""
+        verdict = "passed" if self.passed else "FAILED"
+        return f"{self.name}: {verdict} (observed {self.observed}; expected {self.expected})"
+
+
+@dataclass
+class GateReport:
+    asset: str
+    version: int
+    passed: bool
+    checks: list[CheckResult]
+    data_docs_path: str | None = None
+    shadow_diff: dict | None = None
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.blocking and not c.passed]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _class_name(snake: str) -> str:
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+def check_name(expectation: str, kwargs: dict) -> str:
+    """A stable, identifier-safe check name: ``<expectation>__<columns>``."""
+    cols = kwargs.get("column") or kwargs.get("column_list") or [
+        kwargs[k] for k in ("column_A", "column_B") if k in kwargs
+    ]
+    if isinstance(cols, str):
+        cols = [cols]
+    suffix = "_".join(str(c) for c in cols)
+    return re.sub(r"[^A-Za-z0-9_]", "_", f"{expectation}__{suffix}" if suffix else expectation)
+
+
+def expectations(spec: AssetSpec) -> list[tuple[str, object]]:
+    """``(check name, GX expectation object)`` per declared expectation.
+
+    Raises :class:`SpecError` naming the file and item for an unknown expectation or bad kwargs."""
+    import great_expectations.expectations as gxe
+
+    out: list[tuple[str, object]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(spec.expectations):
+        ((name, kwargs),) = item.items()
+        cls = getattr(gxe, _class_name(name), None)
+        if cls is None:
+            raise SpecError(f"{spec.path}: expectations.{i}: {name!r} is not a Great Expectations expectation")
+        try:
+            expectation = cls(**(kwargs or {}))
+        except Exception as exc:  # GX raises pydantic errors for bad kwargs
+            raise SpecError(f"{spec.path}: expectations.{i}: {name}: {exc}") from None
+        cname = check_name(name, kwargs or {})
+        n, base = 2, cname
+        while cname in seen:
+            cname, n = f"{base}_{n}", n + 1
+        seen.add(cname)
+        out.append((cname, expectation))
+    return out
+
+
+def check_names(spec: AssetSpec) -> list[str]:
+    """The gate's check names for ``spec``, without running anything (for Dagster's asset checks)."""
+    names = [name for name, _ in expectations(spec)]
+    if spec.transform.kind == "parse":
+        names.append(QUARANTINE_CHECK)
+    if spec.transform.kind == "window":
+        names.append(LATE_CHECK)
+    names.append(SHADOW_CHECK)
+    return names
+
+
+def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tuple[list[CheckResult], str | None]:
+    import great_expectations as gx
+    from great_expectations.checkpoint import UpdateDataDocsAction
+
+    declared = expectations(spec)
+    if not declared:
+        return [], None
+    root = Path(settings.warehouse) / "_kappa"  # type: ignore[arg-type]
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    source = context.data_sources.add_or_update_spark(name="kappa")
+    asset_name = f"{spec.name}_v{version}"
+    try:
+        data_asset = source.get_asset(asset_name)
+    except LookupError:
+        data_asset = source.add_dataframe_asset(name=asset_name)
+    try:
+        batch_def = data_asset.get_batch_definition("whole_table")
+    except (KeyError, LookupError):
+        batch_def = data_asset.add_batch_definition_whole_dataframe("whole_table")
+    suite = context.suites.add_or_update(
+        gx.ExpectationSuite(name=asset_name, expectations=[e for _, e in declared])
+    )
+    validation = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=asset_name, data=batch_def, suite=suite)
+    )
+    checkpoint = context.checkpoints.add_or_update(gx.Checkpoint(
+        name=asset_name, validation_definitions=[validation],
+        actions=[UpdateDataDocsAction(name="data_docs")], result_format="SUMMARY",
+    ))
+    run = checkpoint.run(batch_parameters={"dataframe": df})
+    (validation_result,) = run.run_results.values()
+    results = validation_result.results
+    checks = []
+    for (name, _), res in zip(declared, results):
+        r = res.result or {}
+        observed = r.get("observed_value")
+        if observed is None and "unexpected_count" in r:
+            observed = f"{r['unexpected_count']} unexpected ({r.get('unexpected_percent', 0):.4g}%)"
+        kwargs = {k: v for k, v in res.expectation_config.kwargs.items() if k not in ("batch_id",)}
+        details = {k: v for k, v in r.items() if k in ("unexpected_count", "unexpected_percent",
+                                                         "partial_unexpected_list", "element_count")}
+        if res.exception_info and res.exception_info.get("raised_exception"):
+            details["exception"] = str(res.exception_info.get("exception_message"))[:500]
+        checks.append(CheckResult(name=name, passed=bool(res.success), blocking=True,
+                                  observed=_jsonable(observed), expected=str(kwargs), details=_jsonable(details)))
+    docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    return checks, str(docs) if docs.exists() else None
+
+
+def _jsonable(value):
+    import json
+
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return json.loads(json.dumps(value, default=str))
+
+
+def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
+    """Quarantined records of this version / records it read from the log (sum over partitions of
+    the end offset it reached minus the log start offset)."""
+    caught = version_obj.last("caught_up") or {}
+    read = sum(int(o) for parts in (caught.get("end_offsets") or {}).values() for o in parts.values())
+    starts = version_obj.last("created") or {}
+    read -= sum(int(o) for parts in (starts.get("start_offsets") or {}).values() for o in parts.values())
+    q = quarantine_path(settings)
+    quarantined = 0
+    if (q / "_delta_log").is_dir():
+        quarantined = (spark.read.format("delta").load(str(q))
+                       .where(f"asset = '{spec.name}' AND version = {version_obj.version}").count())
+    rate = quarantined / read if read else 0.0
+    return CheckResult(
+        name=QUARANTINE_CHECK, passed=rate <= spec.max_quarantine_rate, blocking=True,
+        observed=round(rate, 6), expected=f"<= {spec.max_quarantine_rate}",
+        details={"quarantined": quarantined, "read": read},
+    )
+
+
+def late_rows(version_obj) -> CheckResult:
+    """Rows dropped by the watermark over every recorded run of this version."""
+    dropped = sum(int(e["details"].get("dropped_by_watermark") or 0)
+                  for e in version_obj.events if e["event"] == "caught_up")
+    return CheckResult(name=LATE_CHECK, passed=dropped == 0, blocking=True, observed=dropped, expected="0",
+                       details={"dropped_by_watermark": dropped})
+
+
+def diff_keys(spec: AssetSpec) -> list[str]:
+    if spec.merge_keys:
+        return spec.merge_keys
+    if spec.transform.kind == "raw":
+        return ["topic", "partition", "offset"]
+    return []
+
+
+def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: int, promoted: int | None) -> CheckResult:
+    """Compare the candidate with the promoted version: row counts, keys on one side only (with up
+    to five examples), and the relative difference of every numeric column's sum."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if promoted_df is None:
+        return CheckResult(name=SHADOW_CHECK, passed=True, blocking=spec.shadow_diff_blocking,
+                           observed="no promoted version to compare with", expected="no difference")
+    keys = diff_keys(spec)
+    summary: dict = {"candidate": candidate, "promoted": promoted,
+                     "rows_candidate": candidate_df.count(), "rows_promoted": promoted_df.count()}
+    if keys:
+        ck, pk = candidate_df.select(*keys).distinct(), promoted_df.select(*keys).distinct()
+        only_c, only_p = ck.exceptAll(pk), pk.exceptAll(ck)
+        summary["keys_only_in_candidate"] = only_c.count()
+        summary["keys_only_in_promoted"] = only_p.count()
+        summary["examples_only_in_candidate"] = [r.asDict() for r in only_c.limit(5).collect()]
+        summary["examples_only_in_promoted"] = [r.asDict() for r in only_p.limit(5).collect()]
+    numeric = [f.name for f in candidate_df.schema.fields
+               if isinstance(f.dataType, T.NumericType) and f.name in promoted_df.columns and f.name not in keys]
+    if numeric:
+        cs = candidate_df.agg(*[F.sum(c).alias(c) for c in numeric]).first().asDict()
+        ps = promoted_df.agg(*[F.sum(c).alias(c) for c in numeric]).first().asDict()
+        diffs = {}
+        for c in numeric:
+            a, b = cs[c] or 0, ps[c] or 0
+            rel = abs(a - b) / max(abs(b), 1e-12)
+            if rel > 1e-9:
+                diffs[c] = {"candidate_sum": a, "promoted_sum": b, "relative_difference": rel}
+        summary["aggregate_differences"] = diffs
+    differs = (summary["rows_candidate"] != summary["rows_promoted"]
+               or summary.get("keys_only_in_candidate") or summary.get("keys_only_in_promoted")
+               or summary.get("aggregate_differences"))
+    observed = ("no difference" if not differs else
+                f"rows {summary['rows_promoted']} -> {summary['rows_candidate']}, "
+                f"{summary.get('keys_only_in_candidate', 0)} new keys, {summary.get('keys_only_in_promoted', 0)} missing keys, "
+                f"{len(summary.get('aggregate_differences', {}))} column sums differ")
+    return CheckResult(name=SHADOW_CHECK, passed=not (differs and spec.shadow_diff_blocking),
+                       blocking=spec.shadow_diff_blocking, observed=observed,
+                       expected="no difference" + ("" if spec.shadow_diff_blocking else " (reported, not blocking)"),
+                       details=_jsonable(summary))
+
+
+def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateReport:
+    """Run every check of ``asset`` version ``version`` and record ``gate_passed``/``gate_failed``.
+
+    Raises :class:`kappa.delta.registry.RegistryError` for an unknown version, :class:`SpecError`
+    for a bad expectation declaration."""
+    from kappa.streaming.session import spark_session
+
+    spec = load_catalog(settings.assets_dir)[asset]
+    registry = Registry(settings)
+    ver = registry.version(asset, version)
+    spark = spark or spark_session(settings)
+    df = spark.read.format("delta").load(ver.table_path)
+    checks, docs = _run_gx(spark, settings, spec, version, df)
+    if spec.transform.kind == "parse":
+        checks.append(quarantine_rate(spark, settings, spec, ver))
+    if spec.transform.kind == "window":
+        checks.append(late_rows(ver))
+    promoted = registry.promoted(asset)
+    promoted_df = None
+    if promoted is not None and promoted.version != version:
+        promoted_df = spark.read.format("delta").load(promoted.table_path)
+    diff = shadow_diff(spark, spec, df, promoted_df, version, promoted.version if promoted else None)
+    checks.append(diff)
+    report = GateReport(asset=asset, version=version, passed=all(c.passed for c in checks if c.blocking),
+                        checks=checks, data_docs_path=docs, shadow_diff=diff.details or None)
+    registry.record(asset, version, "gate_passed" if report.passed else "gate_failed",
+                    checks=[asdict(c) for c in checks], data_docs=docs)
+    return report

@@ -1,0 +1,109 @@
+"""Replay into a new version, the gate, atomic promotion and rollback, on real parts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kappa.delta.registry import Registry
+from kappa.kafka.topics import alter_topic_config, offsets
+from kappa.ingest.events import nycflights13_events
+from kappa.ingest.producer import produce
+from kappa.promotion import RetentionError, promote, replay, rollback
+from kappa.quality import run_gate
+from kappa.runners.local import run_until_caught_up
+from kappa.sql import run_sql
+
+from .helpers import frame_hash, ingest, table
+
+pytestmark = pytest.mark.integration
+
+SLICE = 4_000
+
+
+def _promote_all_v1(settings, spark):
+    results = run_until_caught_up(settings, ["flights", "departures_hourly"], spark=spark)
+    for r in results:
+        promote(settings, r.asset, r.version, spark=spark)
+
+
+def test_replay_with_unchanged_logic_equals_v1_and_promotion_and_rollback_move_the_name(make_env, spark):
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=SLICE)
+    _promote_all_v1(settings, spark)
+
+    report = replay(settings, "flights", promote=True, spark=spark)
+
+    assert report.versions == {"flights": 2, "departures_hourly": 2}
+    assert report.passed and report.promoted
+    for asset in ("flights", "departures_hourly"):
+        assert frame_hash(table(settings, asset, 2)) == frame_hash(table(settings, asset, 1))
+        assert report.gates[asset].shadow_diff["rows_candidate"] == report.gates[asset].shadow_diff["rows_promoted"]
+    reg = Registry(settings)
+    assert reg.promoted("flights").version == 2 and reg.promoted("departures_hourly").version == 2
+    assert reg.version("departures_hourly", 2).upstream == {"flights": 2}
+    # the chain was promoted in one registry commit
+    promos = [e for e in reg.events() if e["event"] == "promoted" and e["version"] == 2]
+    assert len({e["at"] for e in promos}) == 1
+    assert run_sql(spark, settings, "SELECT count(*) AS n FROM flights")["n"][0] == SLICE
+
+    assert rollback(settings, "departures_hourly") == 1
+    assert Registry(settings).promoted("departures_hourly").version == 1
+    # the analysts' stable name follows at once
+    n_v1 = len(table(settings, "departures_hourly", 1))
+    assert run_sql(spark, settings, "SELECT count(*) AS n FROM departures_hourly")["n"][0] == n_v1
+
+
+def test_replay_with_a_broken_transform_fails_the_gate_and_keeps_v1_promoted(make_env, spark):
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=SLICE)
+    _promote_all_v1(settings, spark)
+    gold_yaml = settings.assets_dir / "flights" / "departures_hourly.yaml"
+    # A "logic change" that breaks the output: every window counts zero flights.
+    gold_yaml.write_text(gold_yaml.read_text().replace("flights: count(*)", "flights: count(*) - count(*)"))
+
+    report = replay(settings, "departures_hourly", promote=True, spark=spark)
+
+    assert not report.passed and not report.promoted
+    failed = {c.name: c for c in report.gates["departures_hourly"].failed}
+    assert "expect_column_values_to_be_between__flights" in failed
+    assert "unexpected" in str(failed["expect_column_values_to_be_between__flights"].observed)
+    reg = Registry(settings)
+    assert reg.promoted("departures_hourly").version == 1
+    assert reg.version("departures_hourly", 2).state == "failed-gate"
+    with pytest.raises(Exception, match="failed its gate"):
+        promote(settings, "departures_hourly", 2, spark=spark)
+
+
+def test_gate_blocks_a_quarantine_rate_above_the_threshold(make_env, spark):
+    settings, suffix = make_env()
+    topic = f"flights_{suffix}"
+    ingest(settings, suffix, limit=500)
+    produce(settings, topic, [(b"k", b"{broken", None)] * 20)  # 20 / 520 = 3.8% > 1%
+    run_until_caught_up(settings, ["flights"], spark=spark)
+    report = run_gate(settings, "flights", 1, spark=spark)
+    check = next(c for c in report.checks if c.name == "quarantine_rate")
+    assert not check.passed and not report.passed
+    assert check.details == {"quarantined": 20, "read": 520}
+
+
+def test_replay_refuses_when_retention_deleted_part_of_the_log(make_env, spark):
+    settings, suffix = make_env()
+    topic = f"flights_{suffix}"
+    ingest(settings, suffix, limit=SLICE)
+    run_until_caught_up(settings, ["flights"], spark=spark)
+    # Retention shorter than the log: records older than 1 s (the 2013 events) may be deleted, and
+    # short segments let the broker delete closed ones.
+    alter_topic_config(settings, topic, {"retention.ms": "1000", "segment.ms": "100"})
+    time.sleep(0.5)
+    more = nycflights13_events("flights", limit=50)
+    deadline = time.monotonic() + 60
+    while not any(p.start > 0 for p in offsets(settings, [topic])):
+        assert time.monotonic() < deadline, "retention never deleted a segment"
+        produce(settings, topic, zip(more.keys, more.values, [None] * 50))  # rolls the segment
+        time.sleep(2)
+
+    with pytest.raises(RetentionError, match=rf"retention has deleted the start of the log \({topic}\["):
+        replay(settings, "flights", spark=spark)
+    assert [v.version for v in Registry(settings).versions("flights")] == [1]  # nothing was created
