@@ -46,6 +46,17 @@ clean-state:
 	-$(BIN)/kappa kafka stop
 	rm -rf .kappa
 
+# The Dagster UI (http://127.0.0.1:$(DAGSTER_PORT)) over the code location declared in pyproject.toml
+# ([tool.dagster]), after making sure the local broker runs. Run history lives in DAGSTER_HOME.
+DAGSTER_HOME ?= $(CURDIR)/.kappa/dagster
+DAGSTER_PORT ?= 3000
+.PHONY: dagster
+dagster: install
+	$(BIN)/python -c "from kappa.config import load_settings; from kappa.kafka.broker import ensure_running; print('broker up at', ensure_running(load_settings()).bootstrap_servers)"
+	mkdir -p $(DAGSTER_HOME)
+	[ -f $(DAGSTER_HOME)/dagster.yaml ] || cp platform/kappa/dagster/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -h 127.0.0.1 -p $(DAGSTER_PORT)
+
 # Kubernetes tools, schemas and strict offline validation (targets tools, k8s-validate,
 # k8s-manifests, helm-catalog); `make test` runs k8s-validate first.
 include tools/k8s.mk

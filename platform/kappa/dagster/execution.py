@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import dagster as dg
 
+from kappa.dagster.observe import read_checkpoint
 from kappa.delta.registry import Registry
 from kappa.spec import SpecError
 
@@ -146,14 +147,49 @@ def _progress_metadata(progress: list[dict]) -> dict[str, object]:
     }
 
 
+class _StopBetweenBatches(threading.Event):
+    """The ``stop`` event for :func:`kappa.runners.local.run_continuous` that, once requested,
+    reads as set only when the query has no micro-batch in flight (its newest planned batch is
+    committed), or after ``grace_s``. Stopping mid-batch is safe (the batch reruns idempotently
+    from the checkpoint) but leaves the sink ahead of the commit log, so the recorded offsets would
+    lag the table; waiting for the commit keeps the two equal."""
+
+    def __init__(self, settings, asset: str, grace_s: float = 60.0):
+        super().__init__()
+        self.settings, self.asset, self.grace_s = settings, asset, grace_s
+        self.requested_at: float | None = None
+
+    def request(self) -> None:
+        self.requested_at = time.monotonic()
+
+    def is_set(self) -> bool:
+        if self.requested_at is None:
+            return False
+        if time.monotonic() - self.requested_at > self.grace_s:
+            return True
+        version = Registry(self.settings).latest(self.asset)
+        if version is None:
+            return True
+        cp = read_checkpoint(version.checkpoint_path)
+        return cp.planned_batch_id is None or cp.planned_batch_id == cp.batch_id
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = time.monotonic() + (timeout if timeout is not None else 3600.0)
+        while time.monotonic() < deadline:
+            if self.is_set():
+                return True
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        return self.is_set()
+
+
 def _run_long(component: "StreamingAssets", name: str, context, settings, kappa, duration_s: float | None):
     """Run ``name`` with its processing-time trigger until ``duration_s`` passes or the run is
     terminated; log an observation with the query's rates every ``sensor_interval_s``."""
     from kappa.runners.local import run_continuous
 
     key = dg.AssetKey(name)
-    stop = threading.Event()
-    timer = threading.Timer(duration_s, stop.set) if duration_s else None
+    stop = _StopBetweenBatches(settings, name)
+    timer = threading.Timer(duration_s, stop.request) if duration_s else None
     log = _ProgressLog(context)
     last_obs = [time.monotonic()]
 
@@ -179,6 +215,9 @@ def _run_long(component: "StreamingAssets", name: str, context, settings, kappa,
     version = Registry(settings).latest(name)
     assert version is not None
     rows, delta_version = _table_rows(version.table_path)
+    # The checkpoint, not the sampled progress reports, says where the query stopped: a batch
+    # can start and commit between two samples.
+    committed = read_checkpoint(version.checkpoint_path).offsets
     md = {
         "version": version.version,
         "version_name": version.name,
@@ -190,6 +229,8 @@ def _run_long(component: "StreamingAssets", name: str, context, settings, kappa,
         "checkpoint_path": dg.MetadataValue.path(version.checkpoint_path),
         **_progress_metadata(log.batches(name)),
     }
+    if committed and all(isinstance(v, dict) for v in committed.values()):
+        md["source_offsets"] = dg.MetadataValue.json(committed)
     return version, md
 
 
@@ -228,7 +269,16 @@ def materialize(
             if version is None:
                 raise dg.Failure(description=f"{name} has no version yet: materialize it before running its checks")
         wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
-        if wanted:
+        if wanted and not (Path(version.table_path) / "_delta_log").is_dir():
+            # A long-running query stopped before its first micro-batch committed: nothing to check,
+            # and saying so beats a Spark "path does not exist" error.
+            for check in wanted:
+                yield dg.AssetCheckResult(
+                    asset_key=key, check_name=check, passed=False,
+                    description=f"{version.name} has no table yet: its query committed no micro-batch",
+                    metadata={"version": version.version},
+                )
+        elif wanted:
             from kappa.quality import run_gate
 
             report = run_gate(settings, name, version.version, spark=spark or kappa.spark(settings))

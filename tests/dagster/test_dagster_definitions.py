@@ -1,0 +1,198 @@
+"""The Dagster code location loads every YAML in assets/, and only valid ones.
+
+No broker or Spark here: loading definitions must not need them. (This folder has no __init__.py on
+purpose: a regular package named ``dagster`` under tests/ could shadow the real one on sys.path.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from kappa.dagster.component import HEALTH_CHECK, StreamingAssets, topic_key
+from kappa.dagster.definitions import build_definitions
+from kappa.dagster.observe import read_checkpoint
+from kappa.spec import SpecError, load_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+
+
+def snapshot_of(defs: dg.Definitions) -> dict:
+    """Asset keys with group, kinds, owners, deps and check names: what a reviewer sees in the UI."""
+    graph = defs.get_repository_def().asset_graph
+    out: dict = {}
+    for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+        node = graph.get(key)
+        checks = sorted(ck.name for ck in graph.asset_check_keys if ck.asset_key == key)
+        out[key.to_user_string()] = {
+            "group": node.group_name,
+            "kinds": sorted(node.kinds),
+            "owners": list(node.owners),
+            "deps": sorted(d.to_user_string() for d in node.parent_keys),
+            "checks": checks,
+        }
+    return out
+
+
+def test_definitions_load_every_yaml_in_assets():
+    defs = build_definitions(REPO / "assets")
+    dg.Definitions.validate_loadable(defs)
+    catalog = load_catalog(REPO / "assets")
+    keys = {k.to_user_string() for k in defs.get_repository_def().asset_graph.get_all_asset_keys()}
+    assert keys == set(catalog.assets) | {f"topic/{t}" for t in catalog.topics}
+    assert len(list((REPO / "assets").rglob("*.yaml"))) - 1 == len(catalog.assets)  # minus topics.yaml
+    repo = defs.get_repository_def()
+    assert repo.has_job("replay") and [s.name for s in repo.sensor_defs] == ["kappa_streaming_queries"]
+
+
+def test_snapshot_of_asset_keys_groups_and_check_names():
+    """Regenerate after an intended change: KAPPA_UPDATE_SNAPSHOTS=1 pytest tests/dagster -k snapshot"""
+    actual = snapshot_of(build_definitions(REPO / "assets"))
+    if os.environ.get("KAPPA_UPDATE_SNAPSHOTS"):
+        SNAPSHOT.parent.mkdir(exist_ok=True)
+        SNAPSHOT.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
+    assert actual == json.loads(SNAPSHOT.read_text())
+
+
+def test_every_gate_check_is_blocking_and_health_is_not():
+    from kappa.quality import check_names
+
+    defs = build_definitions(REPO / "assets")
+    graph = defs.get_repository_def().asset_graph
+    catalog = load_catalog(REPO / "assets")
+    for spec in catalog:
+        declared = check_names(spec)
+        assert "shadow_diff" in declared and len(declared) > 1, spec.name
+        for name in declared:
+            assert graph.get_check_spec(dg.AssetCheckKey(dg.AssetKey(spec.name), name)).blocking, (spec.name, name)
+        assert not graph.get_check_spec(dg.AssetCheckKey(dg.AssetKey(spec.name), HEALTH_CHECK)).blocking
+    assert "quarantine_rate" in check_names(catalog["flights"])
+
+
+def test_lineage_topics_are_source_assets_and_upstream_assets_are_deps():
+    graph = build_definitions(REPO / "assets").get_repository_def().asset_graph
+    flights = graph.get(dg.AssetKey("flights"))
+    assert flights.parent_keys == {topic_key("flights")}
+    assert graph.get(topic_key("flights")).is_external
+    assert not graph.get(topic_key("flights")).is_materializable
+    gold = graph.get(dg.AssetKey("departures_hourly"))
+    assert gold.parent_keys == {dg.AssetKey("flights")}
+    assert gold.kinds == {"spark", "delta"} and flights.kinds == {"kafka", "spark", "delta"}
+    assert gold.owners == ["team:analytics"] and gold.group_name == "flights"
+    assert "tumbling" in gold.description.lower()
+
+
+def _copy_assets(dest: Path) -> Path:
+    shutil.copytree(REPO / "assets", dest)
+    return dest
+
+
+def readme_example() -> str:
+    """The worked example of platform/kappa/dagster/README.md: the yaml block starting `name: `."""
+    text = (REPO / "platform" / "kappa" / "dagster" / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    [example] = [b for b in blocks if b.startswith("name: ")]
+    return example
+
+
+def test_a_new_yaml_in_a_temporary_folder_appears_as_an_asset(tmp_path):
+    """The README's worked example, dropped into a copy of assets/, becomes an asset with its
+    group, owner, kinds, lineage and checks."""
+    assets = _copy_assets(tmp_path / "assets")
+    (assets / "flights" / "delays_by_carrier.yaml").write_text(readme_example())
+    defs = build_definitions(assets)
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.get_repository_def().asset_graph
+    node = graph.get(dg.AssetKey("delays_by_carrier"))
+    assert node.group_name == "flights" and node.owners == ["team:analytics"]
+    assert node.kinds == {"spark", "delta"}
+    assert node.parent_keys == {dg.AssetKey("flights")}
+    assert node.description == "Mean departure delay and flight count per carrier per UTC day."
+    checks = {ck.name: graph.get_check_spec(ck).blocking for ck in graph.asset_check_keys if ck.asset_key == node.key}
+    assert checks.pop(HEALTH_CHECK) is False
+    assert {"expect_column_values_to_not_be_null__carrier", "expect_compound_columns_to_be_unique__carrier_window_start",
+            "expect_table_row_count_to_be_between", "shadow_diff"} <= set(checks)
+    assert all(checks.values())
+    # the repo's own folder is untouched
+    repo_keys = build_definitions(REPO / "assets").get_repository_def().asset_graph.get_all_asset_keys()
+    assert dg.AssetKey("delays_by_carrier") not in repo_keys
+
+
+def _break(assets: Path) -> Path:
+    path = assets / "flights" / "departures_hourly.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["transform"]["window"]["size"] = "soon"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_a_broken_yaml_fails_at_load_naming_file_and_field(tmp_path):
+    path = _break(_copy_assets(tmp_path / "assets"))
+    with pytest.raises(SpecError) as err:
+        build_definitions(tmp_path / "assets")
+    assert str(path) in str(err.value) and "transform.window.size" in str(err.value)
+
+
+def test_a_bad_owner_or_unknown_continuous_asset_fails_at_load(tmp_path):
+    assets = _copy_assets(tmp_path / "assets")
+    with pytest.raises(SpecError, match="continuous: unknown assets \\['nope'\\]"):
+        StreamingAssets(assets_dir=str(assets), continuous=["nope"])
+    path = assets / "weather" / "weather.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["owner"] = "somebody"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(SpecError, match=f"{path}: owner: 'somebody'"):
+        StreamingAssets(assets_dir=str(assets))
+
+
+def test_the_component_reads_its_attributes_from_yaml(tmp_path):
+    assets = _copy_assets(tmp_path / "assets")
+    component = StreamingAssets.resolve_from_yaml(
+        f"assets_dir: {assets}\ncontinuous: [flights]\nstall_after_s: 60\n"
+    )
+    assert component.continuous == ["flights"] and component.stall_after_s == 60
+    assert component.check_names("flights")[-1] == "shadow_diff"
+
+
+def _cli_validate(assets: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KAPPA_ASSETS_DIR": str(assets), "DAGSTER_HOME": str(tmp_path / "dh")}
+    (tmp_path / "dh").mkdir(exist_ok=True)
+    return subprocess.run([str(Path(sys.executable).parent / "dagster"), "definitions", "validate"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_dagster_cli_from_repo_root_validates_and_reports_a_broken_file(tmp_path):
+    """`dagster definitions validate` with no arguments finds the code location in pyproject.toml."""
+    ok = _cli_validate(REPO / "assets", tmp_path)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "Validation successful for code location kappa" in ok.stdout + ok.stderr
+    path = _break(_copy_assets(tmp_path / "assets"))
+    bad = _cli_validate(tmp_path / "assets", tmp_path)
+    assert bad.returncode != 0
+    assert str(path) in bad.stdout + bad.stderr and "transform.window.size" in bad.stdout + bad.stderr
+
+
+def test_read_checkpoint_takes_offsets_of_the_newest_committed_batch(tmp_path):
+    cp = tmp_path / "cp"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+    for batch, offsets in ((0, {"t": {"0": 5, "1": 7}}), (1, {"t": {"0": 9, "1": 7}}), (2, {"t": {"0": 12, "1": 8}})):
+        (cp / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{json.dumps(offsets)}\n")
+    (cp / "offsets" / ".2.crc").write_text("x")
+    for batch in (0, 1):  # batch 2 is planned, not committed
+        (cp / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    state = read_checkpoint(cp)
+    assert state.batch_id == 1 and state.planned_batch_id == 2
+    assert state.offsets == {"t": {"0": 9, "1": 7}}
+    assert state.committed_at is not None
+    assert read_checkpoint(tmp_path / "missing").offsets == {}

