@@ -144,9 +144,13 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
     ))
     run = checkpoint.run(batch_parameters={"dataframe": df})
     (validation_result,) = run.run_results.values()
-    results = validation_result.results
-    checks = []
-    for (name, _), res in zip(declared, results):
+    # GX does not keep the declaration order: match each result to its expectation by id, and each
+    # id to its declaration by expectation type and arguments.
+    name_by_config = {_config_key(e): name for name, e in declared}
+    names_by_id = {e.id: name_by_config[_config_key(e)] for e in suite.expectations}
+    checks_by_name: dict[str, CheckResult] = {}
+    for res in validation_result.results:
+        name = names_by_id[res.expectation_config.id]
         r = res.result or {}
         observed = r.get("observed_value")
         if observed is None and "unexpected_count" in r:
@@ -156,10 +160,20 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
                                                          "partial_unexpected_list", "element_count")}
         if res.exception_info and res.exception_info.get("raised_exception"):
             details["exception"] = str(res.exception_info.get("exception_message"))[:500]
-        checks.append(CheckResult(name=name, passed=bool(res.success), blocking=True,
-                                  observed=_jsonable(observed), expected=str(kwargs), details=_jsonable(details)))
+        checks_by_name[name] = CheckResult(name=name, passed=bool(res.success), blocking=True,
+                                           observed=_jsonable(observed), expected=str(kwargs),
+                                           details=_jsonable(details))
+    checks = [checks_by_name[name] for name, _ in declared]
     docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     return checks, str(docs) if docs.exists() else None
+
+
+def _config_key(expectation) -> str:
+    import json
+
+    config = expectation.configuration
+    return json.dumps([config.type, {k: v for k, v in config.kwargs.items() if k != "batch_id"}],
+                      sort_keys=True, default=str)
 
 
 def _jsonable(value):

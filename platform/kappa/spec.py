@@ -109,8 +109,18 @@ class ParseTransform(_Strict):
     schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
     event_id: str = "event_id"
     event_time: str = "event_time"
+    #: An event time further than this ahead of the processing time is bad input (a broken clock
+    #: would otherwise drag the watermark into the future and make every later event late).
+    max_future: str = "1 day"
+    #: A record value larger than this many bytes is quarantined rather than parsed.
+    max_value_bytes: int = Field(1024 * 1024, gt=0)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("max_future")
+    @classmethod
+    def _future(cls, v: str) -> str:
+        return _interval(v)
 
     @field_validator("schema_", mode="before")
     @classmethod
@@ -286,6 +296,10 @@ class AssetSpec(_Strict):
                 raise ValueError("a window transform needs a watermark (watermark.column, watermark.delay)")
             if self.watermark.column != w.time_column:
                 raise ValueError("watermark.column must equal transform.window.time_column")
+        if kind == "parse" and self.watermark is not None:
+            assert self.transform.parse is not None
+            if self.watermark.column != self.transform.parse.event_time:
+                raise ValueError("watermark.column must equal transform.parse.event_time")
         return self
 
     @property

@@ -1,14 +1,16 @@
 """Analysts' entry point: Spark SQL over promoted tables by their stable names.
 
 Every asset with a promoted version is a temporary view named after the asset, reading that
-version's Delta table; ``quarantine`` is a view over the quarantine table. A promotion or rollback
+version's Delta table; ``quarantine`` and ``late_events`` are views over those tables. A promotion or rollback
 changes which table a name reads the next time views are registered (each ``kappa sql`` call).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kappa.config import Settings
-from kappa.delta.registry import Registry, quarantine_path
+from kappa.delta.registry import Registry, late_events_path, quarantine_path
 
 
 class QueryError(RuntimeError):
@@ -21,10 +23,10 @@ def register_views(spark, settings: Settings) -> dict[str, str]:
     for asset, version in Registry(settings).promoted_all().items():
         spark.read.format("delta").load(version.table_path).createOrReplaceTempView(asset)
         views[asset] = version.table_path
-    q = quarantine_path(settings)
-    if (q / "_delta_log").is_dir():
-        spark.read.format("delta").load(str(q)).createOrReplaceTempView("quarantine")
-        views["quarantine"] = str(q)
+    for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
+        if (Path(path) / "_delta_log").is_dir():
+            spark.read.format("delta").load(str(path)).createOrReplaceTempView(name)
+            views[name] = str(path)
     return views
 
 

@@ -89,6 +89,12 @@ def quarantine_path(settings: Settings) -> Path | str:
     return join(settings.warehouse, "_kappa", "quarantine")
 
 
+def late_events_path(settings: Settings) -> Path | str:
+    """Events that arrived behind their asset's watermark (kept, never silently dropped)."""
+    assert settings.warehouse is not None
+    return join(settings.warehouse, "_kappa", "late_events")
+
+
 class Registry:
     """Read and append registry events. Cheap to construct; reads the table on each query."""
 

@@ -70,7 +70,8 @@ def alter_topic_config(settings: Settings, topic: str, config: dict[str, str]) -
         ConfigResource.Type.TOPIC, topic,
         incremental_configs=[ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()],
     )
-    for fut in admin(settings).incremental_alter_configs([resource]).values():
+    client = admin(settings)  # keep the client alive until the futures resolve
+    for fut in client.incremental_alter_configs([resource]).values():
         fut.result()
 
 

