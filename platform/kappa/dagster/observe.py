@@ -99,7 +99,7 @@ def _kafka_lag(settings: Settings, spec: AssetSpec, committed: dict) -> tuple[di
 
     lag: dict[str, dict[str, int]] = {}
     ends: dict[str, dict[str, int]] = {}
-    for po in offsets(settings, spec.topics, timeout_s=10):
+    for po in offsets(settings, spec.topics, timeout_s=5):
         done = committed.get(po.topic, {}).get(str(po.partition))
         # Nothing committed for this partition yet: everything retained is still to be read.
         consumed = po.start if done is None else int(done)
@@ -140,6 +140,7 @@ def observe(
     """
     registry = Registry(settings)
     out: list[QueryHealth] = []
+    broker_down: str | None = None
     for name in catalog.topological(names):
         spec = catalog[name]
         version = registry.latest(name)
@@ -149,11 +150,16 @@ def observe(
         health = QueryHealth(asset=name, version=version.version, state=version.state, healthy=True,
                              reason="", committed=cp.offsets, committed_batch=cp.batch_id)
         lag_error = None
-        if spec.topics:
+        if spec.topics and broker_down is not None:
+            lag_error = broker_down
+        elif spec.topics:
             try:
                 health.lag, health.end_offsets = _kafka_lag(settings, spec, cp.offsets)
             except Exception as exc:  # TopicError, KafkaException: both mean "lag unknown"
                 lag_error = f"cannot read the log end offsets of {spec.topics} at {settings.bootstrap_servers}: {exc}"
+                if "does not exist" not in str(exc):
+                    # The broker does not answer: don't wait for its timeout once per asset.
+                    broker_down = lag_error
         else:
             health.upstream_versions_behind = _delta_behind(registry, version, spec, cp.offsets)
         running = version.last("running")
