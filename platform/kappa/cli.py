@@ -22,11 +22,13 @@ from rich.table import Table
 from kappa.config import load_settings
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
 kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_args_is_help=True)
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(ingest_app, name="ingest")
+from kappa.chaos import chaos_app  # noqa: E402  (kappa chaos driver|broker: fault injection)
+app.add_typer(chaos_app, name="chaos")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -177,11 +179,11 @@ def _progress_printer():
 
 def _results_table(results) -> Table:
     table = Table(title="caught up")
-    for col in ("asset", "version", "rows", "read", "quarantined", "late", "seconds"):
+    for col in ("asset", "version", "rows", "read", "quarantined", "late (kept)", "dropped late", "seconds"):
         table.add_column(col, justify="left" if col == "asset" else "right")
     for r in results:
         table.add_row(r.asset, f"v{r.version}", f"{r.rows:,}", f"{r.input_rows:,}", f"{r.quarantined:,}",
-                      f"{r.dropped_by_watermark:,}", f"{r.seconds:.1f}")
+                      f"{r.late_events:,}", f"{r.dropped_by_watermark:,}", f"{r.seconds:.1f}")
     return table
 
 
@@ -204,6 +206,11 @@ def run(
             console.print(_results_table(results))
             console.print(f"caught up in {time.monotonic() - started:.1f} s")
             return
+        from kappa.streaming.session import spark_session
+
+        # Start Spark first: SparkContext installs its own SIGINT handler (cancel jobs, raise
+        # KeyboardInterrupt), which must not replace ours.
+        spark = spark_session(settings)
         stop = threading.Event()
 
         def on_signal(signum, _frame):
@@ -213,7 +220,7 @@ def run(
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         console.print("running continuously; Ctrl-C stops every query cleanly")
-        names = run_continuous(settings, assets or None, stop=stop, on_progress=_progress_printer())
+        names = run_continuous(settings, assets or None, stop=stop, spark=spark, on_progress=_progress_printer())
         console.print(f"stopped: {', '.join(names)}")
 
 
@@ -425,7 +432,8 @@ def demo(
         console.print(_results_table(results))
         counts = run_sql(spark, settings, " UNION ALL ".join(
             f"SELECT '{r.asset}' AS asset, count(*) AS row_count FROM {r.asset}" for r in results
-        ) + " UNION ALL SELECT 'quarantine', count(*) FROM quarantine")
+        ) + " UNION ALL SELECT 'quarantine', count(*) FROM quarantine"
+          + " UNION ALL SELECT 'late_events', count(*) FROM late_events")
         _print_frame(counts, OutputFormat.table)
         console.print("[bold]Ten origin-hours with the worst average departure delay[/]")
         worst = run_sql(spark, settings, """
