@@ -86,7 +86,9 @@ def test_materialize_records_metadata_and_gate_checks_then_sensor_and_replay(mak
     flights_checks = _checks(result, "flights")
     assert flights_checks["quarantine_rate"].blocking
     assert flights_checks["quarantine_rate"].metadata["version"].value == 1
-    assert "observed" in flights_checks["expect_column_values_to_be_unique__event_id"].metadata
+    unique = flights_checks["expect_column_values_to_be_unique__event_id"]
+    assert "'event_id'" in unique.metadata["expected"].value and "observed" in unique.metadata
+    assert unique.metadata["data_docs"].value.startswith("file://")  # GX Data Docs of this version
     assert flights_checks[HEALTH_CHECK].metadata["consumer_lag"].value == 0
 
     # 2. the sensor: lag per partition from the checkpoint, 0 now, the new records after an ingest
