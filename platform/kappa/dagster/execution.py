@@ -20,6 +20,7 @@ import dagster as dg
 
 from kappa.dagster.observe import read_checkpoint
 from kappa.delta.registry import Registry
+from kappa.runners.local import kafka_offsets, records_read
 from kappa.spec import SpecError
 
 if TYPE_CHECKING:
@@ -123,21 +124,10 @@ def _progress_metadata(progress: list[dict]) -> dict[str, object]:
     """Metadata of a long-running run from its micro-batch progress reports."""
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
-    offsets: dict = {}
-    for p in progress:
-        for src in p.get("sources", []):
-            end = src.get("endOffset")
-            if isinstance(end, str):
-                try:
-                    end = json.loads(end)
-                except ValueError:
-                    continue
-            if isinstance(end, dict) and all(isinstance(v, dict) for v in end.values()):
-                for topic, parts in end.items():
-                    offsets.setdefault(topic, {}).update({str(k): int(v) for k, v in parts.items()})
+    offsets = kafka_offsets(progress)
     last = progress[-1] if progress else {}
     return {
-        "input_rows": sum(p.get("numInputRows", 0) for p in progress),
+        "input_rows": records_read(progress),
         "batches": len(batches),
         "batch_ms": dg.MetadataValue.json(batch_ms),
         "batch_ms_max": max(batch_ms, default=0),
@@ -147,49 +137,14 @@ def _progress_metadata(progress: list[dict]) -> dict[str, object]:
     }
 
 
-class _StopBetweenBatches(threading.Event):
-    """The ``stop`` event for :func:`kappa.runners.local.run_continuous` that, once requested,
-    reads as set only when the query has no micro-batch in flight (its newest planned batch is
-    committed), or after ``grace_s``. Stopping mid-batch is safe (the batch reruns idempotently
-    from the checkpoint) but leaves the sink ahead of the commit log, so the recorded offsets would
-    lag the table; waiting for the commit keeps the two equal."""
-
-    def __init__(self, settings, asset: str, grace_s: float = 60.0):
-        super().__init__()
-        self.settings, self.asset, self.grace_s = settings, asset, grace_s
-        self.requested_at: float | None = None
-
-    def request(self) -> None:
-        self.requested_at = time.monotonic()
-
-    def is_set(self) -> bool:
-        if self.requested_at is None:
-            return False
-        if time.monotonic() - self.requested_at > self.grace_s:
-            return True
-        version = Registry(self.settings).latest(self.asset)
-        if version is None:
-            return True
-        cp = read_checkpoint(version.checkpoint_path)
-        return cp.planned_batch_id is None or cp.planned_batch_id == cp.batch_id
-
-    def wait(self, timeout: float | None = None) -> bool:
-        deadline = time.monotonic() + (timeout if timeout is not None else 3600.0)
-        while time.monotonic() < deadline:
-            if self.is_set():
-                return True
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-        return self.is_set()
-
-
 def _run_long(component: "StreamingAssets", name: str, context, settings, kappa, duration_s: float | None):
     """Run ``name`` with its processing-time trigger until ``duration_s`` passes or the run is
     terminated; log an observation with the query's rates every ``sensor_interval_s``."""
     from kappa.runners.local import run_continuous
 
     key = dg.AssetKey(name)
-    stop = _StopBetweenBatches(settings, name)
-    timer = threading.Timer(duration_s, stop.request) if duration_s else None
+    stop = threading.Event()  # run_continuous stops between micro-batches once this is set
+    timer = threading.Timer(duration_s, stop.set) if duration_s else None
     log = _ProgressLog(context)
     last_obs = [time.monotonic()]
 

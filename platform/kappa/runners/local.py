@@ -96,27 +96,54 @@ def _as_dict(progress) -> dict:
     return json.loads(text) if isinstance(text, str) else dict(progress)
 
 
+def kafka_offsets(progress: list[dict], which: str = "endOffset") -> dict[str, dict[str, int]]:
+    """topic -> partition -> offset from Kafka-source progress reports (the last report wins);
+    ``which`` is ``startOffset`` or ``endOffset``. Non-Kafka sources are skipped."""
+    out: dict[str, dict[str, int]] = {}
+    for p in progress:
+        for src in p.get("sources", []):
+            if not str(src.get("description", "")).startswith("Kafka"):
+                continue
+            value = src.get(which)
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    continue
+            if isinstance(value, dict):
+                for topic, parts in value.items():
+                    out.setdefault(topic, {}).update({str(k): int(v) for k, v in parts.items()})
+    return out
+
+
+def records_read(progress: list[dict]) -> int:
+    """Records a query consumed: from Kafka offsets (end - start of each batch) where the source is
+    Kafka, since Spark's numInputRows counts the source once per action and a foreachBatch body
+    that writes twice doubles it; numInputRows otherwise."""
+    total = 0
+    for p in progress:
+        kafka = [s for s in p.get("sources", []) if str(s.get("description", "")).startswith("Kafka")]
+        if not kafka:
+            total += int(p.get("numInputRows", 0))
+            continue
+        for src in kafka:
+            start, end = (kafka_offsets([{"sources": [src]}], w) for w in ("startOffset", "endOffset"))
+            for topic, parts in end.items():
+                for part, off in parts.items():
+                    total += off - start.get(topic, {}).get(part, 0)
+    return total
+
+
 def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResult:
     from delta.tables import DeltaTable
 
     q, spec, version = running.query, running.spec, running.version
     progress = [_as_dict(p) for p in q.recentProgress if p]
-    input_rows = sum(p.get("numInputRows", 0) for p in progress)
+    input_rows = records_read(progress)
     dropped = sum(
         op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
     )
-    end_offsets: dict = {}
-    for p in progress if spec.source.kafka is not None else []:
-        for src in p.get("sources", []):
-            end = src.get("endOffset")
-            if isinstance(end, str):
-                try:
-                    end = json.loads(end)
-                except ValueError:
-                    continue
-            if isinstance(end, dict):
-                for topic, parts in end.items():
-                    end_offsets.setdefault(topic, {}).update({str(k): int(v) for k, v in parts.items()})
+    end_offsets = kafka_offsets(progress)
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
     table = DeltaTable.forPath(spark, version.table_path)
@@ -133,9 +160,7 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         dropped_by_watermark=dropped, seconds=round(seconds, 2), batches=len(batches),
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
-        processed_rows_per_s=round(
-            sum(p.get("numInputRows", 0) for p in batches) / (sum(batch_ms) / 1000), 1
-        ) if sum(batch_ms) else 0.0,
+        processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
     )
 
 
@@ -198,10 +223,11 @@ def run_continuous(
     spark=None,
     on_progress: Callable[[str, dict], None] | None = None,
     poll_s: float = 2.0,
+    grace_s: float = 60.0,
 ) -> list[str]:
     """Start ``names`` (default: every asset) with their processing-time triggers and keep them
-    running until ``stop`` is set; then stop every query (each finishes its current micro-batch's
-    commit or is interrupted and resumes from its checkpoint next time). Returns the query names.
+    running until ``stop`` is set; then stop every query between micro-batches (waiting up to
+    ``grace_s`` seconds for the batch in flight to commit). Returns the query names.
     Raises :class:`RunError` as soon as one query fails (the others are stopped first)."""
     from kappa.streaming.query import start_query
     from kappa.streaming.session import spark_session
@@ -226,9 +252,19 @@ def run_continuous(
                 if on_progress is not None and r.query.lastProgress:
                     on_progress(r.spec.name, _as_dict(r.query.lastProgress))
     finally:
-        for r in running:
-            try:
-                r.query.stop()
-            except Exception:  # stopping must reach every query
-                pass
+        stop_between_batches([r.query for r in running], grace_s=grace_s)
     return [r.query.name for r in running]
+
+
+def stop_between_batches(queries, grace_s: float = 60.0) -> None:
+    """Stop each query when it has no micro-batch in flight (or after ``grace_s`` seconds), so the
+    table and the checkpoint's commit log end in step. Stopping mid-batch would be safe too (the
+    batch reruns idempotently from the checkpoint), only less tidy."""
+    deadline = time.monotonic() + grace_s
+    for q in queries:
+        while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        try:
+            q.stop()
+        except Exception:  # stopping must reach every query
+            pass

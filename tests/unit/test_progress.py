@@ -1,0 +1,24 @@
+"""Reading Structured Streaming progress reports (JSON shapes from Spark's StreamingQueryProgress)."""
+
+from kappa.runners.local import kafka_offsets, records_read
+
+KAFKA = "KafkaV2[Subscribe[t]]"
+PROGRESS = [
+    # numInputRows doubled: the foreachBatch body ran two actions over the source
+    {"numInputRows": 600, "sources": [{"description": KAFKA, "startOffset": None,
+                                       "endOffset": {"t": {"0": 100, "1": 200}}}]},
+    {"numInputRows": 40, "sources": [{"description": KAFKA, "startOffset": {"t": {"0": 100, "1": 200}},
+                                      "endOffset": '{"t":{"0":110,"1":210}}'}]},
+    {"numInputRows": 7, "sources": [{"description": "DeltaSource[file:/x]", "startOffset": None,
+                                     "endOffset": {"sourceVersion": 1}}]},
+]
+
+
+def test_records_read_counts_kafka_records_by_offsets_and_others_by_rows():
+    assert records_read(PROGRESS) == 300 + 20 + 7
+
+
+def test_kafka_offsets_take_the_last_report_and_skip_other_sources():
+    assert kafka_offsets(PROGRESS) == {"t": {"0": 110, "1": 210}}
+    assert kafka_offsets(PROGRESS, "startOffset") == {"t": {"0": 100, "1": 200}}
+    assert kafka_offsets([]) == {}
