@@ -17,6 +17,7 @@ A version's state is derived from its events: running, caught-up, failed, failed
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -100,19 +101,19 @@ class Registry:
 
     def __init__(self, settings: Settings):
         self.settings = settings
-        if not isinstance(settings.warehouse, Path):
-            # delta-rs could open s3:// tables with storage options; not wired up yet.
-            raise RegistryError(f"the registry needs a local warehouse, got {settings.warehouse!r}")
-        self.path = settings.warehouse / "_kappa" / "registry"
+        assert settings.warehouse is not None
+        self.path = join(settings.warehouse, "_kappa", "registry")
+        # delta-rs names Hadoop's s3a:// scheme s3:// and reads the AWS_* credentials itself.
+        self.uri = re.sub(r"^s3a://", "s3://", str(self.path))
 
     # -- reading ---------------------------------------------------------------------------------
     def events(self, asset: str | None = None) -> list[dict]:
         """Every event (oldest first), optionally of one asset; ``details`` decoded."""
         from deltalake import DeltaTable
 
-        if not (self.path / "_delta_log").is_dir():
+        if not DeltaTable.is_deltatable(self.uri):
             return []
-        rows = DeltaTable(str(self.path)).to_pyarrow_table().to_pylist()
+        rows = DeltaTable(self.uri).to_pyarrow_table().to_pylist()
         rows.sort(key=lambda r: r["at"])
         out = []
         for r in rows:
@@ -181,8 +182,9 @@ class Registry:
             [{**r, "at": r.get("at", now), "details": json.dumps(r.get("details", {}), default=str)} for r in rows],
             schema=_SCHEMA,
         )
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_deltalake(str(self.path), table, mode="append")
+        if isinstance(self.path, Path):
+            self.path.mkdir(parents=True, exist_ok=True)
+        write_deltalake(self.uri, table, mode="append")
 
     def record(self, asset: str, version: int, event: str, **details: object) -> None:
         if event not in EVENTS:
