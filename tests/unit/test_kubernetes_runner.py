@@ -321,3 +321,95 @@ def test_other_api_errors_are_raised(cfg):
 def test_module_does_not_import_dagster():
     source = Path(k8s.__file__).read_text()
     assert not re.search(r"^\s*(import|from)\s+dagster", source, re.M)
+
+
+# ------------------------------------------------------------------------------ upstream, runner
+
+
+def test_asset_sourced_asset_gets_its_upstream_versions_as_arguments(cfg, crd_schema):
+    app = build_spark_application(CATALOG["departures_hourly"], 4, cfg, upstream={"flights": 3})
+    jsonschema.Draft4Validator(crd_schema).validate(app)
+    assert app["spec"]["arguments"] == ["--asset", "departures_hourly", "--version", "4", "--upstream", "flights=3"]
+    # the entrypoint parses exactly these arguments
+    from kappa.runners.entrypoint import main  # noqa: F401  (import check: the module exists)
+    with pytest.raises(ValueError, match="flights"):
+        build_spark_application(CATALOG["departures_hourly"], 4, cfg, upstream={})
+    kafka_only = build_spark_application(CATALOG["flights"], 2, cfg, upstream={})
+    assert kafka_only["spec"]["arguments"] == ["--asset", "flights", "--version", "2"]
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+
+def _runner(cfg, api):
+    from kappa.runners.kubernetes import KubernetesRunner
+
+    clock = _Clock()
+    return KubernetesRunner(cfg, SparkApplications(cfg.namespace, api=api), poll_s=2, clock=clock, sleep=clock.sleep), clock
+
+
+def test_runner_creates_the_application_and_waits_until_it_runs(cfg, crd_schema):
+    from tests.kube_api import KubeApi
+
+    api = KubeApi()
+    runner, clock = _runner(cfg, api)
+    api.script("departures-hourly-v2", "", "SUBMITTED", "RUNNING")
+    status = runner.start(CATALOG["departures_hourly"], 2, upstream={"flights": 5})
+    assert status.outcome is Outcome.RUNNING and status.created and status.state == "RUNNING"
+    assert status.name == "departures-hourly-v2" and status.namespace == "data"
+    stored = api.app("departures-hourly-v2")
+    jsonschema.Draft4Validator(crd_schema).validate({k: v for k, v in stored.items() if k != "status"}
+                                                     | {"metadata": {k: v for k, v in stored["metadata"].items()
+                                                                     if k in ("name", "namespace", "labels")}})
+    assert stored["spec"]["arguments"][-2:] == ["--upstream", "flights=5"]
+    # a second start observes the running application; it never creates a second query
+    again = runner.start(CATALOG["departures_hourly"], 2, upstream={"flights": 5})
+    assert again.outcome is Outcome.RUNNING and not again.created
+    assert [c for c in api.calls if c[0] == "create"] == [("create", "departures-hourly-v2")]
+    assert runner.outcome("departures_hourly", 2) is Outcome.RUNNING
+    assert runner.stop("departures_hourly", 2) is True
+    assert runner.outcome("departures_hourly", 2) is None and runner.stop("departures_hourly", 2) is False
+
+
+def test_runner_wait_is_bounded_and_stops_on_a_terminal_state(cfg):
+    from tests.kube_api import KubeApi
+
+    api = KubeApi()
+    runner, clock = _runner(cfg, api)
+    status = runner.start(CATALOG["flights"], 1, timeout_s=120)  # the operator never picks it up
+    assert status.outcome is Outcome.PENDING and status.state == "" and 120 <= clock.t <= 122
+    api.script("flights-v2", "SUBMITTED", "COMPLETED")  # a streaming driver that exited: failed
+    clock.t = 0
+    failed = runner.start(CATALOG["flights"], 2)
+    assert failed.outcome is Outcome.FAILED and clock.t == 4 and "never completes" in failed.error
+    with pytest.raises(ValueError, match="flights"):
+        runner.start(CATALOG["departures_hourly"], 1)  # an asset-sourced asset needs its upstream
+
+
+def test_runner_observes_an_application_created_concurrently(cfg):
+    from tests.kube_api import KubeApi
+
+    class Racing(KubeApi):
+        def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
+            obj = super().get_namespaced_custom_object(group, version, namespace, plural, name, **kw) \
+                if any(k[-1] == name for k in self.objects) else None
+            if obj is None:  # someone else creates it between our get and our create
+                body = build_spark_application(CATALOG["flights"], 1, cfg)
+                super().create_namespaced_custom_object(group, version, namespace, plural, body)
+                self.set_state(name, "RUNNING")
+                raise ApiException(status=404, reason="Not Found")
+            return obj
+
+    api = Racing()
+    runner, _ = _runner(cfg, api)
+    status = runner.start(CATALOG["flights"], 1)
+    assert status.outcome is Outcome.RUNNING and not status.created
+    assert len(api.objects) == 1

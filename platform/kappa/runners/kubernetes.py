@@ -46,7 +46,9 @@ from __future__ import annotations
 import enum
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -317,9 +319,16 @@ def spark_conf(spec: AssetSpec, version: int, cfg: KubernetesRunnerConfig) -> di
     return conf
 
 
-def build_spark_application(spec: AssetSpec, version: int, cfg: KubernetesRunnerConfig) -> dict:
+def build_spark_application(
+    spec: AssetSpec, version: int, cfg: KubernetesRunnerConfig, upstream: Mapping[str, int] | None = None,
+) -> dict:
     """The ``SparkApplication`` (a plain dict, ready for the API or ``yaml.safe_dump``) that runs
     version ``version`` of ``spec`` as a long-running streaming query.
+
+    ``upstream`` (asset -> version) pins the upstream versions an asset-sourced asset reads; they
+    become ``--upstream NAME=VERSION`` arguments of the entrypoint, which refuses to start an
+    asset-sourced asset without them. None leaves them out (an example manifest); a mapping that
+    misses one of ``spec.upstream`` raises ``ValueError``.
 
     Driver and executor get the object-store keys as ``AWS_*`` variables from
     ``cfg.object_store_secret``. Assets that read Kafka also get, on the driver only (Spark passes
@@ -336,6 +345,13 @@ def build_spark_application(spec: AssetSpec, version: int, cfg: KubernetesRunner
     if version < 1:
         raise ValueError(f"version must be >= 1, got {version}")
     name = application_name(spec.name, version)
+    arguments = ["--asset", spec.name, "--version", str(version)]
+    if upstream is not None:
+        missing = sorted(set(spec.upstream) - set(upstream))
+        if missing:
+            raise ValueError(f"{spec.name} reads {missing}: pass their versions as upstream")
+        for up in sorted(spec.upstream):
+            arguments += ["--upstream", f"{up}={int(upstream[up])}"]
     res = asset_resources(spec)
     driver_res = res.driver or cfg.driver
     executor_res = res.executor or cfg.executor
@@ -398,7 +414,7 @@ def build_spark_application(spec: AssetSpec, version: int, cfg: KubernetesRunner
         "image": cfg.image,
         "imagePullPolicy": cfg.image_pull_policy,
         "mainApplicationFile": ENTRYPOINT_FILE,
-        "arguments": ["--asset", spec.name, "--version", str(version)],
+        "arguments": arguments,
         "sparkVersion": cfg.spark_version,
         "sparkConf": spark_conf(spec, version, cfg),
         "restartPolicy": {
@@ -564,6 +580,205 @@ class SparkApplications:
             field_selector=f"metadata.name={name}", timeout_seconds=timeout_s,
         ):
             yield outcome_of(event["object"])
+
+
+# ------------------------------------------------------------------------------------- runner
+
+
+@dataclass(frozen=True)
+class AppStatus:
+    """What the runner saw of one asset version's SparkApplication.
+
+    ``outcome`` is None when the application does not exist; ``state`` is the operator's raw
+    ``applicationState.state`` ("" before the operator set one); ``error`` is
+    :func:`error_message` (empty unless failed); ``created`` says whether this call created it."""
+
+    asset: str
+    version: int
+    name: str
+    namespace: str
+    outcome: Outcome | None
+    state: str = ""
+    error: str = ""
+    created: bool = False
+
+
+class KubernetesRunner:
+    """Start, observe and stop asset versions as SparkApplications (one per version).
+
+    ``start`` is idempotent: an existing application of the version is observed, never replaced
+    (its checkpoint is the version's; a second query on it must never run). Waiting polls ``get``
+    every ``poll_s`` seconds (the chart's Role grants get; a poll needs no list permission) for at
+    most ``timeout_s`` seconds: the operator submits within seconds, but pulling the image onto a
+    fresh node can take a minute or two, hence the 120 s default.
+
+    Example::
+
+        runner = KubernetesRunner(cfg)
+        status = runner.start(catalog["departures_hourly"], 2, upstream={"flights": 2})
+        status.outcome  # Outcome.RUNNING, or PENDING if still starting after 120 s
+        runner.stop("departures_hourly", 1)
+    """
+
+    def __init__(
+        self,
+        cfg: KubernetesRunnerConfig,
+        apps: SparkApplications | None = None,
+        *,
+        poll_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.cfg = cfg
+        self.apps = apps or SparkApplications(cfg.namespace)
+        self.poll_s, self._clock, self._sleep = poll_s, clock, sleep
+
+    def _status(self, asset: str, version: int, app: Mapping[str, Any] | None, created: bool = False) -> AppStatus:
+        outcome = None if app is None else outcome_of(app)
+        return AppStatus(
+            asset=asset, version=version, name=application_name(asset, version), namespace=self.apps.namespace,
+            outcome=outcome, state=state_of(app) if app is not None else "",
+            error=error_message(app) if outcome in (Outcome.FAILED, Outcome.RETRYING, Outcome.UNKNOWN) else "",
+            created=created,
+        )
+
+    def status(self, asset: str, version: int) -> AppStatus:
+        """The version's application as it is now (``outcome`` None if there is none)."""
+        return self._status(asset, version, self.apps.get(application_name(asset, version)))
+
+    def outcome(self, asset: str, version: int) -> Outcome | None:
+        return self.status(asset, version).outcome
+
+    def start(
+        self, spec: AssetSpec, version: int, upstream: Mapping[str, int] | None = None, timeout_s: float = 120.0,
+    ) -> AppStatus:
+        """Create the version's SparkApplication unless it exists, then wait until it is RUNNING or
+        terminal (FAILED, SUCCEEDED) or ``timeout_s`` passed; returns the last status seen.
+        ``upstream``: the upstream versions of an asset-sourced asset (required for those).
+        Raises ``ValueError`` for missing upstream versions, ``ApiException`` for API errors other
+        than a creation race (409)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if spec.upstream and upstream is None:
+            raise ValueError(f"{spec.name} reads {sorted(spec.upstream)}: pass their versions as upstream")
+        name = application_name(spec.name, version)
+        app = self.apps.get(name)
+        created = False
+        if app is None:
+            body = build_spark_application(spec, version, self.cfg, upstream)
+            try:
+                app = self.apps.create(body)
+                created = True
+            except ApiException as exc:
+                if exc.status != 409:  # 409: someone created it since our get; observe theirs
+                    raise
+                app = self.apps.get(name)
+        deadline = self._clock() + timeout_s
+        while True:
+            status = self._status(spec.name, version, app, created)
+            if status.outcome is None or status.outcome is Outcome.RUNNING or status.outcome.terminal:
+                return status
+            if self._clock() >= deadline:
+                return status
+            self._sleep(self.poll_s)
+            app = self.apps.get(name)
+
+    def stop(self, asset: str, version: int) -> bool:
+        """Stop the version's query by deleting its application; False if there was none."""
+        return self.apps.delete(application_name(asset, version))
+
+
+@dataclass
+class KubernetesReplay:
+    """What :func:`replay` did. ``gates``: name -> passed, or None when no gate result exists."""
+
+    versions: dict[str, int]
+    started: dict[str, AppStatus]
+    gates: dict[str, bool | None]
+    promoted: bool
+    stopped: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def replay(
+    settings: Any,
+    asset: str,
+    runner: KubernetesRunner,
+    *,
+    promote: bool = False,
+    gate: Callable[[str, int], bool | None] | None = None,
+    timeout_s: float = 120.0,
+) -> KubernetesReplay:
+    """Replay ``asset`` and its downstream chain on Kubernetes: check retention, create version N+1
+    of every asset of the chain (as :func:`kappa.promotion.replay` does), start one
+    SparkApplication per new version (downstream pinned to the new upstream versions), and, when
+    ``promote`` is asked, every new application runs and every new version's gate passed, promote
+    the chain in one registry commit and then stop (delete) every older version's application.
+
+    ``gate(asset, version)`` says whether a version passed its gate (None: not evaluated). By
+    default it is the gate result recorded in the registry (:func:`kappa.promotion.latest_gate`):
+    this function never runs the gate itself, and a version without a recorded passing gate is
+    never promoted. It does not wait for catch-up either (the query runs on the cluster).
+
+    Raises :class:`kappa.promotion.RetentionError` before creating anything if the log is incomplete.
+    """
+    from kappa.delta.registry import Registry, RegistryError
+    from kappa.promotion import check_retention, latest_gate
+    from kappa.runners.local import start_offsets
+
+    catalog = load_catalog(settings.assets_dir)
+    chain = catalog.topological([asset, *catalog.downstream(asset)])
+    check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
+    registry = Registry(settings)
+    new: dict[str, int] = {}
+    upstreams: dict[str, dict[str, int]] = {}
+    for name in chain:
+        spec = catalog[name]
+        upstream = {}
+        for up in spec.upstream:
+            source = new.get(up) or getattr(registry.promoted(up) or registry.latest(up), "version", None)
+            if source is None:
+                raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
+            upstream[up] = source
+        ver = registry.create_version(name, spec.fingerprint(), upstream,
+                                      start_offsets=start_offsets(settings, spec.topics), reason="replay")
+        new[name], upstreams[name] = ver.version, upstream
+    started: dict[str, AppStatus] = {}
+    for name in chain:
+        status = runner.start(catalog[name], new[name], upstreams[name], timeout_s=timeout_s)
+        started[name] = status
+        if status.outcome is Outcome.RUNNING:
+            registry.record(name, new[name], "running", mode="kubernetes", application=status.name)
+        elif status.outcome is Outcome.FAILED:
+            registry.record(name, new[name], "failed", error=status.error, application=status.name)
+
+    def recorded(name: str, version: int) -> bool | None:
+        found = latest_gate(registry.version(name, version))
+        return None if found is None else found[0]
+
+    judge = gate or recorded
+    gates = {name: judge(name, new[name]) for name in chain}
+    report = KubernetesReplay(versions=new, started=started, gates=gates, promoted=False)
+    not_running = [f"{s.name} is {s.outcome.value if s.outcome else 'missing'}" for s in started.values()
+                   if s.outcome is not Outcome.RUNNING]
+    ungated = [f"{n}/v{v}: {'gate not evaluated' if gates[n] is None else 'gate failed'}"
+               for n, v in new.items() if gates[n] is not True]
+    if not promote:
+        report.reason = "promotion not asked"
+        return report
+    if not_running or ungated:
+        report.reason = "not promoted: " + "; ".join(not_running + ungated)
+        return report
+    registry.promote(dict(new), reason="replay", chain=chain, gates={n: bool(g) for n, g in gates.items()})
+    report.promoted = True
+    # Only after the promotion commit: readers have moved to the new versions, so the old queries
+    # can stop. Their tables and checkpoints stay (rollback restarts nothing by itself).
+    for name in chain:
+        for old in registry.versions(name):
+            if old.version < new[name] and runner.stop(name, old.version):
+                report.stopped.append(application_name(name, old.version))
+    report.reason = "promoted"
+    return report
 
 
 # --------------------------------------------------------------------------- chart catalog generator

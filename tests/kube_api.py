@@ -1,0 +1,94 @@
+"""THE KUBERNETES API STAND-IN. No API server (and no cluster) can run on the build machine, so the
+tests of the kubernetes runner and of Dagster on it talk to this in-memory stand-in for
+``kubernetes.client.CustomObjectsApi`` instead. It is used for that reason only; everything else in
+those tests (the registry's Delta table, the Kafka broker, Dagster) is real.
+
+It implements the three namespaced custom-object verbs the runner uses, as the API server does:
+
+* ``create``: stores a deep copy keyed by (group, version, namespace, plural, name), sets
+  ``metadata.uid``/``creationTimestamp``; ``409 AlreadyExists`` for a duplicate name; ``422`` if
+  ``apiVersion``/``kind``/namespace do not match the request;
+* ``get``: a deep copy, ``404 NotFound`` if missing;
+* ``delete``: removes it, ``404 NotFound`` if missing.
+
+The Spark operator is not simulated: a test sets ``status.applicationState`` itself
+(:meth:`set_state`), or scripts the states the operator would report on successive reads
+(:meth:`script`).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+
+from kubernetes.client.exceptions import ApiException
+
+_uids = itertools.count(1)
+
+
+def _error(status: int, reason: str, message: str) -> ApiException:
+    exc = ApiException(status=status, reason=reason)
+    exc.body = json.dumps({"kind": "Status", "status": "Failure", "reason": reason, "message": message, "code": status})
+    return exc
+
+
+class KubeApi:
+    def __init__(self):
+        self.objects: dict[tuple, dict] = {}
+        self.calls: list[tuple[str, str]] = []  # (verb, name)
+        self._scripts: dict[str, list[str]] = {}
+
+    # -- CustomObjectsApi ---------------------------------------------------------------------------
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body, **_):
+        name = body["metadata"]["name"]
+        self.calls.append(("create", name))
+        if body.get("apiVersion") != f"{group}/{version}" or body["metadata"].get("namespace", namespace) != namespace:
+            raise _error(422, "Invalid", f"{name}: apiVersion/namespace do not match the request")
+        key = (group, version, namespace, plural, name)
+        if key in self.objects:
+            raise _error(409, "AlreadyExists", f'{plural}.{group} "{name}" already exists')
+        obj = copy.deepcopy(body)
+        obj["metadata"] = {**obj["metadata"], "namespace": namespace, "uid": f"uid-{next(_uids)}",
+                           "creationTimestamp": "2026-01-01T00:00:00Z"}
+        self.objects[key] = obj
+        return copy.deepcopy(obj)
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name, **_):
+        self.calls.append(("get", name))
+        key = (group, version, namespace, plural, name)
+        if key not in self.objects:
+            raise _error(404, "NotFound", f'{plural}.{group} "{name}" not found')
+        if self._scripts.get(name):
+            self._set(key, self._scripts[name].pop(0))
+        return copy.deepcopy(self.objects[key])
+
+    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **_):
+        self.calls.append(("delete", name))
+        key = (group, version, namespace, plural, name)
+        if key not in self.objects:
+            raise _error(404, "NotFound", f'{plural}.{group} "{name}" not found')
+        del self.objects[key]
+        return {"kind": "Status", "status": "Success"}
+
+    # -- what the operator would do -----------------------------------------------------------------
+    def _set(self, key: tuple, state: str, error: str = "") -> None:
+        app_state = {"state": state}
+        if error:
+            app_state["errorMessage"] = error
+        self.objects[key]["status"] = {"applicationState": app_state}
+
+    def set_state(self, name: str, state: str, error: str = "") -> None:
+        [key] = [k for k in self.objects if k[-1] == name]
+        self._set(key, state, error)
+
+    def script(self, name: str, *states: str) -> None:
+        """The states successive ``get``s of ``name`` report (the last one stays)."""
+        self._scripts[name] = list(states)
+
+    def names(self) -> set[str]:
+        return {k[-1] for k in self.objects}
+
+    def app(self, name: str) -> dict:
+        [obj] = [v for k, v in self.objects.items() if k[-1] == name]
+        return obj
