@@ -60,7 +60,8 @@ class KubeApi:
         if key not in self.objects:
             raise _error(404, "NotFound", f'{plural}.{group} "{name}" not found')
         if self._scripts.get(name):
-            self._set(key, self._scripts[name].pop(0))
+            state, _, error = self._scripts[name].pop(0).partition(":")
+            self._set(key, state, error)
         return copy.deepcopy(self.objects[key])
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **_):
@@ -83,7 +84,8 @@ class KubeApi:
         self._set(key, state, error)
 
     def script(self, name: str, *states: str) -> None:
-        """The states successive ``get``s of ``name`` report (the last one stays)."""
+        """The states successive ``get``s of ``name`` report (the last one stays);
+        ``"FAILED:message"`` also sets the operator's ``errorMessage``."""
         self._scripts[name] = list(states)
 
     def names(self) -> set[str]:
