@@ -29,6 +29,8 @@ app.add_typer(kafka_app, name="kafka")
 app.add_typer(ingest_app, name="ingest")
 from kappa.chaos import chaos_app  # noqa: E402  (kappa chaos driver|broker: fault injection)
 app.add_typer(chaos_app, name="chaos")
+from kappa.bench import bench_command  # noqa: E402  (kappa bench: throughput and latency)
+app.command("bench")(bench_command)
 
 console = Console()
 err_console = Console(stderr=True)

