@@ -222,7 +222,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             check_specs=check_specs,
             can_subset=True,
             pool=f"kappa_{spec.name}",
-            description=f"Run {spec.name}'s current version with the local runner, then its gate.",
+            description=f"Run {spec.name}'s current version with the configured runner (local: until caught up "
+                        f"or long-running, then its gate; kubernetes: start its SparkApplication).",
         )
         def _streaming_asset(context: dg.AssetExecutionContext, config: StreamingRunConfig, kappa: KappaResource):
             yield from execution.materialize(component, spec.name, context, config, kappa)

@@ -200,6 +200,14 @@ def materialize(
     key = dg.AssetKey(name)
     settings = kappa.settings(assets_dir=str(component.assets_path))
     spark = None
+    if settings.runner == "kubernetes":
+        from kappa.dagster import kubernetes
+
+        try:
+            yield from kubernetes.materialize(component, name, context, kappa, settings)
+        except _expected_errors() as exc:
+            raise dg.Failure(description=str(exc), metadata={"asset": name}) from exc
+        return
     try:
         if key in context.selected_asset_keys:
             mode = config.mode or (RunMode.continuous if name in component.continuous else RunMode.until_caught_up)

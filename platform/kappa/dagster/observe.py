@@ -84,6 +84,11 @@ class QueryHealth:
     upstream_versions_behind: int | None = None
     last_progress_at: float | None = None
     committed_batch: int | None = None
+    #: ``ERROR`` or ``WARN``: how a failed ``query_health`` shows (a not-yet-running application warns).
+    severity: str = "ERROR"
+    #: The kubernetes runner: the version's SparkApplication and its operator state.
+    application: str | None = None
+    application_state: str | None = None
 
     @property
     def total_lag(self) -> int:

@@ -28,6 +28,13 @@ class KappaResource(dg.ConfigurableResource):
     kafka_port: int | None = None
     kafka_controller_port: int | None = None
     bootstrap_servers: str | None = None
+    runner: str | None = None
+    #: Overrides of the kubernetes runner's ``KAPPA_K8S_*`` settings, keys without the prefix
+    #: (``{"image": "…", "warehouse": "s3a://…"}``); see :mod:`kappa.dagster.kubernetes`.
+    kubernetes: dict[str, str] | None = None
+    #: How long a materialization waits for its SparkApplication to run (s), and how often it polls.
+    kubernetes_start_timeout_s: float = 120.0
+    kubernetes_poll_s: float = 2.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "KappaResource":
@@ -41,7 +48,8 @@ class KappaResource(dg.ConfigurableResource):
 
     def settings(self, **overrides: object) -> Settings:
         """``load_settings`` with this resource's fields, then ``overrides``, over the environment."""
-        fields = {k: v for k, v in self.model_dump().items() if v is not None}
+        fields = {k: v for k, v in self.model_dump().items()
+                  if v is not None and not k.startswith("kubernetes")}
         return load_settings(**{**fields, **overrides})
 
     def spark(self, settings: Settings):

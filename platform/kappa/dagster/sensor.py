@@ -45,6 +45,9 @@ def health_metadata(h: QueryHealth) -> dict[str, object]:
         md["log_end_offsets"] = dg.MetadataValue.json(h.end_offsets)
     if h.upstream_versions_behind is not None:
         md["upstream_delta_versions_behind"] = h.upstream_versions_behind
+    if h.application is not None:
+        md["application"] = h.application
+        md["application_state"] = h.application_state or "NEW"
     return md
 
 
@@ -53,9 +56,18 @@ def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEv
 
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey(h.asset), check_name=HEALTH_CHECK, passed=h.healthy,
-        severity=dg.AssetCheckSeverity.ERROR, description=h.reason, metadata=health_metadata(h),
+        severity=dg.AssetCheckSeverity(h.severity), description=h.reason, metadata=health_metadata(h),
         blocking=blocking,
     )
+
+
+def _observe(settings, component: "StreamingAssets", kappa: KappaResource, names: list[str] | None = None):
+    """Local runner: checkpoints and log end offsets. Kubernetes runner: the SparkApplications."""
+    if settings.runner == "kubernetes":
+        from kappa.dagster import kubernetes
+
+        return kubernetes.observe(settings, component.catalog, kubernetes.build_runner(kappa), names)
+    return observe(settings, component.catalog, component.stall_after_s, names=names)
 
 
 def build_health_checks(component: "StreamingAssets", specs: list["AssetSpec"]) -> list[dg.AssetChecksDefinition]:
@@ -70,11 +82,12 @@ def build_health_checks(component: "StreamingAssets", specs: list["AssetSpec"]) 
         )
         def _health(context: dg.AssetCheckExecutionContext, kappa: KappaResource) -> dg.AssetCheckResult:
             settings = kappa.settings(assets_dir=str(component.assets_path))
-            found = observe(settings, component.catalog, component.stall_after_s, names=[name])
+            found = _observe(settings, component, kappa, names=[name])
             if not found:
                 return dg.AssetCheckResult(passed=False, description=f"{name} has no version yet")
             h = found[0]
-            return dg.AssetCheckResult(passed=h.healthy, description=h.reason, metadata=health_metadata(h))
+            return dg.AssetCheckResult(passed=h.healthy, description=h.reason, metadata=health_metadata(h),
+                                       severity=dg.AssetCheckSeverity(h.severity))
 
         return _health
 
@@ -101,7 +114,7 @@ def build_sensor(component: "StreamingAssets") -> dg.SensorDefinition:
         cursor: dict[str, dict] = {}
         events: list = []
         topics_seen: dict[str, dict] = {}
-        for h in observe(settings, component.catalog, component.stall_after_s):
+        for h in _observe(settings, component, kappa):
             md = health_metadata(h)
             consumed = sum(int(v) for parts in h.committed.values() if isinstance(parts, dict)
                            for v in parts.values())
