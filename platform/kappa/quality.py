@@ -116,12 +116,15 @@ def check_names(spec: AssetSpec) -> list[str]:
 def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tuple[list[CheckResult], str | None]:
     import great_expectations as gx
     from great_expectations.checkpoint import UpdateDataDocsAction
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     declared = expectations(spec)
     if not declared:
         return [], None
     root = Path(settings.warehouse) / "_kappa"  # type: ignore[arg-type]
     context = gx.get_context(mode="file", project_root_dir=str(root))
+    # Kappa prints its own progress; GX's per-metric progress bars would flood the terminal.
+    context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     source = context.data_sources.add_or_update_spark(name="kappa")
     asset_name = f"{spec.name}_v{version}"
     try:
