@@ -24,6 +24,8 @@ variable                       meaning                                         d
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -111,6 +113,23 @@ class Settings(BaseSettings):
         }
         return {k: v for k, v in pairs.items() if v}
 
+    def librdkafka_options(self) -> dict[str, str]:
+        """The same security settings for confluent-kafka (librdkafka) clients: it takes the SASL
+        user and password rather than a JAAS line, and a PEM CA file as ``ssl.ca.location``."""
+        out: dict[str, str] = {}
+        if self.kafka_security_protocol:
+            out["security.protocol"] = self.kafka_security_protocol
+        if self.kafka_sasl_mechanism:
+            out["sasl.mechanisms"] = self.kafka_sasl_mechanism
+        if self.kafka_sasl_jaas_config:
+            for key in ("username", "password"):
+                m = re.search(rf'{key}="([^"]*)"', self.kafka_sasl_jaas_config)
+                if m:
+                    out[f"sasl.{key}"] = m.group(1)
+        if self.kafka_ssl_truststore_location and (self.kafka_ssl_truststore_type or "PEM").upper() == "PEM":
+            out["ssl.ca.location"] = self.kafka_ssl_truststore_location
+        return out
+
     @model_validator(mode="after")
     def _derive_paths(self) -> "Settings":
         self.project_dir = self.project_dir.resolve()
@@ -128,6 +147,12 @@ class Settings(BaseSettings):
         """State of the local broker: its KRaft log dirs, config, pid file and log file."""
         assert self.home is not None
         return self.home / "kafka"
+
+
+def kubernetes_values() -> dict[str, str]:
+    """The ``KAPPA_K8S_*`` variables (the kubernetes runner's settings, see
+    :meth:`kappa.runners.kubernetes.KubernetesRunnerConfig.from_mapping`), read now."""
+    return {k: v for k, v in os.environ.items() if k.startswith("KAPPA_K8S_")}
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -65,6 +65,25 @@ def check_retention(settings: Settings, topics: list[str]) -> dict[str, dict[str
     return {t: {str(p.partition): p.start for p in offsets(settings, [t])} for t in topics}
 
 
+def create_chain_versions(settings: Settings, catalog, chain: list[str], registry: Registry) -> dict[str, Version]:
+    """Version N+1 of every asset in ``chain`` (topological order): fresh checkpoint and writer id,
+    the log start offsets it reads from, and each upstream pinned to its new version in the chain,
+    else to its promoted (or latest) version. Raises :class:`RegistryError` for an upstream with no
+    version."""
+    new: dict[str, Version] = {}
+    for name in chain:
+        spec = catalog[name]
+        upstream = {}
+        for up in spec.upstream:
+            source = new.get(up) or registry.promoted(up) or registry.latest(up)
+            if source is None:
+                raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
+            upstream[up] = source.version
+        new[name] = registry.create_version(name, spec.fingerprint(), upstream,
+                                            start_offsets=start_offsets(settings, spec.topics), reason="replay")
+    return new
+
+
 def replay(
     settings: Settings,
     asset: str,
@@ -85,17 +104,7 @@ def replay(
     check_retention(settings, topics)
 
     registry = Registry(settings)
-    new: dict[str, Version] = {}
-    for name in chain:
-        spec = catalog[name]
-        upstream = {}
-        for up in spec.upstream:
-            source = new.get(up) or registry.promoted(up) or registry.latest(up)
-            if source is None:
-                raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
-            upstream[up] = source.version
-        new[name] = registry.create_version(name, spec.fingerprint(), upstream,
-                                            start_offsets=start_offsets(settings, spec.topics), reason="replay")
+    new = create_chain_versions(settings, catalog, chain, registry)
     spark = spark or spark_session(settings)
     results = run_until_caught_up(settings, chain, spark=spark, versions=new, on_progress=on_progress)
     gates = {name: run_gate(settings, name, new[name].version, spark=spark) for name in chain}

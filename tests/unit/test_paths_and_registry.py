@@ -89,3 +89,19 @@ def test_unknown_and_retired_versions_cannot_be_promoted(settings):
                                         ("RoaringBitmap-1.3.0.jar", "RoaringBitmap")])
 def test_artifact_name(jar, name):
     assert artifact_name(jar) == name
+
+
+def test_kafka_security_settings_for_spark_and_librdkafka(monkeypatch, tmp_path):
+    monkeypatch.setenv("KAPPA_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("KAPPA_KAFKA_SASL_MECHANISM", "SCRAM-SHA-512")
+    monkeypatch.setenv("KAPPA_KAFKA_SASL_JAAS_CONFIG",
+                       'org.apache.kafka.common.security.scram.ScramLoginModule required username="ingest" password="s3cr=t";')
+    monkeypatch.setenv("KAPPA_KAFKA_SSL_TRUSTSTORE_TYPE", "PEM")
+    monkeypatch.setenv("KAPPA_KAFKA_SSL_TRUSTSTORE_LOCATION", "/etc/kafka-ca/ca.crt")
+    s = load_settings(home=tmp_path)
+    assert s.kafka_client_options()["sasl.jaas.config"].startswith("org.apache.kafka")
+    assert s.librdkafka_options() == {"security.protocol": "SASL_SSL", "sasl.mechanisms": "SCRAM-SHA-512",
+                                      "sasl.username": "ingest", "sasl.password": "s3cr=t",
+                                      "ssl.ca.location": "/etc/kafka-ca/ca.crt"}
+    assert load_settings(home=tmp_path / "x", kafka_security_protocol=None, kafka_sasl_mechanism=None,
+                         kafka_sasl_jaas_config=None, kafka_ssl_truststore_location=None).librdkafka_options() == {}

@@ -36,12 +36,12 @@ Configuration: the ``KAPPA_K8S_*`` keys of the chart's ``kappa-config`` ConfigMa
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import dagster as dg
 
+from kappa.config import kubernetes_values
 from kappa.dagster.observe import QueryHealth
 from kappa.runners.kubernetes import (
     AppStatus,
@@ -76,11 +76,9 @@ def use_kubernetes_api(api: Any) -> Iterator[None]:
 
 
 def runner_config(kappa: "KappaResource") -> KubernetesRunnerConfig:
-    """``KAPPA_K8S_*`` from the environment, then ``kappa.kubernetes`` overrides.
-
-    (``kappa.config.Settings`` ignores the ``KAPPA_K8S_*`` keys, so they are read here; see the
-    report on moving this into ``kappa.config``.)"""
-    values = {k: v for k, v in os.environ.items() if k.startswith("KAPPA_K8S_")}
+    """``KAPPA_K8S_*`` (read by :func:`kappa.config.kubernetes_values`), then ``kappa.kubernetes``
+    overrides."""
+    values = kubernetes_values()
     values.update({f"KAPPA_K8S_{k.upper()}": str(v) for k, v in (kappa.kubernetes or {}).items()})
     return KubernetesRunnerConfig.from_mapping(values)
 

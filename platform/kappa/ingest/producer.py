@@ -35,6 +35,7 @@ class ProduceReport:
 def producer_config(settings: Settings, **overrides: object) -> dict:
     cfg: dict = {
         "bootstrap.servers": settings.bootstrap_servers,
+        **settings.librdkafka_options(),
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 20,

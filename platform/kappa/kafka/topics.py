@@ -28,7 +28,7 @@ class PartitionOffsets:
 
 
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.librdkafka_options()})
 
 
 def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: float = 30.0) -> list[str]:
@@ -80,7 +80,7 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
 
     Raises :class:`TopicError` for a topic that does not exist."""
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-offsets",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, **settings.librdkafka_options()})
     try:
         meta = consumer.list_topics(timeout=timeout_s)
         out: list[PartitionOffsets] = []

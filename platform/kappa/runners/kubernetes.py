@@ -722,27 +722,16 @@ def replay(
 
     Raises :class:`kappa.promotion.RetentionError` before creating anything if the log is incomplete.
     """
-    from kappa.delta.registry import Registry, RegistryError
-    from kappa.promotion import check_retention, latest_gate
-    from kappa.runners.local import start_offsets
+    from kappa.delta.registry import Registry
+    from kappa.promotion import check_retention, create_chain_versions, latest_gate
 
     catalog = load_catalog(settings.assets_dir)
     chain = catalog.topological([asset, *catalog.downstream(asset)])
     check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
     registry = Registry(settings)
-    new: dict[str, int] = {}
-    upstreams: dict[str, dict[str, int]] = {}
-    for name in chain:
-        spec = catalog[name]
-        upstream = {}
-        for up in spec.upstream:
-            source = new.get(up) or getattr(registry.promoted(up) or registry.latest(up), "version", None)
-            if source is None:
-                raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
-            upstream[up] = source
-        ver = registry.create_version(name, spec.fingerprint(), upstream,
-                                      start_offsets=start_offsets(settings, spec.topics), reason="replay")
-        new[name], upstreams[name] = ver.version, upstream
+    versions = create_chain_versions(settings, catalog, chain, registry)
+    new = {name: v.version for name, v in versions.items()}
+    upstreams = {name: v.upstream for name, v in versions.items()}
     started: dict[str, AppStatus] = {}
     for name in chain:
         status = runner.start(catalog[name], new[name], upstreams[name], timeout_s=timeout_s)
