@@ -164,15 +164,18 @@ def _ingest(settings, events, rate):
 
 # --- run ------------------------------------------------------------------------------------------
 def _progress_printer():
+    from kappa.runners.local import records_read
+
     last: dict[str, int] = {}
 
     def show(asset: str, p: dict) -> None:
         if last.get(asset) == p.get("batchId"):
             return
         last[asset] = p.get("batchId")
-        if p.get("numInputRows", 0):
+        read = records_read([p])
+        if read:
             console.print(
-                f"  {asset}: batch {p['batchId']} {p['numInputRows']:,} rows in "
+                f"  {asset}: batch {p['batchId']} {read:,} records in "
                 f"{p.get('durationMs', {}).get('triggerExecution', 0) / 1000:.1f} s", highlight=False
             )
 
