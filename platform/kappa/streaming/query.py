@@ -102,14 +102,18 @@ class ParseWriter:
         self.late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
         self.delay_s = interval_seconds(spec.watermark.delay) if spec.watermark else None
         _ensure_table(spark, version.table_path, row_schema(self.transform.fields))
+        # The latest event time in the table, read once per query start and then advanced by each
+        # batch (a scan of the whole table per micro-batch would make every batch cost grow).
+        self.latest = None
+        if self.delay_s is not None:
+            self.latest = spark.read.format("delta").load(version.table_path).agg(
+                F.max(self.transform.event_time)).first()[0]
 
-    def watermark(self, spark: SparkSession):
-        """Latest event time already in the table minus the delay (None: no watermark yet)."""
-        if self.delay_s is None:
+    def watermark(self):
+        """Latest event time of the batches before this one minus the delay (None: none yet)."""
+        if self.delay_s is None or self.latest is None:
             return None
-        latest = spark.read.format("delta").load(self.version.table_path).agg(
-            F.max(self.transform.event_time)).first()[0]
-        return None if latest is None else latest - timedelta(seconds=self.delay_s)
+        return self.latest - timedelta(seconds=self.delay_s)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
@@ -117,6 +121,11 @@ class ParseWriter:
         spark = batch.sparkSession
         parsed = parse_columns(batch.select(*KAFKA_COLUMNS), self.transform).persist()
         try:
+            event_id, event_time = self.transform.event_id, self.transform.event_time
+            stats = parsed.agg(
+                F.count_if(F.col("reason").isNotNull()).alias("bad"),
+                F.max(F.when(F.col("reason").isNull(), F.col(f"r.{event_time}"))).alias("latest"),
+            ).first()
             bad = parsed.where(F.col("reason").isNotNull()).select(
                 F.lit(self.spec.name).alias("asset"),
                 F.lit(self.version.version).cast("int").alias("version"),
@@ -125,12 +134,12 @@ class ParseWriter:
                 "key", "value", "reason",
                 F.current_timestamp().alias("quarantined_at"),
             )
-            (bad.write.format("delta").mode("append")
-             .option("txnAppId", f"{self.version.txn_app_id}-quarantine")
-             .option("txnVersion", batch_id)
-             .save(self.quarantine))
+            if stats["bad"]:  # an empty append would still cost a Delta commit
+                (bad.write.format("delta").mode("append")
+                 .option("txnAppId", f"{self.version.txn_app_id}-quarantine")
+                 .option("txnVersion", batch_id)
+                 .save(self.quarantine))
 
-            event_id, event_time = self.transform.event_id, self.transform.event_time
             fields = list(self.transform.fields)
             # One row per event_id: the earliest copy in the log wins, so every version (and a
             # replay of the whole log in one batch) keeps the same copy.
@@ -140,9 +149,9 @@ class ParseWriter:
                 .withColumn("_n", F.row_number().over(first))
                 .where("_n = 1")
             )
-            wm = self.watermark(spark)
-            if wm is not None:
-                behind = F.col(f"r.{event_time}") < F.lit(wm)
+            wm = self.watermark()
+            behind = F.col(f"r.{event_time}") < F.lit(wm) if wm is not None else None
+            if behind is not None and parsed.where(F.col("reason").isNull() & behind).limit(1).count():
                 seen = spark.read.format("delta").load(self.version.table_path).select(
                     F.col(event_id).alias("_seen"))
                 # Behind the watermark and never seen: late. Seen before: a duplicate, dropped.
@@ -165,6 +174,8 @@ class ParseWriter:
              .merge(good.alias("s"), f"t.`{event_id}` = s.`{event_id}`")
              .whenNotMatchedInsertAll()
              .execute())
+            if stats["latest"] is not None and (self.latest is None or stats["latest"] > self.latest):
+                self.latest = stats["latest"]
         finally:
             parsed.unpersist()
 
