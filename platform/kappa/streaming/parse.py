@@ -92,20 +92,30 @@ def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
     return with_r.withColumn("reason", reason_column(text, F.col("value"), F.col("r"), transform))
 
 
-def late_events_schema() -> T.StructType:
-    """Schema of the late-events table: valid events that arrived behind the asset's watermark."""
-    return T.StructType([
-        T.StructField("asset", T.StringType(), False),
-        T.StructField("version", T.IntegerType(), False),
-        T.StructField("event_id", T.StringType(), True),
-        T.StructField("event_time", T.TimestampType(), True),
-        T.StructField("watermark", T.TimestampType(), True),
+def _record_fields() -> list[T.StructField]:
+    """Where a Kafka record came from and its raw bytes: kept for every record Kappa sets aside."""
+    return [
         T.StructField("topic", T.StringType(), True),
         T.StructField("partition", T.IntegerType(), True),
         T.StructField("offset", T.LongType(), True),
         T.StructField("kafka_timestamp", T.TimestampType(), True),
         T.StructField("key", T.BinaryType(), True),
         T.StructField("value", T.BinaryType(), True),
+    ]
+
+
+def _owner_fields() -> list[T.StructField]:
+    return [T.StructField("asset", T.StringType(), False), T.StructField("version", T.IntegerType(), False)]
+
+
+def late_events_schema() -> T.StructType:
+    """Schema of the late-events table: valid events that arrived behind the asset's watermark."""
+    return T.StructType([
+        *_owner_fields(),
+        T.StructField("event_id", T.StringType(), True),
+        T.StructField("event_time", T.TimestampType(), True),
+        T.StructField("watermark", T.TimestampType(), True),
+        *_record_fields(),
         T.StructField("arrived_at", T.TimestampType(), False),
     ])
 
@@ -113,14 +123,8 @@ def late_events_schema() -> T.StructType:
 def quarantine_schema() -> T.StructType:
     """Schema of the quarantine table: where a bad record came from, its raw bytes, and why."""
     return T.StructType([
-        T.StructField("asset", T.StringType(), False),
-        T.StructField("version", T.IntegerType(), False),
-        T.StructField("topic", T.StringType(), True),
-        T.StructField("partition", T.IntegerType(), True),
-        T.StructField("offset", T.LongType(), True),
-        T.StructField("kafka_timestamp", T.TimestampType(), True),
-        T.StructField("key", T.BinaryType(), True),
-        T.StructField("value", T.BinaryType(), True),
+        *_owner_fields(),
+        *_record_fields(),
         T.StructField("reason", T.StringType(), False),
         T.StructField("quarantined_at", T.TimestampType(), False),
     ])
