@@ -52,6 +52,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 INTERVAL_RE = re.compile(
     r"^\s*(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
 )
+#: A JVM heap size (Spark's ``spark.driver.memory`` syntax): ``512m``, ``2g``.
+_MEMORY_RE = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
 _UNIT_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -244,10 +246,9 @@ class AssetSpec(_Strict):
     expectations: list[dict[str, dict]] = Field(default_factory=list)
     #: Blocking gate threshold: quarantined / input records above this fails promotion.
     max_quarantine_rate: float = Field(0.01, ge=0, le=1)
-    #: Driver/executor resources on the ``kubernetes`` runner, e.g.
-    #: ``{driver: {cores: 1, memory: 2g}, executor: {cores: 2, memory: 4g}, executor_instances: 2}``
-    #: (see :class:`kappa.runners.kubernetes.AssetResources`); the local runner ignores it.
-    resources: dict | None = None
+    #: Driver/executor resources on the ``kubernetes`` runner (:class:`AssetResources`); the local
+    #: runner ignores them.
+    resources: "AssetResources | None" = None
     #: Whether a difference between a candidate version and the promoted one blocks promotion
     #: (default: the shadow diff is reported, not blocking).
     shadow_diff_blocking: bool = False
@@ -271,15 +272,6 @@ class AssetSpec(_Strict):
             (name,) = item
             if not re.fullmatch(r"expect_[a-z0-9_]+", name):
                 raise ValueError(f"item {i}: {name!r} is not a Great Expectations expectation name (expect_…)")
-        return v
-
-    @field_validator("resources")
-    @classmethod
-    def _resources(cls, v: dict | None) -> dict | None:
-        if v is not None:
-            from kappa.runners.kubernetes import AssetResources
-
-            AssetResources.model_validate(v)
         return v
 
     @model_validator(mode="after")
@@ -340,6 +332,37 @@ class AssetSpec(_Strict):
             module = self.transform.python.split(":")[0]
             blob += (self.path.parent / module).read_text()
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Resources(_Strict):
+    """Driver or executor size. ``memory`` is a JVM heap size string (``2g``, ``512m``); ``cores``
+    are whole CPUs requested from Kubernetes; ``core_limit`` a Kubernetes CPU quantity."""
+
+    cores: int = Field(1, ge=1)
+    core_limit: str | None = None
+    memory: str = "2g"
+    memory_overhead: str | None = None
+
+    @field_validator("memory", "memory_overhead")
+    @classmethod
+    def _jvm_size(cls, v: str | None) -> str | None:
+        if v is not None and not _MEMORY_RE.match(v):
+            raise ValueError(f"{v!r} is not a JVM size like '512m' or '2g'")
+        return v
+
+
+class AssetResources(_Strict):
+    """The optional ``resources`` block of an asset YAML::
+
+        resources:
+          driver: {cores: 1, memory: 2g}
+          executor: {cores: 2, memory: 4g}
+          executor_instances: 2
+    """
+
+    driver: Resources | None = None
+    executor: Resources | None = None
+    executor_instances: int | None = Field(None, ge=1)
 
 
 class TopicSpec(_Strict):
@@ -499,3 +522,6 @@ def load_catalog(assets_dir: Path) -> Catalog:
     catalog = Catalog(assets, topics, assets_dir)
     catalog.topological()
     return catalog
+
+
+AssetSpec.model_rebuild()

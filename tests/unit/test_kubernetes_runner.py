@@ -21,7 +21,7 @@ from kappa.runners.kubernetes import (
     build_spark_application,
     outcome_of,
 )
-from kappa.spec import load_catalog
+from kappa.spec import AssetResources, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = load_catalog(ROOT / "assets")
@@ -170,12 +170,12 @@ def test_default_resources_and_asset_overrides(cfg):
     app = build_spark_application(CATALOG["flights"], 1, cfg)
     assert (app["spec"]["driver"]["cores"], app["spec"]["driver"]["memory"]) == (1, "2g")
     assert (app["spec"]["executor"]["instances"], app["spec"]["executor"]["memory"]) == (1, "2g")
-    # an asset YAML's optional `resources` block (read with getattr, see kappa.spec) wins
-    spec = CATALOG["flights"].model_copy(update={"resources": {
+    # an asset YAML's optional `resources` block (kappa.spec.AssetResources) wins
+    spec = CATALOG["flights"].model_copy(update={"resources": AssetResources.model_validate({
         "driver": {"cores": 2, "memory": "3g"},
         "executor": {"cores": 4, "memory": "8g", "memory_overhead": "1g"},
         "executor_instances": 3,
-    }})
+    })})
     app = build_spark_application(spec, 1, cfg)
     assert app["spec"]["driver"]["cores"] == 2 and app["spec"]["driver"]["memory"] == "3g"
     ex = app["spec"]["executor"]

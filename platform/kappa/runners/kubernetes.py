@@ -55,7 +55,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kappa.spec import AssetSpec, Catalog, load_catalog
+from kappa.spec import AssetResources, AssetSpec, Catalog, Resources, load_catalog
 
 GROUP = "sparkoperator.k8s.io"
 VERSION = "v1beta2"
@@ -75,7 +75,6 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_KAFKA_CLIENT = "kappa.dev/kafka-client"
 COMPONENT = "streaming-asset"
 
-_MEMORY_RE = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
 _K8S_NAME_MAX = 63
 
 
@@ -113,40 +112,6 @@ def version_path(root: str, asset: str, version: int) -> str:
 
 
 # --------------------------------------------------------------------------------------- config
-
-
-class Resources(BaseModel):
-    """Driver or executor size. ``memory`` is a JVM heap size string (``2g``, ``512m``); ``cores``
-    are whole CPUs requested from Kubernetes; ``core_limit`` a Kubernetes CPU quantity."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    cores: int = Field(1, ge=1)
-    core_limit: str | None = None
-    memory: str = "2g"
-    memory_overhead: str | None = None
-
-    @field_validator("memory", "memory_overhead")
-    @classmethod
-    def _jvm_size(cls, v: str | None) -> str | None:
-        if v is not None and not _MEMORY_RE.match(v):
-            raise ValueError(f"{v!r} is not a JVM size like '512m' or '2g'")
-        return v
-
-
-class AssetResources(BaseModel):
-    """The optional ``resources`` block of an asset YAML::
-
-        resources:
-          driver: {cores: 1, memory: 2g}
-          executor: {cores: 2, memory: 4g, instances: 2}
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    driver: Resources | None = None
-    executor: Resources | None = None
-    executor_instances: int | None = Field(None, ge=1)
 
 
 class KubernetesRunnerConfig(BaseModel):
@@ -231,14 +196,8 @@ class KubernetesRunnerConfig(BaseModel):
 
 
 def asset_resources(spec: AssetSpec) -> AssetResources:
-    """The asset's optional ``resources`` block, if its spec model has one (read with ``getattr`` so
-    the runner works before and after the field is added to :class:`~kappa.spec.AssetSpec`)."""
-    raw = getattr(spec, "resources", None)
-    if raw is None:
-        return AssetResources()
-    if isinstance(raw, BaseModel):
-        raw = raw.model_dump(exclude_none=True)
-    return AssetResources.model_validate(raw)
+    """The asset's ``resources`` block (empty when the YAML declares none)."""
+    return spec.resources or AssetResources()
 
 
 # ------------------------------------------------------------------------------ SparkApplication
