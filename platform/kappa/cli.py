@@ -450,9 +450,5 @@ def demo(
                       f"(`kappa kafka stop` stops it); try `kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"`.")
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -122,11 +122,12 @@ class Registry:
                 out.append(r)
         return out
 
-    def versions(self, asset: str) -> list[Version]:
-        """Every version of ``asset``, oldest first, with its derived state."""
+    def versions(self, asset: str, events: list[dict] | None = None) -> list[Version]:
+        """Every version of ``asset``, oldest first, with its derived state (folded from
+        ``events`` when given — all assets' events, oldest first — else read from the table)."""
         by_version: dict[int, Version] = {}
         promoted: int | None = None
-        for e in self.events(asset):
+        for e in (self.events(asset) if events is None else [e for e in events if e["asset"] == asset]):
             v = e["version"]
             if e["event"] == "created":
                 d = e["details"]
@@ -170,8 +171,13 @@ class Registry:
 
     def promoted_all(self) -> dict[str, Version]:
         """Stable name -> promoted version, for every asset that has one."""
-        assets = sorted({e["asset"] for e in self.events()})
-        return {a: p for a in assets if (p := self.promoted(a)) is not None}
+        events = self.events()  # one read of the registry, folded per asset
+        out = {}
+        for asset in sorted({e["asset"] for e in events}):
+            promoted = [v for v in self.versions(asset, events) if v.state == "promoted"]
+            if promoted:
+                out[asset] = promoted[0]
+        return out
 
     # -- writing ---------------------------------------------------------------------------------
     def _append(self, rows: list[dict]) -> None:

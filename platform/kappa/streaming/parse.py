@@ -42,10 +42,6 @@ def _json_path(name: str) -> str:
     return "$." + name if name.isidentifier() else f"$['{name}']"
 
 
-def _sql_str(text: str) -> Column:
-    return F.lit(text)
-
-
 def reason_column(text: Column, value: Column, parsed: Column, transform: ParseTransform) -> Column:
     """Why a record is bad, or null when it is good."""
     fields = transform.fields
@@ -67,14 +63,14 @@ def reason_column(text: Column, value: Column, parsed: Column, transform: ParseT
     future = interval_seconds(transform.max_future)
     event_time = parsed[transform.event_time]
     return (
-        F.when(value.isNull(), _sql_str("null value"))
-        .when(F.length(value) == 0, _sql_str("empty value"))
+        F.when(value.isNull(), F.lit("null value"))
+        .when(F.length(value) == 0, F.lit("empty value"))
         .when(F.length(value) > transform.max_value_bytes,
               F.format_string(f"value is %d bytes, over the {transform.max_value_bytes}-byte limit", F.length(value)))
-        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), _sql_str("value is not valid UTF-8"))
-        .when(parsed.isNull() | ~F.trim(text).startswith("{"), _sql_str("not a JSON object"))
+        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit("value is not valid UTF-8"))
+        .when(parsed.isNull() | ~F.trim(text).startswith("{"), F.lit("not a JSON object"))
         .when(parsed[CORRUPT].isNotNull() & (type_detail != ""), type_detail)
-        .when(parsed[CORRUPT].isNotNull(), _sql_str("malformed JSON"))
+        .when(parsed[CORRUPT].isNotNull(), F.lit("malformed JSON"))
         .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
         .when(event_time > F.current_timestamp() + F.expr(f"INTERVAL {int(future)} SECONDS"),
               F.concat(F.lit(f"{transform.event_time} is more than {transform.max_future} in the future: "),
