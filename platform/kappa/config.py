@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     spark_master: str = "local[*]"
     spark_driver_memory: str = "4g"
     shuffle_partitions: int = Field(4, ge=1)
+    #: ``spark.databricks.delta.snapshotPartitions``: tasks that rebuild a Delta snapshot.
+    delta_snapshot_partitions: int = Field(2, ge=1)
     spark_ui: bool = False
 
     runner: Literal["local", "kubernetes"] = "local"

@@ -5,13 +5,15 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
 
 * ``raw`` (bronze): Delta's streaming sink, which records each micro-batch id in the Delta log and
   skips a batch it has already committed.
-* ``parse`` (silver): ``foreachBatch``. Bad records are appended to the quarantine table with
-  ``txnAppId`` = the version's writer id and ``txnVersion`` = the batch id (a replayed batch is
-  skipped); good records are inserted with an insert-only ``MERGE`` on ``event_id``, which is both
-  the deduplication (an event seen before is not inserted again) and idempotent. With a
-  ``watermark``, a new event older than (latest event time already in the table - delay) goes to
-  the late-events table instead (same txn protection); the watermark of a batch comes from the
-  batches before it, as in Spark's own stateful operators.
+* ``parse`` (silver): ``foreachBatch``. Each of its appends (bad records to the quarantine table,
+  late events to the late-events table, new rows to the asset's table) carries ``txnAppId`` = the
+  version's writer id and ``txnVersion`` = the batch id, so a batch re-run after a failure is
+  skipped where it already committed. Deduplication: within the batch the earliest copy of an
+  ``event_id`` in the log wins; a left anti-join on ``event_id`` against the table (bounded by the
+  batch's earliest event time, so Delta's data skipping reads only recent files) drops events seen
+  before. With a ``watermark``, a new event older than (latest event time already in the table -
+  delay) goes to the late-events table instead; the watermark of a batch comes from the batches
+  before it, as in Spark's own stateful operators.
 * ``window`` (gold): Spark's stateful window aggregation with a watermark in ``update`` output mode;
   each micro-batch's updated windows are upserted with ``MERGE`` on (group-by keys, window_start),
   so the table always holds every window's current value, including windows still open.
@@ -93,8 +95,6 @@ class ParseWriter:
     """foreachBatch body of a ``parse`` asset: quarantine bad records, insert new good ones."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
-        from delta.tables import DeltaTable
-
         assert spec.transform.parse is not None
         self.spec, self.version = spec, version
         self.transform = spec.transform.parse
@@ -116,68 +116,73 @@ class ParseWriter:
         return self.latest - timedelta(seconds=self.delay_s)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
         spark = batch.sparkSession
         parsed = parse_columns(batch.select(*KAFKA_COLUMNS), self.transform).persist()
         try:
             event_id, event_time = self.transform.event_id, self.transform.event_time
+            is_good = F.col("reason").isNull()
+            good_time = F.when(is_good, F.col(f"r.{event_time}"))
+            wm = self.watermark()
+            behind = F.col(f"r.{event_time}") < F.lit(wm) if wm is not None else F.lit(False)
             stats = parsed.agg(
-                F.count_if(F.col("reason").isNotNull()).alias("bad"),
-                F.max(F.when(F.col("reason").isNull(), F.col(f"r.{event_time}"))).alias("latest"),
+                F.count_if(~is_good).alias("bad"),
+                F.min(good_time).alias("earliest"),
+                F.max(good_time).alias("latest"),
+                F.count_if(is_good & behind).alias("behind"),
             ).first()
-            bad = parsed.where(F.col("reason").isNotNull()).select(
-                F.lit(self.spec.name).alias("asset"),
-                F.lit(self.version.version).cast("int").alias("version"),
-                "topic", "partition", "offset",
-                F.col("timestamp").alias("kafka_timestamp"),
-                "key", "value", "reason",
-                F.current_timestamp().alias("quarantined_at"),
-            )
             if stats["bad"]:  # an empty append would still cost a Delta commit
-                (bad.write.format("delta").mode("append")
-                 .option("txnAppId", f"{self.version.txn_app_id}-quarantine")
-                 .option("txnVersion", batch_id)
-                 .save(self.quarantine))
+                bad = parsed.where(~is_good).select(
+                    F.lit(self.spec.name).alias("asset"),
+                    F.lit(self.version.version).cast("int").alias("version"),
+                    "topic", "partition", "offset",
+                    F.col("timestamp").alias("kafka_timestamp"),
+                    "key", "value", "reason",
+                    F.current_timestamp().alias("quarantined_at"),
+                )
+                self._append(bad, self.quarantine, f"{self.version.txn_app_id}-quarantine", batch_id)
+            if stats["earliest"] is None:
+                return  # no good record in this batch
 
-            fields = list(self.transform.fields)
             # One row per event_id: the earliest copy in the log wins, so every version (and a
             # replay of the whole log in one batch) keeps the same copy.
             first = Window.partitionBy(F.col(f"r.{event_id}")).orderBy("topic", "partition", "offset")
-            good = (
-                parsed.where(F.col("reason").isNull())
-                .withColumn("_n", F.row_number().over(first))
-                .where("_n = 1")
-            )
-            wm = self.watermark()
-            behind = F.col(f"r.{event_time}") < F.lit(wm) if wm is not None else None
-            if behind is not None and parsed.where(F.col("reason").isNull() & behind).limit(1).count():
-                seen = spark.read.format("delta").load(self.version.table_path).select(
-                    F.col(event_id).alias("_seen"))
-                # Behind the watermark and never seen: late. Seen before: a duplicate, dropped.
-                late = (good.where(behind)
-                        .join(seen, F.col(f"r.{event_id}") == F.col("_seen"), "left_anti")
-                        .select(F.lit(self.spec.name).alias("asset"),
-                                F.lit(self.version.version).cast("int").alias("version"),
-                                F.col(f"r.{event_id}").alias("event_id"),
-                                F.col(f"r.{event_time}").alias("event_time"),
-                                F.lit(wm).cast("timestamp").alias("watermark"),
-                                "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
-                                "key", "value", F.current_timestamp().alias("arrived_at")))
-                (late.write.format("delta").mode("append")
-                 .option("txnAppId", f"{self.version.txn_app_id}-late")
-                 .option("txnVersion", batch_id)
-                 .save(self.late))
-                good = good.where(~behind)
-            good = good.select(*[F.col(f"r.{f}").alias(f) for f in fields])
-            (DeltaTable.forPath(spark, self.version.table_path).alias("t")
-             .merge(good.alias("s"), f"t.`{event_id}` = s.`{event_id}`")
-             .whenNotMatchedInsertAll()
-             .execute())
-            if stats["latest"] is not None and (self.latest is None or stats["latest"] > self.latest):
+            good = parsed.where(is_good).withColumn("_n", F.row_number().over(first)).where("_n = 1")
+            # Events already in the table are duplicates. An event's time is part of the event, so a
+            # copy of an event in this batch can only match a row at or after the batch's earliest
+            # event time: the bound lets Delta skip every file older than that by its min/max
+            # statistics (Delta docs, "Data skipping"), so a micro-batch's cost follows the batch,
+            # not the table.
+            seen = (spark.read.format("delta").load(self.version.table_path)
+                    .where(F.col(event_time) >= F.lit(stats["earliest"]))
+                    .select(F.col(event_id).alias("_seen")))
+            new = good.join(seen, F.col(f"r.{event_id}") == F.col("_seen"), "left_anti")
+            if stats["behind"]:
+                # New, but behind the watermark: late, kept in the late-events table.
+                late = new.where(behind).select(
+                    F.lit(self.spec.name).alias("asset"),
+                    F.lit(self.version.version).cast("int").alias("version"),
+                    F.col(f"r.{event_id}").alias("event_id"),
+                    F.col(f"r.{event_time}").alias("event_time"),
+                    F.lit(wm).cast("timestamp").alias("watermark"),
+                    "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
+                    "key", "value", F.current_timestamp().alias("arrived_at"))
+                self._append(late, self.late, f"{self.version.txn_app_id}-late", batch_id)
+                new = new.where(~behind)
+            rows = new.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields])
+            self._append(rows, self.version.table_path, self.version.txn_app_id, batch_id)
+            if self.latest is None or stats["latest"] > self.latest:
                 self.latest = stats["latest"]
         finally:
             parsed.unpersist()
+
+    @staticmethod
+    def _append(df: DataFrame, path: str, txn_app_id: str, batch_id: int) -> None:
+        """Append ``df`` to the Delta table at ``path`` once per (``txn_app_id``, ``batch_id``): Delta
+        records the pair in its log and skips a write whose batch id it has already committed
+        (Delta docs, "Idempotent table writes in foreachBatch")."""
+        (df.write.format("delta").mode("append")
+         .option("txnAppId", txn_app_id).option("txnVersion", batch_id)
+         .save(path))
 
 
 class UpsertWriter:

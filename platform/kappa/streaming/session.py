@@ -35,6 +35,10 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         # Each foreachBatch MERGE is small; Delta's auto-compaction keeps file counts bounded.
         "spark.databricks.delta.autoCompact.enabled": "true",
         "spark.databricks.delta.optimizeWrite.enabled": "false",
+        # Delta rebuilds a table's snapshot (its log replayed into the list of live files) with
+        # this many tasks; the default, 50, costs seconds per micro-batch on a few cores and small
+        # logs, which is most of a small batch's time. Checkpoints keep the log short.
+        "spark.databricks.delta.snapshotPartitions": str(settings.delta_snapshot_partitions),
         # Stop queries cleanly on JVM shutdown and don't keep a Hive metastore around.
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.warehouse.dir": str((settings.home or Path(".kappa")) / "spark-warehouse"),
