@@ -102,12 +102,12 @@ class ParseWriter:
         self.late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
         self.delay_s = interval_seconds(spec.watermark.delay) if spec.watermark else None
         _ensure_table(spark, version.table_path, row_schema(self.transform.fields))
-        # The latest event time in the table, read once per query start and then advanced by each
-        # batch (a scan of the whole table per micro-batch would make every batch cost grow).
-        self.latest = None
-        if self.delay_s is not None:
-            self.latest = spark.read.format("delta").load(version.table_path).agg(
-                F.max(self.transform.event_time)).first()[0]
+        # The latest event time in the table (None: empty), read once per query start and then
+        # advanced by each batch (a scan of the whole table per micro-batch would make every
+        # batch cost grow). It is the watermark's base, and it spares the duplicate check of a
+        # batch whose events are all newer than every row in the table.
+        self.latest = spark.read.format("delta").load(version.table_path).agg(
+            F.max(self.transform.event_time)).first()[0]
 
     def watermark(self):
         """Latest event time of the batches before this one minus the delay (None: none yet)."""
@@ -149,13 +149,16 @@ class ParseWriter:
             good = parsed.where(is_good).withColumn("_n", F.row_number().over(first)).where("_n = 1")
             # Events already in the table are duplicates. An event's time is part of the event, so a
             # copy of an event in this batch can only match a row at or after the batch's earliest
-            # event time: the bound lets Delta skip every file older than that by its min/max
+            # event time: when that is later than the table's latest, nothing can match and the
+            # table is not read; otherwise the bound lets Delta skip every older file by its min/max
             # statistics (Delta docs, "Data skipping"), so a micro-batch's cost follows the batch,
             # not the table.
-            seen = (spark.read.format("delta").load(self.version.table_path)
-                    .where(F.col(event_time) >= F.lit(stats["earliest"]))
-                    .select(F.col(event_id).alias("_seen")))
-            new = good.join(seen, F.col(f"r.{event_id}") == F.col("_seen"), "left_anti")
+            new = good
+            if self.latest is not None and stats["earliest"] <= self.latest:
+                seen = (spark.read.format("delta").load(self.version.table_path)
+                        .where(F.col(event_time) >= F.lit(stats["earliest"]))
+                        .select(F.col(event_id).alias("_seen")))
+                new = good.join(seen, F.col(f"r.{event_id}") == F.col("_seen"), "left_anti")
             if stats["behind"]:
                 # New, but behind the watermark: late, kept in the late-events table.
                 late = new.where(behind).select(
