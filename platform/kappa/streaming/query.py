@@ -117,13 +117,20 @@ class ParseWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = batch.sparkSession
-        parsed = parse_columns(batch.select(*KAFKA_COLUMNS), self.transform).persist()
+        event_id, event_time = self.transform.event_id, self.transform.event_time
+        is_good = F.col("reason").isNull()
+        good_time = F.when(is_good, F.col(f"r.{event_time}"))
+        wm = self.watermark()
+        behind = F.col(f"r.{event_time}") < F.lit(wm) if wm is not None else F.lit(False)
+        # Persisted once, read by every write below. The raw key and value are kept only for the
+        # records that may be set aside (bad, or behind the watermark): most of a record's bytes
+        # need not be cached twice (raw and parsed).
+        set_aside = ~is_good | behind
+        parsed = parse_columns(batch.select(*KAFKA_COLUMNS), self.transform).select(
+            "topic", "partition", "offset", "timestamp", "r", "reason",
+            F.when(set_aside, F.col("key")).alias("key"), F.when(set_aside, F.col("value")).alias("value"),
+        ).persist()
         try:
-            event_id, event_time = self.transform.event_id, self.transform.event_time
-            is_good = F.col("reason").isNull()
-            good_time = F.when(is_good, F.col(f"r.{event_time}"))
-            wm = self.watermark()
-            behind = F.col(f"r.{event_time}") < F.lit(wm) if wm is not None else F.lit(False)
             stats = parsed.agg(
                 F.count_if(~is_good).alias("bad"),
                 F.min(good_time).alias("earliest"),
