@@ -42,11 +42,12 @@ def _assert_exact(summary: dict, kills: int) -> None:
     assert summary["passed"]
 
 
-# Generous timeouts: on a loaded 2-core machine one driver restart took ~4 minutes.
+# Generous timeouts: a driver restart takes ~30 s on an idle 2-core machine, but took ~4 minutes
+# when three other Spark jobs shared it.
 @pytest.mark.timeout(1500)
 def test_sigkill_of_the_spark_driver_loses_and_duplicates_nothing(tmp_path):
-    summary = _run("driver", tmp_path, kills=2)
-    _assert_exact(summary, 2)
+    summary = _run("driver", tmp_path, kills=3)
+    _assert_exact(summary, 3)
     assert all(k["killed_processes"] >= 2 for k in summary["kills"])  # the Python driver and its JVM
 
 
