@@ -143,8 +143,14 @@ logger.state.level = WARN
 
 
 def _kafka_uuid() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's ``Uuid``)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's ``Uuid``).
+
+    Like Kafka's ``Uuid.randomUuid()``, never one that starts with ``-``: ``kafka-storage format
+    -t -abc…`` reads it as an option and fails (1 start in 64 did)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def status(settings: Settings) -> BrokerStatus:
