@@ -84,6 +84,17 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
     return new
 
 
+def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, dict[str, Version]]:
+    """The replay chain of ``asset`` (it and everything downstream, topological order), checked
+    for a complete log, with version N+1 of each created. Returns (chain, registry, new versions).
+    Raises :class:`RetentionError` before creating anything if the log is incomplete."""
+    catalog = load_catalog(settings.assets_dir)
+    chain = catalog.topological([asset, *catalog.downstream(asset)])
+    check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
+    registry = Registry(settings)
+    return chain, registry, create_chain_versions(settings, catalog, chain, registry)
+
+
 def replay(
     settings: Settings,
     asset: str,
@@ -98,13 +109,7 @@ def replay(
     from kappa.streaming.session import spark_session
 
     started = time.monotonic()
-    catalog = load_catalog(settings.assets_dir)
-    chain = catalog.topological([asset, *catalog.downstream(asset)])
-    topics = sorted({t for name in chain for t in catalog[name].topics})
-    check_retention(settings, topics)
-
-    registry = Registry(settings)
-    new = create_chain_versions(settings, catalog, chain, registry)
+    chain, registry, new = begin_replay(settings, asset)
     spark = spark or spark_session(settings)
     results = run_until_caught_up(settings, chain, spark=spark, versions=new, on_progress=on_progress)
     gates = {name: run_gate(settings, name, new[name].version, spark=spark) for name in chain}

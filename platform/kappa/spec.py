@@ -227,6 +227,37 @@ class Sink(_Strict):
     partition_by: list[str] = Field(default_factory=list)
 
 
+class Resources(_Strict):
+    """Driver or executor size. ``memory`` is a JVM heap size string (``2g``, ``512m``); ``cores``
+    are whole CPUs requested from Kubernetes; ``core_limit`` a Kubernetes CPU quantity."""
+
+    cores: int = Field(1, ge=1)
+    core_limit: str | None = None
+    memory: str = "2g"
+    memory_overhead: str | None = None
+
+    @field_validator("memory", "memory_overhead")
+    @classmethod
+    def _jvm_size(cls, v: str | None) -> str | None:
+        if v is not None and not _MEMORY_RE.match(v):
+            raise ValueError(f"{v!r} is not a JVM size like '512m' or '2g'")
+        return v
+
+
+class AssetResources(_Strict):
+    """The optional ``resources`` block of an asset YAML::
+
+        resources:
+          driver: {cores: 1, memory: 2g}
+          executor: {cores: 2, memory: 4g}
+          executor_instances: 2
+    """
+
+    driver: Resources | None = None
+    executor: Resources | None = None
+    executor_instances: int | None = Field(None, ge=1)
+
+
 class AssetSpec(_Strict):
     """One streaming asset, as declared in ``assets/<group>/<name>.yaml``."""
 
@@ -248,7 +279,7 @@ class AssetSpec(_Strict):
     max_quarantine_rate: float = Field(0.01, ge=0, le=1)
     #: Driver/executor resources on the ``kubernetes`` runner (:class:`AssetResources`); the local
     #: runner ignores them.
-    resources: "AssetResources | None" = None
+    resources: AssetResources | None = None
     #: Whether a difference between a candidate version and the promoted one blocks promotion
     #: (default: the shadow diff is reported, not blocking).
     shadow_diff_blocking: bool = False
@@ -332,37 +363,6 @@ class AssetSpec(_Strict):
             module = self.transform.python.split(":")[0]
             blob += (self.path.parent / module).read_text()
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-class Resources(_Strict):
-    """Driver or executor size. ``memory`` is a JVM heap size string (``2g``, ``512m``); ``cores``
-    are whole CPUs requested from Kubernetes; ``core_limit`` a Kubernetes CPU quantity."""
-
-    cores: int = Field(1, ge=1)
-    core_limit: str | None = None
-    memory: str = "2g"
-    memory_overhead: str | None = None
-
-    @field_validator("memory", "memory_overhead")
-    @classmethod
-    def _jvm_size(cls, v: str | None) -> str | None:
-        if v is not None and not _MEMORY_RE.match(v):
-            raise ValueError(f"{v!r} is not a JVM size like '512m' or '2g'")
-        return v
-
-
-class AssetResources(_Strict):
-    """The optional ``resources`` block of an asset YAML::
-
-        resources:
-          driver: {cores: 1, memory: 2g}
-          executor: {cores: 2, memory: 4g}
-          executor_instances: 2
-    """
-
-    driver: Resources | None = None
-    executor: Resources | None = None
-    executor_instances: int | None = Field(None, ge=1)
 
 
 class TopicSpec(_Strict):
@@ -523,5 +523,3 @@ def load_catalog(assets_dir: Path) -> Catalog:
     catalog.topological()
     return catalog
 
-
-AssetSpec.model_rebuild()

@@ -331,7 +331,9 @@ def test_asset_sourced_asset_gets_its_upstream_versions_as_arguments(cfg, crd_sc
     jsonschema.Draft4Validator(crd_schema).validate(app)
     assert app["spec"]["arguments"] == ["--asset", "departures_hourly", "--version", "4", "--upstream", "flights=3"]
     # the entrypoint parses exactly these arguments
-    from kappa.runners.entrypoint import main  # noqa: F401  (import check: the module exists)
+    from kappa.runners.entrypoint import argument_parser
+    args = argument_parser().parse_args(app["spec"]["arguments"])
+    assert (args.asset, args.version, args.upstream) == ("departures_hourly", 4, ["flights=3"])
     with pytest.raises(ValueError, match="flights"):
         build_spark_application(CATALOG["departures_hourly"], 4, cfg, upstream={})
     kafka_only = build_spark_application(CATALOG["flights"], 2, cfg, upstream={})

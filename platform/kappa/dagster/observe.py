@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
+from kappa.kafka.topics import TopicError
 from kappa.spec import AssetSpec, Catalog
 
 
@@ -162,7 +163,7 @@ def observe(
                 health.lag, health.end_offsets = _kafka_lag(settings, spec, cp.offsets)
             except Exception as exc:  # TopicError, KafkaException: both mean "lag unknown"
                 lag_error = f"cannot read the log end offsets of {spec.topics} at {settings.bootstrap_servers}: {exc}"
-                if "does not exist" not in str(exc):
+                if not isinstance(exc, TopicError):
                     # The broker does not answer: don't wait for its timeout once per asset.
                     broker_down = lag_error
         else:

@@ -48,8 +48,8 @@ class KappaResource(dg.ConfigurableResource):
 
     def settings(self, **overrides: object) -> Settings:
         """``load_settings`` with this resource's fields, then ``overrides``, over the environment."""
-        fields = {k: v for k, v in self.model_dump().items()
-                  if v is not None and not k.startswith("kubernetes")}
+        # Settings ignores the fields it does not know (the kubernetes_* ones).
+        fields = {k: v for k, v in self.model_dump().items() if v is not None}
         return load_settings(**{**fields, **overrides})
 
     def spark(self, settings: Settings):

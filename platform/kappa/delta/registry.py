@@ -152,19 +152,19 @@ class Registry:
                 ver.state = "promoted"
         return [by_version[k] for k in sorted(by_version)]
 
-    def version(self, asset: str, version: int) -> Version:
-        for v in self.versions(asset):
+    def version(self, asset: str, version: int, events: list[dict] | None = None) -> Version:
+        for v in self.versions(asset, events):
             if v.version == version:
                 return v
         raise RegistryError(f"{asset} has no version v{version}")
 
-    def latest(self, asset: str) -> Version | None:
+    def latest(self, asset: str, events: list[dict] | None = None) -> Version | None:
         """The newest version that is not retired (the one ``kappa run`` continues), or None."""
-        live = [v for v in self.versions(asset) if v.state != "retired"]
+        live = [v for v in self.versions(asset, events) if v.state != "retired"]
         return live[-1] if live else None
 
-    def promoted(self, asset: str) -> Version | None:
-        for v in self.versions(asset):
+    def promoted(self, asset: str, events: list[dict] | None = None) -> Version | None:
+        for v in self.versions(asset, events):
             if v.state == "promoted":
                 return v
         return None
@@ -172,12 +172,8 @@ class Registry:
     def promoted_all(self) -> dict[str, Version]:
         """Stable name -> promoted version, for every asset that has one."""
         events = self.events()  # one read of the registry, folded per asset
-        out = {}
-        for asset in sorted({e["asset"] for e in events}):
-            promoted = [v for v in self.versions(asset, events) if v.state == "promoted"]
-            if promoted:
-                out[asset] = promoted[0]
-        return out
+        found = {asset: self.promoted(asset, events) for asset in sorted({e["asset"] for e in events})}
+        return {asset: v for asset, v in found.items() if v is not None}
 
     # -- writing ---------------------------------------------------------------------------------
     def _append(self, rows: list[dict]) -> None:

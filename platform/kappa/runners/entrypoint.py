@@ -38,12 +38,18 @@ def version_from_environment(settings, spec, version: int, upstream: dict[str, i
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def argument_parser() -> argparse.ArgumentParser:
+    """The entrypoint's arguments, as the SparkApplication's ``spec.arguments`` passes them."""
     parser = argparse.ArgumentParser(prog="kappa-entrypoint", description=__doc__.split("\n\n")[0])
     parser.add_argument("--asset", required=True)
     parser.add_argument("--version", required=True, type=int)
     parser.add_argument("--upstream", action="append", default=[], metavar="ASSET=VERSION",
                         help="the upstream version an asset-sourced asset reads")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
     args = parser.parse_args(argv)
 
     from kappa.streaming.query import start_query

@@ -44,7 +44,6 @@ Example::
 from __future__ import annotations
 
 import enum
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -681,27 +680,24 @@ def replay(
 
     Raises :class:`kappa.promotion.RetentionError` before creating anything if the log is incomplete.
     """
-    from kappa.delta.registry import Registry
-    from kappa.promotion import check_retention, create_chain_versions, latest_gate
+    from kappa.promotion import begin_replay, latest_gate
 
     catalog = load_catalog(settings.assets_dir)
-    chain = catalog.topological([asset, *catalog.downstream(asset)])
-    check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
-    registry = Registry(settings)
-    versions = create_chain_versions(settings, catalog, chain, registry)
+    chain, registry, versions = begin_replay(settings, asset)
     new = {name: v.version for name, v in versions.items()}
-    upstreams = {name: v.upstream for name, v in versions.items()}
     started: dict[str, AppStatus] = {}
     for name in chain:
-        status = runner.start(catalog[name], new[name], upstreams[name], timeout_s=timeout_s)
+        status = runner.start(catalog[name], new[name], versions[name].upstream, timeout_s=timeout_s)
         started[name] = status
         if status.outcome is Outcome.RUNNING:
             registry.record(name, new[name], "running", mode="kubernetes", application=status.name)
         elif status.outcome is Outcome.FAILED:
             registry.record(name, new[name], "failed", error=status.error, application=status.name)
 
+    events = registry.events()  # one read for every asset's recorded gate
+
     def recorded(name: str, version: int) -> bool | None:
-        found = latest_gate(registry.version(name, version))
+        found = latest_gate(registry.version(name, version, events))
         return None if found is None else found[0]
 
     judge = gate or recorded
@@ -722,9 +718,9 @@ def replay(
     # Only after the promotion commit: readers have moved to the new versions, so the old queries
     # can stop. Their tables and checkpoints stay (rollback restarts nothing by itself).
     for name in chain:
-        for old in registry.versions(name):
-            if old.version < new[name] and runner.stop(name, old.version):
-                report.stopped.append(application_name(name, old.version))
+        for old in range(1, new[name]):  # versions are numbered 1..N without gaps
+            if runner.stop(name, old):
+                report.stopped.append(application_name(name, old))
     report.reason = "promoted"
     return report
 

@@ -90,7 +90,7 @@ def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> 
     return chosen
 
 
-def _as_dict(progress) -> dict:
+def progress_as_dict(progress) -> dict:
     """A StreamingQueryProgress as plain JSON data (PySpark 4 returns typed objects)."""
     text = getattr(progress, "json", None)
     return json.loads(text) if isinstance(text, str) else dict(progress)
@@ -138,7 +138,7 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     from delta.tables import DeltaTable
 
     q, spec, version = running.query, running.spec, running.version
-    progress = [_as_dict(p) for p in q.recentProgress if p]
+    progress = [progress_as_dict(p) for p in q.recentProgress if p]
     input_rows = records_read(progress)
     dropped = sum(
         op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
@@ -201,7 +201,7 @@ def run_until_caught_up(
             if on_progress is not None:
                 for r in running:
                     if r.query.lastProgress:
-                        on_progress(r.spec.name, _as_dict(r.query.lastProgress))
+                        on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
         for r in running:
             exc = r.query.exception()
             if exc is not None:
@@ -250,7 +250,7 @@ def run_continuous(
                     registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
                     raise RunError(f"{r.version.name} stopped: {exc}")
                 if on_progress is not None and r.query.lastProgress:
-                    on_progress(r.spec.name, _as_dict(r.query.lastProgress))
+                    on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
     finally:
         stop_between_batches([r.query for r in running], grace_s=grace_s)
     return [r.query.name for r in running]

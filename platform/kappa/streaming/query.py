@@ -27,7 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -91,6 +91,13 @@ def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
     return _ensure_table(spark, str(quarantine_path(settings)), quarantine_schema())
 
 
+def _record_columns() -> list[Column]:
+    """Where a set-aside Kafka record came from and its raw bytes, as the quarantine and
+    late-events tables name them (:func:`kappa.streaming.parse.quarantine_schema`)."""
+    return [F.col(c) for c in ("topic", "partition", "offset")] + [
+        F.col("timestamp").alias("kafka_timestamp"), F.col("key"), F.col("value")]
+
+
 class ParseWriter:
     """foreachBatch body of a ``parse`` asset: quarantine bad records, insert new good ones."""
 
@@ -139,13 +146,7 @@ class ParseWriter:
             ).first()
             if stats["bad"]:  # an empty append would still cost a Delta commit
                 bad = parsed.where(~is_good).select(
-                    F.lit(self.spec.name).alias("asset"),
-                    F.lit(self.version.version).cast("int").alias("version"),
-                    "topic", "partition", "offset",
-                    F.col("timestamp").alias("kafka_timestamp"),
-                    "key", "value", "reason",
-                    F.current_timestamp().alias("quarantined_at"),
-                )
+                    *self._owner(), *_record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
                 self._append(bad, self.quarantine, f"{self.version.txn_app_id}-quarantine", batch_id)
             if stats["earliest"] is None:
                 return  # no good record in this batch
@@ -169,13 +170,11 @@ class ParseWriter:
             if stats["behind"]:
                 # New, but behind the watermark: late, kept in the late-events table.
                 late = new.where(behind).select(
-                    F.lit(self.spec.name).alias("asset"),
-                    F.lit(self.version.version).cast("int").alias("version"),
+                    *self._owner(),
                     F.col(f"r.{event_id}").alias("event_id"),
                     F.col(f"r.{event_time}").alias("event_time"),
                     F.lit(wm).cast("timestamp").alias("watermark"),
-                    "topic", "partition", "offset", F.col("timestamp").alias("kafka_timestamp"),
-                    "key", "value", F.current_timestamp().alias("arrived_at"))
+                    *_record_columns(), F.current_timestamp().alias("arrived_at"))
                 self._append(late, self.late, f"{self.version.txn_app_id}-late", batch_id)
                 new = new.where(~behind)
             rows = new.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields])
@@ -184,6 +183,10 @@ class ParseWriter:
                 self.latest = stats["latest"]
         finally:
             parsed.unpersist()
+
+    def _owner(self) -> list[Column]:
+        """The ``asset`` and ``version`` columns of a record this version sets aside."""
+        return [F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version")]
 
     @staticmethod
     def _append(df: DataFrame, path: str, txn_app_id: str, batch_id: int) -> None:

@@ -32,7 +32,7 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        # Each foreachBatch MERGE is small; Delta's auto-compaction keeps file counts bounded.
+        # Each micro-batch writes small files; Delta's auto-compaction keeps file counts bounded.
         "spark.databricks.delta.autoCompact.enabled": "true",
         "spark.databricks.delta.optimizeWrite.enabled": "false",
         # Delta rebuilds a table's snapshot (its log replayed into the list of live files) with
