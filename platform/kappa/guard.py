@@ -1,0 +1,65 @@
+"""How the ``kappa`` command reports what Kappa expects to go wrong: one clear line on stderr and
+exit status 1, no traceback; and the checks of option values Typer cannot express."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+err_console = Console(stderr=True)
+
+
+def fail(message: str) -> None:
+    """Print ``error: message`` on stderr and exit with status 1."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """The exception types that mean bad input or a bad environment, not a bug in Kappa."""
+    from kappa.chaos import ChaosError
+    from kappa.delta.registry import RegistryError
+    from kappa.ingest.producer import IngestError
+    from kappa.jvm import JvmError
+    from kappa.kafka.broker import BrokerError
+    from kappa.kafka.topics import TopicError
+    from kappa.promotion import GateFailedError, RetentionError
+    from kappa.runners.local import RunError
+    from kappa.spec import SpecError
+    from kappa.sql import QueryError
+
+    return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
+            GateFailedError, RetentionError, ChaosError)
+
+
+class Guard:
+    """``with Guard():`` turns Kappa's expected errors into a clear message and exit status 1."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and isinstance(exc, expected_errors()):
+            fail(str(exc))
+        return False
+
+
+def interval_option(value: Optional[str]) -> Optional[str]:
+    """Typer callback: an interval like ``'5 seconds'`` (:func:`kappa.spec.interval_seconds`)."""
+    from kappa.spec import interval_seconds
+
+    if value is not None:
+        try:
+            interval_seconds(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def positive_option(value: Optional[float]) -> Optional[float]:
+    """Typer callback: a number above 0."""
+    if value is not None and value <= 0:
+        raise typer.BadParameter(f"{value} is not above 0")
+    return value
