@@ -18,6 +18,11 @@ def test_records_read_counts_kafka_records_by_offsets_and_others_by_rows():
     assert records_read(PROGRESS) == 300 + 20 + 7
 
 
+def test_a_first_batch_counts_from_the_log_start_it_was_given():
+    # retention had deleted offsets below 40 and 50 when the version was created
+    assert records_read(PROGRESS[:1], {"t": {"0": 40, "1": 50}}) == (100 - 40) + (200 - 50)
+
+
 def test_kafka_offsets_take_the_last_report_and_skip_other_sources():
     assert kafka_offsets(PROGRESS) == {"t": {"0": 110, "1": 210}}
     assert kafka_offsets(PROGRESS, "startOffset") == {"t": {"0": 100, "1": 200}}

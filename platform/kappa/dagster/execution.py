@@ -120,14 +120,15 @@ class _ProgressLog:
         return [p for (a, _), p in sorted(self.seen.items()) if a == asset]
 
 
-def _progress_metadata(progress: list[dict]) -> dict[str, object]:
-    """Metadata of a long-running run from its micro-batch progress reports."""
+def _progress_metadata(progress: list[dict], log_start: dict | None = None) -> dict[str, object]:
+    """Metadata of a long-running run from its micro-batch progress reports (``log_start``: the
+    version's recorded start offsets, see :func:`kappa.runners.local.records_read`)."""
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
     offsets = kafka_offsets(progress)
     last = progress[-1] if progress else {}
     return {
-        "input_rows": records_read(progress),
+        "input_rows": records_read(progress, log_start),
         "batches": len(batches),
         "batch_ms": dg.MetadataValue.json(batch_ms),
         "batch_ms_max": max(batch_ms, default=0),
@@ -182,7 +183,7 @@ def _run_long(component: "StreamingAssets", name: str, context, settings, kappa,
         "seconds": round(time.monotonic() - started, 2),
         "table_path": dg.MetadataValue.path(version.table_path),
         "checkpoint_path": dg.MetadataValue.path(version.checkpoint_path),
-        **_progress_metadata(log.batches(name)),
+        **_progress_metadata(log.batches(name), (version.last("created") or {}).get("start_offsets")),
     }
     if committed and all(isinstance(v, dict) for v in committed.values()):
         md["source_offsets"] = dg.MetadataValue.json(committed)

@@ -116,10 +116,14 @@ def kafka_offsets(progress: list[dict], which: str = "endOffset") -> dict[str, d
     return out
 
 
-def records_read(progress: list[dict]) -> int:
+def records_read(progress: list[dict], log_start: dict[str, dict[str, int]] | None = None) -> int:
     """Records a query consumed: from Kafka offsets (end - start of each batch) where the source is
     Kafka, since Spark's numInputRows counts the source once per action and a foreachBatch body
-    that writes twice doubles it; numInputRows otherwise."""
+    that writes twice doubles it; numInputRows otherwise.
+
+    A query's first batch reports no start offset: it started at ``log_start`` (topic -> partition
+    -> offset, the version's recorded ``start_offsets``), or at 0 when that is not given. On a
+    compacted topic offsets have gaps, so the count is an upper bound there."""
     total = 0
     for p in progress:
         kafka = [s for s in p.get("sources", []) if str(s.get("description", "")).startswith("Kafka")]
@@ -128,9 +132,11 @@ def records_read(progress: list[dict]) -> int:
             continue
         for src in kafka:
             start, end = (kafka_offsets([{"sources": [src]}], w) for w in ("startOffset", "endOffset"))
+            if not start:
+                start = log_start or {}
             for topic, parts in end.items():
                 for part, off in parts.items():
-                    total += off - start.get(topic, {}).get(part, 0)
+                    total += off - int(start.get(topic, {}).get(part, 0))
     return total
 
 
@@ -139,7 +145,7 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
 
     q, spec, version = running.query, running.spec, running.version
     progress = [progress_as_dict(p) for p in q.recentProgress if p]
-    input_rows = records_read(progress)
+    input_rows = records_read(progress, (version.last("created") or {}).get("start_offsets"))
     dropped = sum(
         op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
     )
