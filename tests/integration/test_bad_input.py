@@ -80,7 +80,10 @@ def test_bad_input_corpus_loses_nothing(make_env, spark):
     for key, value, reason in corpus:
         assert value in by_value, f"record {value[:40]!r} was not quarantined"
         assert reason in by_value[value], f"{value[:40]!r}: {by_value[value]!r} lacks {reason!r}"
-    assert q[q["key"].isna()]["reason"].str.contains("UTF-8").all()
+    null_key = q[q["key"].isna()]
+    assert len(null_key) == 1 and "UTF-8" in null_key["reason"].iloc[0]
+    assert bytes(null_key["value"].iloc[0]) == b'{"event_id": "\xff\xfe"}'
+    assert set(q["asset"]) == {"flights"} and set(q["version"]) == {1}
 
     assert list(late["event_id"]) == ["late-1"] and bytes(late["value"].iloc[0]) == far_past
     assert str(late["watermark"].iloc[0]).startswith("2013-01-")
