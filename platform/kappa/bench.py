@@ -53,7 +53,7 @@ import typer
 
 from kappa.chaos import IsolatedEnv, commit_time, isolated_env, latest_commit
 from kappa.config import Settings, load_settings
-from kappa.guard import Guard, interval_option
+from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option
 
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
@@ -680,6 +680,7 @@ def bench_command(
     from rich.console import Console
 
     console, err = Console(), Console(stderr=True)
+    exit_cleanly_on_sigterm()
     kw = dict(events=events, trigger=trigger, partitions=partitions, max_offsets_per_trigger=max_offsets_per_trigger,
               shuffle_partitions=shuffle_partitions, keep_state=keep_state,
               conf=dict(c.split("=", 1) for c in conf) if conf else None)

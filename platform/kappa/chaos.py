@@ -62,7 +62,7 @@ import typer
 import yaml
 
 from kappa.config import Settings, load_settings
-from kappa.guard import Guard, interval_option, positive_option
+from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
 
 Mode = Literal["driver", "broker"]
 
@@ -682,6 +682,7 @@ def _command(mode: Mode):
         from rich.console import Console
 
         err = Console(stderr=True)
+        exit_cleanly_on_sigterm()
         opts = ChaosOptions(kills=kills, limit=limit, rate=rate, seed=seed, trigger=trigger, keep_state=keep_state)
         if bronze:
             opts.assets = ["flights_bronze", *opts.assets, "weather_bronze"]

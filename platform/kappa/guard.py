@@ -3,6 +3,8 @@ exit status 1, no traceback; and the checks of option values Typer cannot expres
 
 from __future__ import annotations
 
+import signal
+import sys
 from typing import Optional
 
 import typer
@@ -44,6 +46,12 @@ class Guard:
         if exc is not None and isinstance(exc, expected_errors()):
             fail(str(exc))
         return False
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread, so the command's ``finally``
+    blocks run (stopping the broker and processes it started), as they do on Ctrl-C."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def interval_option(value: Optional[str]) -> Optional[str]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,3 +39,41 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     assert result["u1_events_per_s"] > 0 and result["u2_events_per_s"] > 0 and result["replay_events_per_s"] > 0
     assert result["replay"]["rows"] == result["input"]["events"]  # the replay read every event once
     assert result["replay_over_u2"] == pytest.approx(result["replay_events_per_s"] / result["u2_events_per_s"], rel=1e-2)
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_stops_the_bench_and_the_broker_it_started(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from kappa.cli import app; app()", "bench", "--quick"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in proc.stderr:  # the broker is up once the bench has ingested
+            if "ingested" in line:
+                break
+        assert _processes_under(tmp_path), "the bench's broker should be running now"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 30
+    while _processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _processes_under(tmp_path), "the broker outlived the bench"
+
+
+def _processes_under(root) -> list[int]:
+    """Live processes whose command line names a path under ``root`` (the bench's broker)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace")
+            state = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if str(root) in cmdline and state != "Z":
+            pids.append(int(entry))
+    return pids
