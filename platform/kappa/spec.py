@@ -582,6 +582,12 @@ def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> Non
             if c not in fields:
                 raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} is not in "
                                 f"{up.name}'s schema ({up.path})")
+    # The state store keeps a pending event's tie-breakers and collected values as JSON.
+    for where, cols in (("order_by", p.order_by), *((f"collect.{k}", [v]) for k, v in p.collect.items())):
+        for c in cols:
+            if fields[c].type in ("timestamp", "date"):
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} has type "
+                                f"{fields[c].type}; use string, number or boolean columns")
     if fields[p.time_column].type != "timestamp":
         raise SpecError(f"{spec.path}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
 

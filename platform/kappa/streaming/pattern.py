@@ -60,12 +60,12 @@ def cep_pattern(spec: AssetSpec) -> Pattern:
 class PatternProcessor(StatefulProcessor):
     """Per key: buffer events until the watermark passes them, then match them in order.
 
-    Input rows: ``_t`` (event time, µs), ``_id``, ``_order`` (tie-breakers), ``_s<i>`` (step i's
+    Input rows: ``_t`` (event time, µs), ``_id``, ``_o<k>`` (tie-breakers), ``_s<i>`` (step i's
     predicate), ``_v<j>`` (collected values). Output rows: ``_kind`` ("match"/"late"), ``_first_us``,
     ``_last_us``, ``_ids`` (list), ``_v<j>`` (list per collected column), ``_watermark_us``."""
 
-    def __init__(self, pattern: Pattern, n_steps: int, n_values: int):
-        self.pattern, self.n_steps, self.n_values = pattern, n_steps, n_values
+    def __init__(self, pattern: Pattern, n_order: int, n_steps: int, n_values: int):
+        self.pattern, self.n_order, self.n_steps, self.n_values = pattern, n_order, n_steps, n_values
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -75,7 +75,7 @@ class PatternProcessor(StatefulProcessor):
         self.released = handle.getValueState("released_us", _LONG)
 
     def _event(self, row: Row) -> Event:
-        return Event(int(row["_t"]), tuple(row["_order"]), row["_id"],
+        return Event(int(row["_t"]), tuple(row[f"_o{k}"] for k in range(self.n_order)), row["_id"],
                      tuple(bool(row[f"_s{i}"]) for i in range(self.n_steps)),
                      tuple(row[f"_v{j}"] for j in range(self.n_values)))
 
@@ -158,7 +158,8 @@ def pattern_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
         F.col(p.time_column),  # the watermark's column: event-time timers need it in the plan
         F.unix_micros(F.col(p.time_column)).alias("_t"),
         F.col(p.event_id).cast("string").alias("_id"),
-        F.array(*[F.col(c).cast("string") for c in p.order_by]).alias("_order"),
+        # Tie-breakers keep their types: a flight number must sort as a number, not as text.
+        *[F.col(c).alias(f"_o{k}") for k, c in enumerate(p.order_by)],
         *[F.coalesce(F.expr(s.when), F.lit(False)).alias(f"_s{i}") for i, s in enumerate(p.steps)],
         *[F.col(src).alias(f"_v{j}") for j, (_, src) in enumerate(collect)],
     )
@@ -171,7 +172,7 @@ def pattern_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
         *[T.StructField(f"_v{j}", T.ArrayType(types[src])) for j, (_, src) in enumerate(collect)],
         T.StructField("_watermark_us", T.LongType()),
     ])
-    processor = PatternProcessor(cep_pattern(spec), len(p.steps), len(collect))
+    processor = PatternProcessor(cep_pattern(spec), len(p.order_by), len(p.steps), len(collect))
     matched = prepared.groupBy("_key").transformWithState(
         processor, out_schema, outputMode="Append", timeMode="EventTime")
     return matched.select(
