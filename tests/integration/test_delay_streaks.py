@@ -11,13 +11,16 @@ import pandas as pd
 import pytest
 
 from kappa.delta.registry import Registry
+from kappa.harness.truth import frame_hash
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.promotion import promote, replay
 from kappa.runners.local import resolve_versions, run_until_caught_up
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 
-from .helpers import assert_streaks_equal, expected_delay_streaks, frame_hash, ingest, renamed, table
+from kappa.harness.truth import frame_hash
+
+from .helpers import assert_streaks_equal, expected_delay_streaks, ingest, renamed, table
 
 pytestmark = pytest.mark.integration
 
