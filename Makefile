@@ -34,7 +34,7 @@ install: $(VENV)/.installed build/jars/.resolved
 demo: install
 	$(BIN)/kappa demo
 
-test: install k8s-validate
+test: install k8s-validate cluster-tools
 	$(BIN)/pytest
 
 test-unit: install
@@ -61,3 +61,5 @@ dagster: install
 # Kubernetes tools, schemas and strict offline validation (targets tools, k8s-validate,
 # k8s-manifests, helm-catalog); `make test` runs k8s-validate first.
 include tools/k8s.mk
+# The local control plane for tests/kubernetes (targets cluster-tools, cluster-up, cluster-down).
+include tools/cluster.mk

@@ -22,6 +22,7 @@ def fail(message: str) -> None:
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean bad input or a bad environment, not a bug in Kappa."""
     from kappa.chaos import ChaosError
+    from kappa.cluster import ClusterError
     from kappa.delta.registry import RegistryError
     from kappa.ingest.producer import IngestError
     from kappa.jvm import JvmError
@@ -33,7 +34,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from kappa.sql import QueryError
 
     return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
-            GateFailedError, RetentionError, ChaosError)
+            GateFailedError, RetentionError, ChaosError, ClusterError)
 
 
 class Guard:
