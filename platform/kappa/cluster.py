@@ -285,7 +285,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     _write_pki(pki)
     token = os.urandom(16).hex()
     (d / "tokens.csv").write_text(f"{token},{ADMIN_USER},{ADMIN_USER},system:masters\n")
-    ports = {name: _free_port() for name in ("kine", "kine-metrics", "apiserver", "kwok", "operator-health")}
+    ports = {name: _free_port() for name in ("kine", "apiserver", "kwok", "operator-health")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     kubeconfig = d / "kubeconfig"
     kubeconfig.write_text(_kubeconfig(server, pki / "ca.crt", token))
@@ -293,7 +293,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
 
     commands: dict[str, list[str]] = {
         "kine": [str(tools["kine"]), f"--endpoint=sqlite://{d / 'state.db'}?_journal=WAL&cache=shared&_busy_timeout=30000",
-                 f"--listen-address=127.0.0.1:{ports['kine']}", f"--metrics-bind-address=127.0.0.1:{ports['kine-metrics']}"],
+                 f"--listen-address=127.0.0.1:{ports['kine']}", "--metrics-bind-address=0"],
         "kube-apiserver": [
             str(tools["kube-apiserver"]), f"--etcd-servers=http://127.0.0.1:{ports['kine']}",
             "--bind-address=127.0.0.1", f"--secure-port={ports['apiserver']}", "--advertise-address=127.0.0.1",
