@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kappa.config import Settings
+from kappa.errors import KappaError
 
 #: Start order; stop runs it backwards.
 PROCESSES = ("kine", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "spark-operator")
@@ -57,7 +58,7 @@ SERVICE_CIDR = "10.96.0.0/16"
 ADMIN_USER = "kappa-admin"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(KappaError):
     """The local control plane cannot be started, reached or stopped; the message says why and what
     to do."""
 
