@@ -34,7 +34,7 @@ $(K8S_TOOLS)/.kwok-$(KWOK_VERSION):
 # The operator's `controller` command; its module's CRDs and chart are copied next to it (tools/deploy.sh
 # installs that chart when the chart repository cannot be reached).
 $(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION): tools/go/spark-operator/go.mod tools/go/spark-operator/go.sum
-	@grep -q 'github.com/kubeflow/spark-operator/v2 v$(SPARK_OPERATOR_VERSION)$$' tools/go/spark-operator/go.mod || \
+	@grep -qE 'github.com/kubeflow/spark-operator/v2 v$(SPARK_OPERATOR_VERSION)( // indirect)?$$' tools/go/spark-operator/go.mod || \
 		{ echo "tools/go/spark-operator/go.mod does not require spark-operator v$(SPARK_OPERATOR_VERSION) (helm/upstream.env)"; exit 1; }
 	mkdir -p $(K8S_TOOLBIN)
 	cd tools/go/spark-operator && $(CLUSTER_GO_ENV) $(GO) build -o $(K8S_TOOLBIN)/spark-operator github.com/kubeflow/spark-operator/v2/cmd/operator
