@@ -246,8 +246,8 @@ def _role(
     ``podSecurityContext``/``securityContext``/``env``/``volumeMounts`` fields: the operator's
     controller passes only the template (as ``spark.kubernetes.*.podTemplateFile``) and plain
     settings to spark-submit; those other fields reach the pods only through its optional mutating
-    webhook. Without the template, Pod Security ``restricted`` refused the driver pod (tried on a
-    real API server with the real operator, tests/kubernetes). Spark builds the pods on top of the
+    webhook. Without the template, Pod Security ``restricted`` refused the driver pod (tried on
+    kube-apiserver v1.34.4 with the operator v2.5.2 controller). Spark builds the pods on top of the
     template and keeps these fields (Spark "Pod Template" docs)."""
     container: dict[str, Any] = {
         "name": TEMPLATE_CONTAINERS[kind],
