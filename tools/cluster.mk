@@ -26,9 +26,17 @@ $(K8S_TOOLS)/.kine-$(KINE_VERSION):
 	$(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install github.com/k3s-io/kine@$(KINE_VERSION)
 	touch $@
 
+# kwok does nothing without Stages: its module's "fast" node and pod stages and the node heartbeat
+# (a Lease, so the node lifecycle controller keeps the node Ready) are copied next to it.
+KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+	pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 $(K8S_TOOLS)/.kwok-$(KWOK_VERSION):
 	mkdir -p $(K8S_TOOLBIN)
 	$(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	dir=$$($(CLUSTER_GO_ENV) $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) \
+		| python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
+	rm -rf $(K8S_TOOLS)/kwok-stages && mkdir -p $(K8S_TOOLS)/kwok-stages && \
+	for f in $(KWOK_STAGES); do cp $$dir/kustomize/stage/$$f $(K8S_TOOLS)/kwok-stages/; done && chmod u+w $(K8S_TOOLS)/kwok-stages/*
 	touch $@
 
 # The operator's `controller` command; its module's CRDs and chart are copied next to it (tools/deploy.sh

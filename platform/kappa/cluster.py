@@ -279,6 +279,9 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     d = state_dir(settings)
     tools = {name: _tool(settings, name) for name in (*PROCESSES, "kubectl")}
     crds = _spark_operator_dir(settings) / "crds"
+    stages = sorted((settings.project_dir / "build" / "tools" / "kwok-stages").glob("*.yaml"))
+    if not stages:
+        raise ClusterError("kwok's stages are missing under build/tools/kwok-stages: run `make cluster-tools`")
     d.mkdir(parents=True, exist_ok=True)
     for old in ("state.db", "state.db-wal", "state.db-shm"):  # a fresh store each start
         (d / old).unlink(missing_ok=True)
@@ -316,11 +319,9 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
         "kube-scheduler": [str(tools["kube-scheduler"]), f"--kubeconfig={kubeconfig}", "--secure-port=0",
                            "--leader-elect=false", "--profiling=false"],
         "kwok": [
-            str(tools["kwok"]), f"--kubeconfig={kubeconfig}", "--manage-all-nodes=false",
+            str(tools["kwok"]), f"--kubeconfig={kubeconfig}", *(f"--config={p}" for p in stages),
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION[0]}={KWOK_NODE_ANNOTATION[1]}",
-            "--manage-nodes-with-label-selector=",
-            "--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom",
-            "--disregard-status-with-label-selector=", "--cidr=10.0.0.1/24", "--node-ip=10.0.0.1",
+            "--cidr=10.0.0.1/24", "--node-ip=10.0.0.1",
             f"--server-address=127.0.0.1:{ports['kwok']}",
         ],
         "spark-operator": [

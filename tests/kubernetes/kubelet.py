@@ -6,7 +6,7 @@ starts the container (Spark's image entrypoint runs the driver: ``spark-submit .
 kappa/bin/entrypoint.py ARGS``, whose two-line shim runs ``python -m kappa.runners.entrypoint
 ARGS``) and reports the container's state in the pod's status. Here there is no container runtime:
 kwok reports the pod Running without running anything. This stand-in takes the pod over from kwok
-(the ``kwok.x-k8s.io/status: custom`` annotation makes kwok leave its status alone), runs the same
+(kwok sets a pod Running once, when it has no IP yet; it does not touch the status again), runs the same
 ``python -m kappa.runners.entrypoint ARGS`` on this machine with the container's plain ``env``
 (Secret references cannot be resolved here: the test passes their local equivalents), and writes
 ``Running``, then ``Succeeded``/``Failed`` with the container's exit code, as the kubelet would.
@@ -79,8 +79,6 @@ class KubeletStandIn:
     def run(self, name: str, namespace: str, env_overrides: dict[str, str] | None = None,
             timeout_s: float = 600.0) -> PodRun:
         pod = self.core.read_namespaced_pod(name, namespace)
-        # From here on kwok leaves this pod's status to us (kwok's --disregard-status-with-annotation-selector).
-        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {"kwok.x-k8s.io/status": "custom"}}})
         command, env = local_command(pod)
         env.update(env_overrides or {})
         started = self._now().isoformat()
