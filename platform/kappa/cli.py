@@ -225,6 +225,72 @@ def sql(
         _print_frame(run_sql(spark_session(settings), settings, query), fmt)
 
 
+# --- serve: the SQL endpoint ---------------------------------------------------------------------
+serve_app = typer.Typer(help="The SQL endpoint (Spark Thrift Server, HiveServer2 protocol) over promoted tables.",
+                        invoke_without_command=True)
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.callback()
+def serve_start(
+    ctx: typer.Context,
+    port: int = typer.Option(10000, "--port", help="HiveServer2 port (binary transport)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    timeout: float = typer.Option(300.0, help="Seconds to wait for the endpoint to answer."),
+) -> None:
+    """Start the endpoint in the background: every promoted table under its stable name, kept in
+    step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from kappa import serve
+
+    with Guard():
+        with console.status("starting the Spark Thrift Server…"):
+            st = serve.start(load_settings(), port=port, host=host, timeout_s=timeout)
+        console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "
+                      f"{', '.join(sorted(st.tables or {})) or 'nothing promoted yet'}; log: {st.log_file}")
+        console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, no password)")
+
+
+@serve_app.command("status")
+def serve_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the endpoint runs: host, port, JDBC URL and the tables it serves. Exit status 0 either way."""
+    from kappa import serve
+
+    with Guard():
+        st = serve.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+        else:
+            state = "[green]up[/]" if st.up else "[red]down[/]"
+            console.print(f"kappa serve {state} at {st.jdbc_url} (pid {st.pid or '-'}); tables: "
+                          f"{', '.join(sorted(st.tables or {})) or '-'}")
+
+
+@serve_app.command("stop")
+def serve_stop() -> None:
+    """Stop the endpoint."""
+    from kappa import serve
+
+    with Guard():
+        console.print(f"kappa serve stopped (pid {serve.stop(load_settings())})")
+
+
+@app.command("dbt", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def dbt_cmd(
+    ctx: typer.Context,
+    port: Optional[int] = typer.Option(None, "--serve-port", help="Port for `kappa serve` if it must be started (default 10000)."),
+) -> None:
+    """Run dbt on the project in dbt/ against `kappa serve` (started if needed): `kappa dbt build`,
+    `kappa dbt test -s carrier_daily_performance`, any dbt arguments."""
+    from kappa.analytics import run_dbt
+
+    with Guard():
+        if not ctx.args:
+            fail("give a dbt command, e.g. `kappa dbt build`")
+        raise typer.Exit(run_dbt(load_settings(), list(ctx.args), port=port).returncode)
+
+
 # --- assets, versions, promotion ------------------------------------------------------------------
 @app.command("assets")
 def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:

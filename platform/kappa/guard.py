@@ -29,11 +29,12 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from kappa.kafka.topics import TopicError
     from kappa.promotion import GateFailedError, RetentionError
     from kappa.runners.local import RunError
+    from kappa.serve import ServeError
     from kappa.spec import SpecError
     from kappa.sql import QueryError
 
     return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
-            GateFailedError, RetentionError, ChaosError)
+            GateFailedError, RetentionError, ChaosError, ServeError)
 
 
 class Guard:
