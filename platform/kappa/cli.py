@@ -431,7 +431,7 @@ def demo(
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
 ) -> None:
     """The main job: start the broker, ingest nycflights13, run every asset until caught up,
-    promote, and print an analyst view."""
+    promote, print an analyst view, start `kappa serve` and build the dbt marts through it."""
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
@@ -445,10 +445,10 @@ def demo(
         settings = load_settings()
         with console.status("starting the local Kafka broker…"):
             st = broker.ensure_running(settings)
-        console.print(f"[bold]1/4[/] broker up at {st.bootstrap_servers}")
-        console.print("[bold]2/4[/] ingesting nycflights13")
+        console.print(f"[bold]1/5[/] broker up at {st.bootstrap_servers}")
+        console.print("[bold]2/5[/] ingesting nycflights13")
         _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
-        console.print("[bold]3/4[/] running every asset until caught up")
+        console.print("[bold]3/5[/] running every asset until caught up")
         spark = spark_session(settings)
         t = time.monotonic()
         results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
@@ -465,7 +465,7 @@ def demo(
                 console.print(_gate_table(report))
         if to_promote:
             registry.promote(to_promote, reason="demo")
-        console.print(f"[bold]4/4[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+        console.print(f"[bold]4/5[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                                  or "nothing new (already promoted)"))
         console.print(_results_table(results))
         counts = run_sql(spark, settings, " UNION ALL ".join(
@@ -479,8 +479,31 @@ def demo(
             FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
             ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
         _print_frame(worst, OutputFormat.table)
-        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker keeps running "
-                      f"(`kappa kafka stop` stops it); try `kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"`.")
+        endpoint = _demo_analysts(settings)
+        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
+                      f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "
+                      f"carrier_daily_performance LIMIT 5\"` or `beeline -u {endpoint.jdbc_url}`.")
+
+
+def _demo_analysts(settings):
+    """The demo's last step: `kappa serve` up, the dbt marts built through it, and where to connect."""
+    from kappa.analytics import ensure_endpoint, run_dbt
+    from kappa.serve import beeline_path
+
+    console.print("[bold]5/5[/] SQL endpoint and dbt marts")
+    with console.status("starting the SQL endpoint (Spark Thrift Server)…"):
+        endpoint = ensure_endpoint(settings)
+    console.print(f"kappa serve up at [bold]{endpoint.jdbc_url}[/]")
+    built = run_dbt(settings, ["build"])
+    if built.returncode != 0:
+        fail(f"dbt build failed (exit {built.returncode}); its log: {settings.home}/dbt/logs/dbt.log")
+    console.print("[bold]Connect a BI tool[/] (HiveServer2 / Spark Thrift protocol, no password):")
+    console.print(f"  JDBC URL  {endpoint.jdbc_url}   (Hive JDBC driver; ODBC: Spark/Hive driver, host "
+                  f"{endpoint.host}, port {endpoint.port})")
+    console.print(f"  tables    the promoted streams by stable name and the dbt marts "
+                  f"carrier_daily_performance, origin_daily_weather_delays")
+    console.print(f"  beeline   {beeline_path()} -u {endpoint.jdbc_url}")
+    return endpoint
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,8 +5,9 @@ pyspark package's jars) and keeps the catalog in step with the promotion registr
 
 * every asset with a promoted version is a view named after the asset (its stable name),
   ``SELECT * FROM delta.`<warehouse>/<asset>/v<N>```; ``quarantine`` and ``late_events`` too;
-* the dbt marts (Delta tables under ``<warehouse>/_dbt/``) are registered as tables, so they survive
-  a restart of the endpoint;
+* the dbt marts (Delta tables under ``<warehouse>/_dbt/``) are registered as tables when the
+  endpoint starts, so they survive a restart of it (while it runs, dbt itself creates them in its
+  catalog);
 * a background loop polls the registry's Delta version every :data:`POLL_S` seconds and, when it
   moved, replaces the views; the registry version it has applied is written to the state file.
   :meth:`kappa.delta.registry.Registry.promote` waits for that acknowledgement, so once a promotion
@@ -65,6 +66,15 @@ class ServeStatus:
 
 def jdbc_url(host: str, port: int) -> str:
     return f"jdbc:hive2://{host}:{port}/default"
+
+
+def beeline_path() -> str:
+    """Hive's ``beeline`` shell as the pyspark package ships it (needs Java)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin is not None
+    return str(Path(spec.origin).parent / "bin" / "beeline")
 
 
 def marts_root(settings: Settings) -> Path | str:
@@ -241,20 +251,22 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     return conf
 
 
-def sync_catalog(spark, settings: Settings, applied: dict[str, str]) -> dict[str, str]:
-    """Make the catalog's relations equal :func:`served_relations`; returns name -> path served.
-    ``CREATE OR REPLACE VIEW`` swaps a view in one catalog call, so a query sees the old version or
-    the new one, never no table."""
+def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool = False) -> dict[str, str]:
+    """Make the catalog's views equal the promoted tables; with ``marts`` (at start-up only, so
+    it never races a running ``dbt build`` creating the same table) also register the dbt marts.
+    Returns name -> path served. ``CREATE OR REPLACE VIEW`` swaps a view in one catalog call, so a
+    query sees the old version or the new one, never no table."""
     views, tables = served_relations(settings)
     for name, path in views.items():
         if applied.get(name) != path:
             spark.sql(f"CREATE OR REPLACE VIEW default.`{name}` AS SELECT * FROM delta.`{path}`")
-    existing = {r.tableName for r in spark.sql("SHOW TABLES IN default").collect() if not r.isTemporary}
-    for name, path in tables.items():
-        if name not in existing and name not in views:
-            spark.sql(f"CREATE TABLE IF NOT EXISTS default.`{name}` USING delta LOCATION '{path}'")
     for name in set(applied) - set(views) - set(tables):
         spark.sql(f"DROP VIEW IF EXISTS default.`{name}`")
+    if marts:
+        existing = {r.tableName for r in spark.sql("SHOW TABLES IN default").collect() if not r.isTemporary}
+        for name, path in tables.items():
+            if name not in existing and name not in views:
+                spark.sql(f"CREATE TABLE IF NOT EXISTS default.`{name}` USING delta LOCATION '{path}'")
     return {**tables, **views}
 
 
@@ -278,7 +290,7 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
 
     version = registry_version(settings)
-    applied = sync_catalog(spark, settings, {})
+    applied = sync_catalog(spark, settings, {}, marts=True)
     jvm = spark.sparkContext._jvm
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
@@ -295,18 +307,9 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
                 state.update(registry_version=current, tables=applied)
                 _write_state(settings, state)
                 print(f"kappa serve: registry v{current}: {json.dumps(applied)}", flush=True)
-            elif marts_changed(settings, applied):
-                applied = sync_catalog(spark, settings, applied)
-                state.update(tables=applied)
-                _write_state(settings, state)
     finally:
         server.stop()
         spark.stop()
-
-
-def marts_changed(settings: Settings, applied: dict[str, str]) -> bool:
-    root = Path(marts_root(settings))
-    return root.is_dir() and any(p.name not in applied and (p / "_delta_log").is_dir() for p in root.iterdir())
 
 
 def main(argv: list[str] | None = None) -> None:
