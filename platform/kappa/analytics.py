@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from kappa.config import Settings
+from kappa.errors import KappaError
 
 
 def project_dir(settings: Settings) -> Path:
@@ -89,5 +90,5 @@ def manifest(settings: Settings) -> Path:
     return path
 
 
-class DbtError(RuntimeError):
+class DbtError(KappaError, RuntimeError):
     """The dbt project does not parse, or a dbt command failed; dbt's own output says where."""

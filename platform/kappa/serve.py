@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kappa.config import Settings, join
+from kappa.errors import KappaError
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
 
 DEFAULT_PORT = 10000  # HiveServer2's registered port
@@ -42,7 +43,7 @@ DEFAULT_HOST = "127.0.0.1"
 POLL_S = 0.25
 
 
-class ServeError(RuntimeError):
+class ServeError(KappaError, RuntimeError):
     """The SQL endpoint cannot be started, stopped or reached; the message says why."""
 
 

@@ -51,7 +51,7 @@ def build_definitions(
     component = StreamingAssets(assets_dir=str(folder), continuous=list(continuous or []))
     parts = [
         dg.build_defs_for_component(component),
-        dg.Definitions(sensors=[build_registry_sensor(component)],
+        dg.Definitions(sensors=[build_registry_sensor(component.catalog, component.options)],
                        resources={"kappa": resource or KappaResource()}, executor=dg.in_process_executor),
     ]
     if dbt:

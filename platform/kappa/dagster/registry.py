@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Iterable
 
 import dagster as dg
 
+from kappa.dagster.names import LoadOptions
 from kappa.dagster.resources import KappaResource
 from kappa.delta.registry import Registry, Version
 
 if TYPE_CHECKING:
-    from kappa.dagster.component import StreamingAssets
+    from kappa.spec import Catalog
 
 REGISTRY_SENSOR = "kappa_registry"
 
@@ -36,7 +37,8 @@ REGISTRY_SENSOR = "kappa_registry"
 def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterialization:
     """The materialization recording that ``event`` (a ``promoted`` registry event) pointed the
     stable name at ``version``."""
-    from kappa.dagster.execution import _table_rows, meta_value
+    from kappa.dagster.execution import _table_rows
+    from kappa.dagster.metadata import meta_value
 
     caught = version.last("caught_up") or {}
     rows, delta_version = _table_rows(version.table_path)
@@ -65,7 +67,7 @@ def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterial
 def gate_evaluations(version: Version, declared: Iterable[str]) -> list[dg.AssetCheckEvaluation]:
     """The latest recorded gate of ``version`` as check evaluations of the declared checks (none
     when the version was never gated)."""
-    from kappa.dagster.execution import meta_value
+    from kappa.dagster.metadata import meta_value
 
     gate = None
     for e in reversed(version.events):
@@ -137,7 +139,13 @@ def registry_events_since(registry: Registry, cursor: str | None, declared: dict
     return out, newest
 
 
-def build_registry_sensor(component: "StreamingAssets", interval_s: int = 10) -> dg.SensorDefinition:
+def build_registry_sensor(catalog: "Catalog", options: LoadOptions, interval_s: int = 10) -> dg.SensorDefinition:
+    """The ``kappa_registry`` sensor over the assets of ``catalog`` (on by default, every
+    ``interval_s`` seconds)."""
+    from kappa.quality import check_names
+
+    declared = {spec.name: list(check_names(spec)) for spec in catalog}
+
     @dg.sensor(
         name=REGISTRY_SENSOR,
         minimum_interval_seconds=interval_s,
@@ -147,8 +155,7 @@ def build_registry_sensor(component: "StreamingAssets", interval_s: int = 10) ->
                     "version's latest gate as its check evaluations.",
     )
     def _sensor(context: dg.SensorEvaluationContext, kappa: KappaResource) -> dg.SensorResult:
-        settings = kappa.settings(assets_dir=str(component.assets_path))
-        declared = {spec.name: component.check_names(spec.name) for spec in component.catalog}
+        settings = kappa.settings(assets_dir=str(options.assets_path))
         events, cursor = registry_events_since(Registry(settings), context.cursor or None, declared)
         if events:
             context.log.info(f"registry: {len(events)} events to report")
