@@ -310,6 +310,11 @@ def _vacuum(spark, deleted: dict) -> dict:
     try:
         for path, rows in deleted["tables"].items():
             if rows and DeltaTable.isDeltaTable(spark, path):
+                # With deletion vectors a DELETE only marks rows deleted in the old files: rewrite
+                # those files first (Delta docs, "REORG TABLE … APPLY (PURGE)").
+                props = DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {}
+                if props.get("delta.enableDeletionVectors") == "true":
+                    spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
                 before = sum(1 for _ in Path(path).rglob("*.parquet")) if not re.match(r"^\w+://", path) else None
                 DeltaTable.forPath(spark, path).vacuum(0)
                 after = sum(1 for _ in Path(path).rglob("*.parquet")) if before is not None else None

@@ -30,6 +30,8 @@ def _files_holding(root: Path, needle: bytes) -> list[str]:
     compression cannot hide it)."""
     found = []
     for path in root.rglob("*.parquet"):
+        if "_delta_log" in path.parts:  # Delta's own log checkpoints, not table data
+            continue
         for col in pq.read_table(path).columns:
             if pa.types.is_string(col.type) or pa.types.is_binary(col.type) or pa.types.is_large_string(col.type):
                 if any(v is not None and needle in (v if isinstance(v, bytes) else v.encode())
