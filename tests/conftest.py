@@ -5,7 +5,6 @@ jars, a real local Spark, real Delta tables. Each test gets its own topics, ware
 from __future__ import annotations
 
 import shutil
-import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,14 +13,9 @@ import pytest
 import yaml
 
 from kappa.config import Settings, load_settings
+from kappa.harness.env import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

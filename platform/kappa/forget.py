@@ -52,6 +52,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kappa.config import Settings, join
+from kappa.errors import KappaError
 
 STEPS = ("located", "deleted", "replayed", "vacuumed", "log", "done")
 
@@ -66,7 +67,7 @@ _SCHEMA = pa.schema([
 ])
 
 
-class ForgetError(RuntimeError):
+class ForgetError(KappaError, RuntimeError):
     """A forget request that cannot be carried out (unknown topic, empty key or reason)."""
 
 

@@ -196,7 +196,7 @@ def records_read_by(version_obj) -> int:
     """Records a version has read from the log, whatever ran it (until caught up, continuously, on
     Kubernetes): the Kafka offsets of its checkpoint's newest committed batch minus the log start
     offsets recorded when the version was created, summed over partitions (0: nothing committed)."""
-    from kappa.dagster.observe import read_checkpoint
+    from kappa.streaming.checkpoint import read_checkpoint
 
     committed = read_checkpoint(version_obj.checkpoint_path).offsets
     starts = (version_obj.last("created") or {}).get("start_offsets") or {}

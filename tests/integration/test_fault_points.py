@@ -34,11 +34,13 @@ from kappa.config import load_settings
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.ingest.events import Events
 from kappa.ingest.nycflights13 import load_events, publish
+from kappa.harness.delta_log import duplicate_commits, txn_commits
+from kappa.harness.truth import expected_departures_hourly
 from kappa.runners.local import run_until_caught_up
 from kappa.streaming.query import committed_txn_version
 
 from ..conftest import REPO, copy_assets
-from .helpers import assert_departures_equal, duplicate_commits, expected_departures_hourly, txn_commits
+from .helpers import assert_departures_equal
 
 pytestmark = pytest.mark.integration
 

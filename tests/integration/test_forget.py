@@ -17,7 +17,9 @@ from kappa.ingest.nycflights13 import load_events, publish
 from kappa.promotion import replay
 from kappa.runners.local import run_until_caught_up
 
-from .helpers import assert_departures_equal, expected_departures_hourly, renamed, table
+from kappa.harness.truth import expected_departures_hourly
+
+from .helpers import assert_departures_equal, renamed, table
 
 pytestmark = pytest.mark.integration
 
