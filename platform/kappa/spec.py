@@ -183,23 +183,63 @@ class WindowTransform(_Strict):
         return [*self.group_by, "window_start"]
 
 
+class ChangelogTransform(_Strict):
+    """Silver from a changelog topic of Debezium change events (``op`` r/c/u/d, ``after``,
+    ``source.lsn``, ``source.ts_ms``), keyed by the source table's primary key.
+
+    ``mode: current`` keeps the table's current state (MERGE in LSN order; deletes remove the row);
+    ``mode: history`` keeps every version of each row as a slowly changing dimension type 2
+    (``valid_from``, ``valid_to``, ``is_current``). ``schema`` declares the row's columns as the
+    source table has them (a ``date`` arrives as days since the epoch, Debezium's
+    ``io.debezium.time.Date``). See :mod:`kappa.streaming.changelog`."""
+
+    mode: Literal["current", "history"] = "current"
+    key: list[str] = Field(min_length=1)
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _shorthand(cls, v: object) -> object:
+        # `year: int` is shorthand for `year: {type: int}`, as in parse
+        if isinstance(v, dict):
+            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+        return v
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> "ChangelogTransform":
+        for k in self.key:
+            if k not in self.schema_:
+                raise ValueError(f"key column {k!r} is not in schema")
+        return self
+
+
+_TRANSFORM_KINDS = ("raw", "parse", "window", "sql", "python", "changelog")
+
+
 class Transform(_Strict):
     raw: dict | None = None
     parse: ParseTransform | None = None
     window: WindowTransform | None = None
     sql: str | None = None
     python: str | None = None
+    changelog: ChangelogTransform | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Transform":
-        given = [k for k in ("raw", "parse", "window", "sql", "python") if getattr(self, k) is not None]
+        given = [k for k in _TRANSFORM_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"declare exactly one of raw, parse, window, sql, python (got {given or 'none'})")
+            raise ValueError(f"declare exactly one of {', '.join(_TRANSFORM_KINDS)} (got {given or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("raw", "parse", "window", "sql", "python") if getattr(self, k) is not None)
+        return next(k for k in _TRANSFORM_KINDS if getattr(self, k) is not None)
 
 
 class Watermark(_Strict):
@@ -308,7 +348,7 @@ class AssetSpec(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
         kind = self.transform.kind
-        if kind in ("raw", "parse") and self.source.kafka is None:
+        if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
         if kind in ("window", "sql", "python") and self.source.asset is None:
             raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
@@ -329,7 +369,7 @@ class AssetSpec(_Strict):
     def sink_mode(self) -> str:
         if self.sink.mode:
             return self.sink.mode
-        return {"raw": "append", "parse": "merge", "window": "merge"}.get(self.transform.kind, "append")
+        return {"raw": "append", "parse": "merge", "window": "merge", "changelog": "merge"}.get(self.transform.kind, "append")
 
     @property
     def merge_keys(self) -> list[str]:
@@ -339,6 +379,8 @@ class AssetSpec(_Strict):
             return self.transform.window.keys
         if self.transform.parse is not None:
             return [self.transform.parse.event_id]
+        if self.transform.changelog is not None:
+            return list(self.transform.changelog.key)
         return []
 
     @property

@@ -281,6 +281,10 @@ def start_query(
     if spec.transform.kind == "parse":
         out = source
         writer = out.writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
+    elif spec.transform.kind == "changelog":
+        from kappa.streaming.changelog import ChangelogWriter
+
+        writer = source.writeStream.foreachBatch(ChangelogWriter(spark, spec, version, settings))
     else:
         out = transformed(spark, source, spec)
         if spec.sink_mode == "merge":
