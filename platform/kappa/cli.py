@@ -600,6 +600,11 @@ def demo(
             FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
             ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
         _print_frame(worst, OutputFormat.table)
+        console.print("[bold]Delay streaks (CEP): three departures of one aircraft over 60 minutes late within 24 h[/]")
+        streaks = run_sql(spark, settings, """
+            SELECT tailnum, first_event_time, last_event_time, dep_delays
+            FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
+        _print_frame(streaks, OutputFormat.table)
         console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker, PostgreSQL and Connect keep "
                       f"running (`kappa connect stop`, `kappa postgres stop`, `kappa kafka stop`); try "
                       f"`kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"` or `kappa cdc simulate --changes 100`.")

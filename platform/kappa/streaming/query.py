@@ -261,6 +261,10 @@ def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec) -> DataFram
         return df.select(*KAFKA_COLUMNS)
     if kind == "window":
         return window_frame(df, spec)
+    if kind == "pattern":
+        from kappa.streaming.pattern import pattern_frame
+
+        return pattern_frame(df, spec)
     if kind == "sql":
         df.createOrReplaceTempView("input")
         return spark.sql(spec.transform.sql)  # type: ignore[arg-type]
@@ -285,6 +289,12 @@ def start_query(
         from kappa.streaming.changelog import ChangelogWriter
 
         writer = source.writeStream.foreachBatch(ChangelogWriter(spark, spec, version, settings))
+    elif spec.transform.kind == "pattern":
+        from kappa.streaming.pattern import PatternWriter
+
+        late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
+        writer = transformed(spark, source, spec).writeStream.outputMode("append").foreachBatch(
+            PatternWriter(spark, spec, version, late))
     else:
         out = transformed(spark, source, spec)
         if spec.sink_mode == "merge":
