@@ -109,15 +109,20 @@ class Fault:
         return cls(asset, point, int(batch))
 
     def hit(self, asset: str, point: str, batch_id: int) -> None:
-        """Kill the driver now if (asset, point, batch_id) is this fault point: first Spark's JVM
-        (SIGKILL: it must not finish the batch or write the commit log on its own), then this
-        Python process (``os._exit(137)``)."""
+        """Kill the driver now if (asset, point, batch_id) is this fault point: its process group
+        when it leads one, else Spark's JVM (SIGKILL: it must not finish the batch or write the
+        commit log on its own) and then this Python process (``os._exit(137)``)."""
         if (asset, point, batch_id) == (self.asset, self.point, self.batch_id):
             import signal
             import sys
 
-            print(f"KAPPA_FAULT: {asset} batch {batch_id} at {point}: exiting with status 137",
+            print(f"KAPPA_FAULT: {asset} batch {batch_id} at {point}: killing the driver (SIGKILL)",
                   file=sys.stderr, flush=True)
+            if os.getpgrp() == os.getpid():
+                # Leader of its own process group (a shell job, or started in a new session): the
+                # whole group at once, as `kappa chaos driver` kills a driver: the JVM and any
+                # Python workers too, none left holding the batch or the output pipes.
+                os.killpg(os.getpgrp(), signal.SIGKILL)
             jvm = getattr(getattr(sys.modules.get("pyspark").SparkContext, "_gateway", None), "proc", None) \
                 if "pyspark" in sys.modules else None
             if jvm is not None:

@@ -106,8 +106,9 @@ def _kappa_run(settings, fault: str | None, timeout: float = 900) -> tuple[subpr
     if fault:
         env["KAPPA_FAULT"] = fault
     started = time.monotonic()
+    # A session of its own: the fault kills the run's whole process group (JVM included), never pytest.
     done = subprocess.run([KAPPA, "run", "flights", "departures_hourly", "--until-caught-up"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, start_new_session=True)
     return done, time.monotonic() - started
 
 
@@ -159,7 +160,7 @@ def test_silver_and_gold_are_exact_after_a_kill_at_every_fault_point(fault_env, 
             publish(settings, [events(stream[PART_A:])])
         done, seconds = _kappa_run(settings, fault)
         timings[fault] = round(seconds, 1)
-        assert done.returncode == 137, f"{fault}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode in (137, -9), f"{fault}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         asset, point, batch = fault.split(":")
         assert f"KAPPA_FAULT: {asset} batch {batch} at {point}" in done.stderr
         for writer, version in expect.items():
