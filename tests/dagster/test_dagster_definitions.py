@@ -49,7 +49,7 @@ def test_definitions_load_every_yaml_in_assets():
     catalog = load_catalog(REPO / "assets")
     keys = {k.to_user_string() for k in defs.get_repository_def().asset_graph.get_all_asset_keys()}
     read = {t for name in catalog.assets for t in catalog[name].topics}  # declared topics some asset reads
-    dbt_nodes = {"airlines", "stg_kappa__flights", "stg_kappa__weather", "stg_nycflights13__airlines",
+    dbt_nodes = {"nycflights13_airlines", "stg_kappa__flights", "stg_kappa__weather", "stg_nycflights13__airlines",
                  "carrier_daily_performance", "origin_daily_weather_delays"}
     assert keys == set(catalog.assets) | {f"topic/{t}" for t in read} | dbt_nodes
     assert len(list((REPO / "assets").rglob("*.yaml"))) - 2 == len(catalog.assets)  # minus topics, connectors
