@@ -109,6 +109,12 @@ def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
             assert time.monotonic() < deadline, "the ingest made no progress"
             time.sleep(0.2)
         broker.kill(settings)
+        # The killed broker's connections linger (FIN_WAIT) until the producer closes its side;
+        # the port can be bound again once they are gone.
+        deadline = time.monotonic() + 120
+        while broker.port_in_use(settings.kafka_port) or broker.port_in_use(settings.kafka_controller_port):
+            assert time.monotonic() < deadline, "the killed broker's ports were never released"
+            time.sleep(0.2)
         broker.start(settings, timeout_s=180)
         out, _ = ingest.communicate(timeout=400)
         assert ingest.returncode == 0, out[-3000:]
