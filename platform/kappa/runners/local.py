@@ -65,6 +65,21 @@ def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, 
     return out
 
 
+def ensure_source_topics(settings: Settings, catalog: Catalog, names: list[str]) -> list[str]:
+    """Create every declared source topic of ``names`` that does not exist yet (as ``topics.yaml``
+    declares it), so an asset whose producer has not started (a CDC changelog before
+    ``kappa connect start``) runs on an empty log instead of failing. Returns the topics created."""
+    from kappa.kafka.topics import ensure_topics
+
+    wanted = {t: catalog.topics[t] for n in names for t in catalog[n].topics}
+    if not wanted:
+        return []
+    try:
+        return ensure_topics(settings, wanted)
+    except Exception as exc:  # the broker is down: say so, no traceback
+        raise RunError(f"cannot create the source topics at {settings.bootstrap_servers}: {exc}") from None
+
+
 def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> dict[str, Version]:
     """The version each asset in ``names`` runs: its latest live version, or a new v1 (pinned to its
     upstream assets' versions). Raises :class:`LogicChangedError` when the declaration changed."""
@@ -191,6 +206,7 @@ def run_until_caught_up(
 
     catalog = load_catalog(settings.assets_dir)
     names = catalog.topological(names or list(catalog.assets))
+    ensure_source_topics(settings, catalog, names)
     registry = Registry(settings)
     chosen = dict(versions or {})
     missing = [n for n in names if n not in chosen]
@@ -242,6 +258,7 @@ def run_continuous(
 
     catalog = load_catalog(settings.assets_dir)
     names = catalog.topological(names or list(catalog.assets))
+    ensure_source_topics(settings, catalog, names)
     registry = Registry(settings)
     chosen = resolve_versions(catalog, names, registry)
     spark = spark or spark_session(settings)

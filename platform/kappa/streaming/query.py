@@ -355,6 +355,11 @@ def start_query(
         out = source
         writer = out.writeStream.foreachBatch(
             with_after_batch(ParseWriter(spark, spec, version, settings), spec.name, settings.fault))
+    elif spec.transform.kind == "changelog":
+        from kappa.streaming.changelog import ChangelogWriter
+
+        writer = source.writeStream.foreachBatch(
+            with_after_batch(ChangelogWriter(spark, spec, version, settings), spec.name, settings.fault))
     elif spec.transform.kind == "pattern":
         from kappa.streaming.pattern import PatternWriter
 
