@@ -23,6 +23,7 @@ from pathlib import Path
 from kappa.config import Settings
 from kappa.delta.registry import Registry, quarantine_path
 from kappa.spec import AssetSpec, SpecError, load_catalog
+from kappa.storage import exists, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
@@ -59,6 +60,21 @@ class GateReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def recorded_gate(version) -> GateReport | None:
+    """The report of the most recent gate run recorded for ``version`` (a
+    :class:`kappa.delta.registry.Version`), as :func:`run_gate` recorded it (wherever it ran:
+    here or in a gate SparkApplication); None when it was never gated."""
+    for e in reversed(version.events):
+        if e["event"] in ("gate_passed", "gate_failed"):
+            d = e["details"]
+            checks = [CheckResult(**{k: c.get(k) for k in ("name", "passed", "blocking", "observed", "expected")},
+                                  details=c.get("details") or {}) for c in d.get("checks", [])]
+            diff = next((c.details for c in checks if c.name == SHADOW_CHECK), None)
+            return GateReport(asset=version.asset, version=version.version, passed=e["event"] == "gate_passed",
+                              checks=checks, data_docs_path=d.get("data_docs"), shadow_diff=diff or None)
+    return None
 
 
 def _class_name(snake: str) -> str:
@@ -121,7 +137,10 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
     declared = expectations(spec)
     if not declared:
         return [], None
-    root = Path(settings.warehouse) / "_kappa"  # type: ignore[arg-type]
+    # GX keeps its project (suites, results, Data Docs) in a local folder: next to the tables when
+    # they are local, else in this process's scratch (the results are recorded in the registry).
+    warehouse = local_path(str(settings.warehouse))
+    root = (warehouse if warehouse is not None else (settings.home or Path(".kappa"))) / "_kappa"
     context = gx.get_context(mode="file", project_root_dir=str(root))
     # Kappa prints its own progress; GX's per-metric progress bars would flood the terminal.
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
@@ -198,7 +217,7 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
     read -= sum(int(o) for parts in (starts.get("start_offsets") or {}).values() for o in parts.values())
     q = quarantine_path(settings)
     quarantined = 0
-    if (q / "_delta_log").is_dir():
+    if exists(join(q, "_delta_log"), settings):
         quarantined = (spark.read.format("delta").load(str(q))
                        .where(f"asset = '{spec.name}' AND version = {version_obj.version}").count())
     rate = quarantined / read if read else 0.0

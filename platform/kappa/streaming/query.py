@@ -34,6 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.spec import AssetSpec, interval_seconds
+from kappa.storage import local_path
 from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
 
 TriggerMode = Literal["available_now", "continuous"]
@@ -75,15 +76,18 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         return reader.load()
     upstream = spec.source.asset
     assert upstream is not None
-    path = version.upstream_paths.get(upstream) or Registry(settings).version(
-        upstream, version.upstream[upstream]).table_path
+    path = Registry(settings).version(upstream, version.upstream[upstream]).table_path
     return spark.readStream.format("delta").load(str(path))
 
 
 def _ensure_table(spark: SparkSession, path: str, schema) -> str:
     from delta.tables import DeltaTable
 
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+    # Delta compares a CREATE TABLE location with the table's qualified path, in which Hadoop writes
+    # a local URI as file:/x; file:///x would be "two different locations". A plain path is the same
+    # table either way.
+    location = str(local_path(path)) if str(path).startswith("file://") else path
+    DeltaTable.createIfNotExists(spark).location(location).addColumns(schema).execute()
     return path
 
 
