@@ -122,7 +122,7 @@ def materialize(
         runner = kappa.build_runner(settings)
         detached = getattr(runner, "detached", False)
         wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
-        gated = False  # a fresh gate runs only after a run that caught up
+        gated = False  # a fresh gate runs after a run in this process, not after a detached start
         if key in context.selected_asset_keys:
             default = RunMode.continuous if name in options.continuous or detached else RunMode.until_caught_up
             mode = config.mode or default
@@ -146,6 +146,7 @@ def materialize(
                 metadata = None
             else:
                 version, metadata = _run_long(options, name, context, settings, kappa, config.duration_s)
+                gated = True
             if metadata is not None:
                 yield dg.MaterializeResult(
                     asset_key=key, metadata=metadata,
