@@ -101,7 +101,7 @@ class KubeletApi(KubeApi):
     runtime exists here, so when a SparkApplication is created this runs what its driver pod would
     run, as a local process: the image's entry point (``mainApplicationFile`` -> ``python -m
     kappa.runners.entrypoint`` or ``python -m kappa.cli``) with the application's ``arguments`` and
-    its driver's plain ``env`` values (``valueFrom`` Secrets cannot be resolved here; the tests
+    its driver pod template's plain ``env`` values (``valueFrom`` Secrets cannot be resolved here; the tests
     use a PLAINTEXT broker and a local warehouse, so none is needed), over ``base_env`` (what the
     image's own environment provides: project and assets folders). It reports the states the
     operator would: RUNNING while the process lives, COMPLETED on exit 0, FAILED with the log's
@@ -135,7 +135,8 @@ class KubeletApi(KubeApi):
         spec = body["spec"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
         env.update(self.base_env)
-        env.update({e["name"]: e["value"] for e in spec["driver"].get("env", []) if "value" in e})
+        (container,) = spec["driver"]["template"]["spec"]["containers"]  # what reaches the driver pod
+        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{name}.log", "wb") as log:
             self.procs[name] = subprocess.Popen(

@@ -73,7 +73,8 @@ def test_replay_with_promote_on_the_kubernetes_runner(make_env, tmp_path, monkey
     assert all(c["passed"] for c in gate["checks"] if c["blocking"])
     # paths and writer id: the registry's, passed to the application, never re-derived
     built = api.app("weather-v2")
-    env_of = {e["name"]: e.get("value") for e in built["spec"]["driver"]["env"]}
+    (container,) = built["spec"]["driver"]["template"]["spec"]["containers"]
+    env_of = {e["name"]: e.get("value") for e in container["env"]}
     assert env_of["KAPPA_TABLE_PATH"] == v2.table_path == f"file://{root}/warehouse/weather/v2"
     assert env_of["KAPPA_CHECKPOINT_PATH"] == v2.checkpoint_path and env_of["KAPPA_TXN_APP_ID"] == v2.txn_app_id
     schema = json.loads((REPO / "build" / "tools" / "schemas" / "crds" / "sparkoperator.k8s.io"
