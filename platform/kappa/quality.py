@@ -75,7 +75,8 @@ def recorded_gate(version) -> GateReport | None:
         if e["event"] in ("gate_passed", "gate_failed"):
             d = e["details"]
             checks = [CheckResult(**{k: c.get(k) for k in ("name", "passed", "blocking", "observed", "expected")},
-                                  details=c.get("details") or {}) for c in d.get("checks", [])]
+                                  details=c.get("details") or {}, evaluated=c.get("evaluated", True))
+                      for c in d.get("checks", [])]
             diff = next((c.details for c in checks if c.name == SHADOW_CHECK), None)
             return GateReport(asset=version.asset, version=version.version, passed=e["event"] == "gate_passed",
                               checks=checks, data_docs_path=d.get("data_docs"), shadow_diff=diff or None)
@@ -213,13 +214,13 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
-def records_read_by(version_obj) -> int:
+def records_read_by(version_obj, settings: Settings | None = None) -> int:
     """Records a version has read from the log, whatever ran it (until caught up, continuously, on
     Kubernetes): the Kafka offsets of its checkpoint's newest committed batch minus the log start
     offsets recorded when the version was created, summed over partitions (0: nothing committed)."""
     from kappa.streaming.checkpoint import read_checkpoint
 
-    committed = read_checkpoint(version_obj.checkpoint_path).offsets
+    committed = read_checkpoint(version_obj.checkpoint_path, settings).offsets
     starts = (version_obj.last("created") or {}).get("start_offsets") or {}
     read = 0
     for topic, parts in committed.items():
@@ -231,7 +232,7 @@ def records_read_by(version_obj) -> int:
 def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
     """Quarantined records of this version / records it read from the log
     (:func:`records_read_by`). Not evaluated when it has read nothing."""
-    read = records_read_by(version_obj)
+    read = records_read_by(version_obj, settings)
     q = quarantine_path(settings)
     quarantined = 0
     if exists(join(q, "_delta_log"), settings):
