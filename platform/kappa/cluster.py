@@ -277,7 +277,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     stop(settings)  # leftovers of a half-started or crashed plane
     t0 = time.monotonic()
     d = state_dir(settings)
-    tools = {name: _tool(settings, name) for name in (*PROCESSES, "kubectl")}
+    tools = {name: _tool(settings, name) for name in PROCESSES}
     crds = _spark_operator_dir(settings) / "crds"
     stages = sorted((settings.project_dir / "build" / "tools" / "kwok-stages").glob("*.yaml"))
     if not stages:
@@ -349,12 +349,26 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
         state["pids"][name] = p.pid
         (d / "cluster.json").write_text(json.dumps(state, indent=2))
 
-    def kubectl(*args: str, stdin: str | None = None) -> str:
-        r = subprocess.run([str(tools["kubectl"]), f"--kubeconfig={kubeconfig}", *args], input=stdin,
-                           capture_output=True, text=True, timeout=60)
-        if r.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
-        return r.stdout
+    def apply_crds_and_node() -> None:
+        """The Spark operator's CRDs (it watches them) and the kwok node, through the API."""
+        import yaml
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        ext = client.ApiextensionsV1Api(api)
+        for path in sorted(crds.glob("*.yaml")):
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in sorted(crds.glob("*.yaml"))]
+
+        def established() -> bool:
+            for name in names:
+                conds = ext.read_custom_resource_definition(name).status.conditions or []
+                if not any(c.type == "Established" and c.status == "True" for c in conds):
+                    return False
+            return True
+
+        _wait("the Spark operator's CRDs to be established", established, 60, procs, d)
+        client.CoreV1Api(api).create_node(yaml.safe_load(_node_manifest()))
 
     try:
         launch("kine")
@@ -365,9 +379,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
               timeout_s, procs, d)
         for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
             launch(name)
-        kubectl("apply", "--server-side", "-f", str(crds))
-        kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
-        kubectl("apply", "--server-side", "-f", "-", stdin=_node_manifest())
+        apply_crds_and_node()
         launch("spark-operator")
         _wait("the default service account (kube-controller-manager)",
               lambda: _get(f"{server}/api/v1/namespaces/default/serviceaccounts/default", pki / "ca.crt", token)[0] == 200,

@@ -30,6 +30,9 @@ Transforms (exactly one per asset):
   rows deduplicated by ``event_id``.
 * ``window`` — gold: an event-time window aggregation (tumbling, hopping or session window) with a
   watermark, kept exact by an upsert (MERGE) of each micro-batch's updated windows.
+* ``pattern`` — gold: complex event processing, a declarative pattern (steps, each a SQL predicate
+  with a count; contiguity; ``within``) matched per key in event-time order by a stateful processor
+  (:mod:`kappa.streaming.pattern`, semantics in :mod:`kappa.streaming.cep`); one row per match.
 * ``sql`` / ``python`` — a SQL ``SELECT … FROM input`` or a function ``transform(df) -> DataFrame``
   over the upstream stream.
 
@@ -185,23 +188,125 @@ class WindowTransform(_Strict):
         return [*self.group_by, "window_start"]
 
 
+class ChangelogTransform(_Strict):
+    """Silver from a changelog topic of Debezium change events (``op`` r/c/u/d, ``after``,
+    ``source.lsn``, ``source.ts_ms``), keyed by the source table's primary key.
+
+    ``mode: current`` keeps the table's current state (MERGE in LSN order; deletes remove the row);
+    ``mode: history`` keeps every version of each row as a slowly changing dimension type 2
+    (``valid_from``, ``valid_to``, ``is_current``). ``schema`` declares the row's columns as the
+    source table has them (a ``date`` arrives as days since the epoch, Debezium's
+    ``io.debezium.time.Date``). See :mod:`kappa.streaming.changelog`."""
+
+    mode: Literal["current", "history"] = "current"
+    key: list[str] = Field(min_length=1)
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _shorthand(cls, v: object) -> object:
+        # `year: int` is shorthand for `year: {type: int}`, as in parse
+        if isinstance(v, dict):
+            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+        return v
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> "ChangelogTransform":
+        for k in self.key:
+            if k not in self.schema_:
+                raise ValueError(f"key column {k!r} is not in schema")
+        return self
+
+
+class PatternStep(_Strict):
+    """One step of a pattern: ``count`` consecutive events (in the pattern's contiguity) that each
+    satisfy the SQL predicate ``when`` over the input's columns."""
+
+    name: str
+    when: str = Field(min_length=1)
+    count: int = Field(1, ge=1, le=100)
+
+    _n = field_validator("name")(classmethod(lambda cls, v: _snake(v)))
+
+
+#: Columns every pattern's output has, besides its ``collect`` arrays.
+PATTERN_COLUMNS = ("first_event_time", "last_event_time", "event_ids")
+
+
+class PatternTransform(_Strict):
+    """Complex event processing over one key's events (see :mod:`kappa.streaming.cep`).
+
+    Output, one row per match: ``<key>``, ``first_event_time``, ``last_event_time`` (timestamps),
+    ``event_ids`` (array of the matched events' ids, in order), then one array per ``collect``
+    entry (output column -> input column, e.g. ``dep_delays: dep_delay``)."""
+
+    key: str
+    time_column: str = "event_time"
+    #: Tie-breakers after ``time_column`` (then ``event_id``), so the order is total.
+    order_by: list[str] = Field(default_factory=list)
+    event_id: str = "event_id"
+    #: SQL predicate: only these events are seen by the pattern (others neither match nor break it).
+    where: str | None = None
+    steps: list[PatternStep] = Field(min_length=1)
+    contiguity: Literal["strict", "relaxed"] = "strict"
+    within: str
+    collect: dict[str, str] = Field(default_factory=dict)
+
+    _w = field_validator("within")(classmethod(lambda cls, v: _interval(v)))
+
+    @model_validator(mode="after")
+    def _shape(self) -> "PatternTransform":
+        names = [s.name for s in self.steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"step names must be unique, got {names}")
+        taken = {self.key, *PATTERN_COLUMNS}
+        for out in self.collect:
+            _snake(out)
+            if out in taken:
+                raise ValueError(f"collect: output column {out!r} collides with {sorted(taken)}")
+        return self
+
+    @property
+    def input_columns(self) -> list[str]:
+        """Every input column the pattern names (a step's SQL predicate aside)."""
+        cols = [self.key, self.time_column, *self.order_by, self.event_id, *self.collect.values()]
+        return list(dict.fromkeys(cols))
+
+
+def _snake(v: str) -> str:
+    if not NAME_RE.match(v):
+        raise ValueError(f"{v!r} must be lower_snake_case (letters, digits, _), starting with a letter")
+    return v
+
+
+_KINDS = ("raw", "parse", "window", "pattern", "sql", "python", "changelog")
+
+
 class Transform(_Strict):
     raw: dict | None = None
     parse: ParseTransform | None = None
     window: WindowTransform | None = None
+    pattern: PatternTransform | None = None
     sql: str | None = None
     python: str | None = None
+    changelog: ChangelogTransform | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Transform":
-        given = [k for k in ("raw", "parse", "window", "sql", "python") if getattr(self, k) is not None]
+        given = [k for k in _KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"declare exactly one of raw, parse, window, sql, python (got {given or 'none'})")
+            raise ValueError(f"declare exactly one of {', '.join(_KINDS)} (got {given or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("raw", "parse", "window", "sql", "python") if getattr(self, k) is not None)
+        return next(k for k in _KINDS if getattr(self, k) is not None)
 
 
 class Watermark(_Strict):
@@ -310,9 +415,9 @@ class AssetSpec(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
         kind = self.transform.kind
-        if kind in ("raw", "parse") and self.source.kafka is None:
+        if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
-        if kind in ("window", "sql", "python") and self.source.asset is None:
+        if kind in ("window", "pattern", "sql", "python") and self.source.asset is None:
             raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
         if kind == "window":
             w = self.transform.window
@@ -321,6 +426,18 @@ class AssetSpec(_Strict):
                 raise ValueError("a window transform needs a watermark (watermark.column, watermark.delay)")
             if self.watermark.column != w.time_column:
                 raise ValueError("watermark.column must equal transform.window.time_column")
+        if kind == "pattern":
+            p = self.transform.pattern
+            assert p is not None
+            # Events are matched in event-time order, which only the watermark can vouch for
+            # (a stateful processor's event-time timers fire as the watermark passes).
+            if self.watermark is None:
+                raise ValueError("a pattern transform needs a watermark (watermark.column, watermark.delay): "
+                                 "events are buffered until the watermark passes them, then matched in order")
+            if self.watermark.column != p.time_column:
+                raise ValueError("watermark.column must equal transform.pattern.time_column")
+            if self.sink.mode == "merge":
+                raise ValueError("sink.mode: a pattern's matches are final once emitted; use 'append'")
         if kind == "parse" and self.watermark is not None:
             assert self.transform.parse is not None
             if self.watermark.column != self.transform.parse.event_time:
@@ -331,7 +448,7 @@ class AssetSpec(_Strict):
     def sink_mode(self) -> str:
         if self.sink.mode:
             return self.sink.mode
-        return {"raw": "append", "parse": "merge", "window": "merge"}.get(self.transform.kind, "append")
+        return {"raw": "append", "parse": "merge", "window": "merge", "changelog": "merge"}.get(self.transform.kind, "append")
 
     @property
     def merge_keys(self) -> list[str]:
@@ -341,6 +458,10 @@ class AssetSpec(_Strict):
             return self.transform.window.keys
         if self.transform.parse is not None:
             return [self.transform.parse.event_id]
+        if self.transform.changelog is not None:
+            return list(self.transform.changelog.key)
+        if self.transform.pattern is not None:
+            return [self.transform.pattern.key, "first_event_time"]
         return []
 
     @property
@@ -488,6 +609,30 @@ def load_asset(path: Path) -> AssetSpec:
     return spec
 
 
+def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
+    """A pattern over a parsed (silver) asset may only name columns of that asset's schema."""
+    p = spec.transform.pattern
+    up = assets[spec.source.asset] if p is not None and spec.source.asset else None
+    if p is None or up is None or up.transform.parse is None:
+        return
+    fields = up.transform.parse.fields
+    named = {"key": [p.key], "time_column": [p.time_column], "order_by": p.order_by,
+             "event_id": [p.event_id], **{f"collect.{k}": [v] for k, v in p.collect.items()}}
+    for where, cols in named.items():
+        for c in cols:
+            if c not in fields:
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} is not in "
+                                f"{up.name}'s schema ({up.path})")
+    # The state store keeps a pending event's tie-breakers and collected values as JSON.
+    for where, cols in (("order_by", p.order_by), *((f"collect.{k}", [v]) for k, v in p.collect.items())):
+        for c in cols:
+            if fields[c].type in ("timestamp", "date"):
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} has type "
+                                f"{fields[c].type}; use string, number or boolean columns")
+    if fields[p.time_column].type != "timestamp":
+        raise SpecError(f"{spec.path}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
+
+
 def load_catalog(assets_dir: Path) -> Catalog:
     """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``.
 
@@ -523,6 +668,8 @@ def load_catalog(assets_dir: Path) -> Catalog:
         for topic in spec.topics:
             if topic not in topics:
                 raise SpecError(f"{spec.path}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
+    for spec in assets.values():
+        _check_pattern_columns(spec, assets)
     catalog = Catalog(assets, topics, assets_dir)
     catalog.topological()
     return catalog

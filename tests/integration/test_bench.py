@@ -38,6 +38,9 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     assert result["cores"] == os.cpu_count()
     assert result["u1_events_per_s"] > 0 and result["u2_events_per_s"] > 0 and result["replay_events_per_s"] > 0
     assert result["replay"]["rows"] == result["input"]["events"]  # the replay read every event once
+    cep = result["replay_delay_streaks"]  # the CEP asset replayed over the silver table just built
+    assert cep["events"] == result["replay"]["rows"] and cep["events_per_s"] > 0
+    assert cep["state"]["rows"] > 0 and cep["state"]["sst_bytes"] >= 0
     assert result["replay_over_u2"] == pytest.approx(result["replay_events_per_s"] / result["u2_events_per_s"], rel=1e-2)
 
 
