@@ -28,7 +28,9 @@ app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> St
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
 kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_args_is_help=True)
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
+cluster_app = typer.Typer(help="The local Kubernetes control plane for tests (no containers).", no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(ingest_app, name="ingest")
 postgres_app = typer.Typer(help="The local operational PostgreSQL (the CDC source).", no_args_is_help=True)
 app.add_typer(postgres_app, name="postgres")
@@ -201,6 +203,48 @@ def cdc_simulate(
         console.print(f"{report.changes:,} changes in {report.transactions:,} transactions in {report.seconds:.1f} s "
                       f"({kinds})" + (f"; {report.retries} transactions retried after a lost connection"
                                        if report.retries else ""), highlight=False)
+
+
+# --- cluster --------------------------------------------------------------------------------------
+@cluster_app.command("start")
+def cluster_start(timeout: float = typer.Option(120.0, help="Seconds to wait for each part to serve.")) -> None:
+    """Start kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (node kwok-node-0) and
+    the Spark operator controller on free local ports (state and kubeconfig under KAPPA_HOME/cluster).
+    The binaries come from `make cluster-tools`."""
+    from kappa import cluster
+
+    with Guard():
+        with console.status("starting the local Kubernetes control plane…"):
+            st = cluster.start(load_settings(), timeout_s=timeout)
+        took = f" in {st.started_in_s} s" if st.started_in_s is not None else " (already running)"
+        console.print(f"control plane up at [bold]{st.server}[/]{took}")
+        console.print(f"export KUBECONFIG={st.kubeconfig}", highlight=False, soft_wrap=True)
+
+
+@cluster_app.command("stop")
+def cluster_stop() -> None:
+    """Stop every process of the local control plane (logs and kubeconfig stay)."""
+    from kappa import cluster
+
+    with Guard():
+        stopped = cluster.stop(load_settings())
+        console.print("stopped " + (", ".join(f"{n} (pid {p})" for n, p in stopped.items()) or "nothing (not running)"))
+
+
+@cluster_app.command("status")
+def cluster_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the local control plane is up, its API server and each process. Exit status 0 either way."""
+    from kappa import cluster
+
+    with Guard():
+        st = cluster.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+            return
+        state = "[green]up[/]" if st.up else "[red]down[/]"
+        console.print(f"control plane {state} at {st.server or '-'} (kubeconfig {st.kubeconfig})")
+        for name, pid in st.processes.items():
+            console.print(f"  {name:<24} {'pid ' + str(pid) if pid else 'not running'}")
 
 
 # --- ingest ---------------------------------------------------------------------------------------
