@@ -11,6 +11,14 @@ CLUSTER_GO_ENV := GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 
 .PHONY: cluster-tools cluster-up cluster-down cluster-status
 
+# The version the binaries report (/version, `kubectl version`), set as Kubernetes' own build does
+# (hack/lib/version.sh): without it they say v0.0.0-master and Helm refuses the kappa chart's
+# kubeVersion (>=1.33.0-0).
+K8S_MINOR := $(word 2,$(subst ., ,$(KUBERNETES_VERSION)))
+K8S_VERSION_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(KUBERNETES_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR) \
+	-X $(pkg).gitTreeState=clean)
+
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the staging modules with local
 # paths): tools/go/kubernetes is a wrapper module that pins them to the published v0.x releases.
 $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION): tools/go/kubernetes/go.mod tools/go/kubernetes/go.sum
@@ -18,7 +26,7 @@ $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION): tools/go/kubernetes/go.mod tools
 	@grep -q 'k8s.io/kubernetes $(KUBERNETES_VERSION)$$' tools/go/kubernetes/go.mod || \
 		{ echo "tools/go/kubernetes/go.mod does not require k8s.io/kubernetes $(KUBERNETES_VERSION) (tools/versions.env)"; exit 1; }
 	mkdir -p $(K8S_TOOLBIN)
-	cd tools/go/kubernetes && $(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install ./cmd/...
+	cd tools/go/kubernetes && $(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install -ldflags '$(K8S_VERSION_LDFLAGS)' ./cmd/...
 	touch $@
 
 $(K8S_TOOLS)/.kine-$(KINE_VERSION):

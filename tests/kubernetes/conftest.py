@@ -18,7 +18,18 @@ import pytest
 
 from kappa import cluster
 from kappa.config import load_settings
-from tests.kubernetes.plane import ROOT, TOOLS, ensure_cluster_tools, kappa_namespace, kubectl_run
+import json
+
+from tests.kubernetes.plane import ROOT, TOOLS, ensure_cluster_tools, kappa_namespace, kubectl_run, wait_for
+
+
+def _all_established(plane: cluster.ClusterStatus, path: str) -> bool:
+    """Whether every CustomResourceDefinition in ``path`` has condition Established=True."""
+    items = json.loads(kubectl_run(plane, "get", "-f", path, "-o", "json").stdout)
+    items = items.get("items", [items])
+    return bool(items) and all(
+        any(c["type"] == "Established" and c["status"] == "True" for c in (i.get("status") or {}).get("conditions") or [])
+        for i in items)
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +41,8 @@ def plane(tmp_path_factory) -> cluster.ClusterStatus:
     try:
         strimzi = str(sorted(TOOLS.glob("strimzi-*/crds"))[-1])
         kubectl_run(status, "apply", "--server-side", "-f", strimzi)
-        kubectl_run(status, "wait", "--for=condition=Established", "--timeout=60s", "-f", strimzi)
+        # Polled, not `kubectl wait`: that errors out on a CRD whose status has no conditions yet.
+        wait_for("Strimzi's CRDs Established", lambda: _all_established(status, strimzi), timeout_s=60)
         yield status
     finally:
         cluster.stop(settings)

@@ -19,11 +19,11 @@ import pytest
 from kubernetes import client
 
 from tests.kubernetes.plane import ROOT, wait_for
-from kappa.dagster import kubernetes as dk
 from kappa.dagster.definitions import build_definitions
 from kappa.dagster.resources import KappaResource
 from kappa.delta.registry import Registry
 from kappa.runners.kubernetes import SparkApplications, application_name, state_of
+from kappa.runners.kubernetes.client import use_kubernetes_api
 from tests.kubernetes.kubelet import KubeletStandIn
 
 IMAGE = "registry.example.com/kappa/kappa:test"
@@ -37,11 +37,10 @@ def env(make_env, monkeypatch, api_client, namespace):
     base = KappaResource.from_settings(settings).model_dump()
     resource = KappaResource(**{**base, "runner": "kubernetes", "kubernetes_poll_s": 0.25,
                                 "kubernetes_start_timeout_s": 90.0, "kubernetes": {
-                                    "namespace": namespace, "image": IMAGE, "warehouse": "s3a://kappa/warehouse",
-                                    "checkpoints": "s3a://kappa/checkpoints", "on_failure_retries": 0,
-                                    "on_submission_failure_retries": 0}})
+                                    "namespace": namespace, "image": IMAGE, "on_failure_retries": "0",
+                                    "on_submission_failure_retries": "0"}})
     apps = SparkApplications(namespace, client.CustomObjectsApi(api_client))
-    with dk.use_kubernetes_api(apps.api):
+    with use_kubernetes_api(apps.api):
         yield settings, resource, apps, namespace
 
 

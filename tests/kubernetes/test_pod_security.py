@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.kubernetes.plane import ROOT, wait_for
 from kappa.runners.kubernetes import KubernetesRunnerConfig, SparkApplications, build_spark_application, state_of
+from kappa.runners.kubernetes.catalog import example_settings, example_version
 from kappa.spec import load_catalog
 
 CATALOG = load_catalog(ROOT / "assets")
@@ -26,9 +27,16 @@ IMAGE = "registry.example.com/kappa/kappa:test"
 
 
 def cfg_for(namespace: str) -> KubernetesRunnerConfig:
-    return KubernetesRunnerConfig(namespace=namespace, image=IMAGE, warehouse="s3a://kappa/warehouse",
-                                  checkpoints="s3a://kappa/checkpoints", on_failure_retries=0,
+    return KubernetesRunnerConfig(namespace=namespace, image=IMAGE, on_failure_retries=0,
                                   on_submission_failure_retries=0)
+
+
+def application_for(asset: str, namespace: str) -> dict:
+    """Kappa's SparkApplication for version 1 of ``asset`` with the chart's default settings
+    (s3a warehouse, Kafka's TLS listener with SCRAM)."""
+    settings = example_settings()
+    spec = CATALOG[asset]
+    return build_spark_application(spec, example_version(settings, spec, 1), cfg_for(namespace), settings)
 
 
 def test_the_namespace_enforces_restricted(api_client, namespace):
@@ -49,8 +57,7 @@ def test_a_pod_that_breaks_restricted_is_rejected(api_client, namespace):
 
 @pytest.mark.parametrize("asset", ["flights_bronze", "departures_hourly"])
 def test_the_driver_pod_the_operator_creates_from_kappas_application_is_admitted(api_client, namespace, asset):
-    spec = CATALOG[asset]
-    app = build_spark_application(spec, 1, cfg_for(namespace), upstream={u: 1 for u in spec.upstream})
+    app = application_for(asset, namespace)
     apps = SparkApplications(namespace, client.CustomObjectsApi(api_client))
     apps.create(app)
     name = app["metadata"]["name"]
@@ -78,7 +85,7 @@ def test_the_driver_pod_the_operator_creates_from_kappas_application_is_admitted
 
 
 def test_the_executor_pod_spark_builds_from_the_template_is_admitted(api_client, namespace):
-    app = build_spark_application(CATALOG["flights_bronze"], 1, cfg_for(namespace))
+    app = application_for("flights_bronze", namespace)
     tpl = app["spec"]["executor"]["template"]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "flights-bronze-v1-exec-1", "labels": tpl["metadata"]["labels"]},
            "spec": {**tpl["spec"], "containers": [{**tpl["spec"]["containers"][0], "image": IMAGE,

@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.kubernetes.plane import CHART, helm
-from kappa.runners.kubernetes import GROUP, PLURAL, VERSION
+from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 
 SA = "kappa-dagster"  # values.yaml dagster.serviceAccount
 
