@@ -5,8 +5,8 @@
   built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
-* ``late_rows`` (window assets): rows Spark's watermark dropped as too late while building this
-  version must be none — a version that silently lost events is not promoted;
+* ``late_rows`` (stateful assets: windows, joins, sliding windows): rows Spark's watermark dropped
+  as too late while building this version must be none — a version that silently lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, quarantine_path
-from kappa.spec import AssetSpec, SpecError, load_catalog
+from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
@@ -107,7 +107,7 @@ def check_names(spec: AssetSpec) -> list[str]:
     names = [name for name, _ in expectations(spec)]
     if spec.transform.kind == "parse":
         names.append(QUARANTINE_CHECK)
-    if spec.transform.kind == "window":
+    if spec.transform.kind in STATEFUL_KINDS:
         names.append(LATE_CHECK)
     names.append(SHADOW_CHECK)
     return names
@@ -284,7 +284,7 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     checks, docs = _run_gx(spark, settings, spec, version, df)
     if spec.transform.kind == "parse":
         checks.append(quarantine_rate(spark, settings, spec, ver))
-    if spec.transform.kind == "window":
+    if spec.transform.kind in STATEFUL_KINDS:
         checks.append(late_rows(ver))
     promoted = registry.promoted(asset)
     promoted_df = None

@@ -45,6 +45,9 @@ class AssetRunResult:
     batch_ms: list[int] = field(default_factory=list)
     input_rows_per_s: float = 0.0
     processed_rows_per_s: float = 0.0
+    watermark: str | None = None  # the query's event-time watermark at the end (ISO-8601 UTC)
+    state_rows: int = 0  # rows in the stateful operators' state store at the end
+    state_bytes: int = 0  # memory used by that state (Spark's memoryUsedBytes; RocksDB: its estimate)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -152,6 +155,8 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     end_offsets = kafka_offsets(progress)
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
+    last = progress[-1] if progress else {}
+    state_ops = last.get("stateOperators", [])
     table = DeltaTable.forPath(spark, version.table_path)
     rows = table.toDF().count()
     delta_version = table.history(1).select("version").first()[0]
@@ -167,7 +172,21 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
         processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
+        watermark=(last.get("eventTime") or {}).get("watermark"),
+        state_rows=sum(int(op.get("numRowsTotal", 0)) for op in state_ops),
+        state_bytes=sum(int(op.get("memoryUsedBytes", 0)) for op in state_ops),
     )
+
+
+#: Spark errors that say nothing about the query: the Python worker of a Python stateful operator
+#: did not connect back within Spark's fixed 10 seconds (an overloaded machine). Restarting the
+#: query from its checkpoint is safe and is done up to TRANSIENT_RETRIES times.
+TRANSIENT_ERRORS = ("Python worker failed to connect back",)
+TRANSIENT_RETRIES = 3
+
+
+def is_transient(exc) -> bool:
+    return any(t in str(exc) for t in TRANSIENT_ERRORS)
 
 
 def run_until_caught_up(
@@ -182,6 +201,8 @@ def run_until_caught_up(
     everything available when it started; upstream levels finish before downstream levels start.
 
     ``versions`` overrides which version of an asset runs (replay passes the new versions).
+    A query that fails with a transient error (:data:`TRANSIENT_ERRORS`) is restarted from its
+    checkpoint (a ``restarted`` registry event) up to :data:`TRANSIENT_RETRIES` times.
     Raises :class:`RunError` if a query fails, :class:`LogicChangedError` if a declaration changed.
     """
     from kappa.streaming.query import start_query
@@ -202,17 +223,31 @@ def run_until_caught_up(
         for name in level:
             registry.record(name, chosen[name].version, "running", mode="until-caught-up")
             running.append(start_query(spark, catalog[name], chosen[name], settings, "available_now"))
-        while any(r.query.isActive for r in running):
-            time.sleep(1.0)
-            if on_progress is not None:
-                for r in running:
-                    if r.query.lastProgress:
-                        on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
-        for r in running:
-            exc = r.query.exception()
-            if exc is not None:
+        attempts: dict[str, int] = {}
+        waiting, running = running, []
+        while waiting:
+            while any(r.query.isActive for r in waiting):
+                time.sleep(1.0)
+                if on_progress is not None:
+                    for r in waiting:
+                        if r.query.lastProgress:
+                            on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
+            again = []
+            for r in waiting:
+                exc = r.query.exception()
+                if exc is None:
+                    running.append(r)
+                    continue
+                n = attempts.get(r.spec.name, 0)
+                if is_transient(exc) and n < TRANSIENT_RETRIES:
+                    # The checkpoint makes a restart exactly-once: it resumes at the last committed batch.
+                    attempts[r.spec.name] = n + 1
+                    registry.record(r.spec.name, r.version.version, "restarted", error=str(exc)[:2000])
+                    again.append(start_query(spark, r.spec, r.version, settings, "available_now"))
+                    continue
                 registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
                 raise RunError(f"{r.version.name} failed: {exc}")
+            waiting = again
         for r in running:
             result = _collect(spark, settings, r, time.monotonic() - started)
             metrics = {k: v for k, v in result.to_dict().items() if k not in ("asset", "version")}

@@ -14,9 +14,12 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
   before. With a ``watermark``, a new event older than (latest event time already in the table -
   delay) goes to the late-events table instead; the watermark of a batch comes from the batches
   before it, as in Spark's own stateful operators.
-* ``window`` (gold): Spark's stateful window aggregation with a watermark in ``update`` output mode;
-  each micro-batch's updated windows are upserted with ``MERGE`` on (group-by keys, window_start),
-  so the table always holds every window's current value, including windows still open.
+* ``window`` (gold, tumbling/hopping): Spark's stateful window aggregation with a watermark in
+  ``update`` output mode; each micro-batch's updated windows are upserted with ``MERGE`` on
+  (group-by keys, window_start), so the table always holds every window's current value, including
+  windows still open. Session windows, stream–stream joins and sliding windows run in ``append``
+  mode into Delta's streaming sink: a row is written once, when the watermark makes it final
+  (:mod:`kappa.streaming.windows`, :mod:`kappa.streaming.joins`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from pyspark.sql.streaming import StreamingQuery
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.spec import AssetSpec, interval_seconds
+from kappa.streaming.joins import join_frame
 from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
+from kappa.streaming.windows import sliding_frame, window_frame
 
 TriggerMode = Literal["available_now", "continuous"]
 
@@ -73,8 +78,12 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         if src.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
         return reader.load()
-    upstream = spec.source.asset
-    assert upstream is not None
+    assert spec.source.asset is not None
+    return upstream_stream(spark, version, settings, spec.source.asset)
+
+
+def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:
+    """The Delta table of the ``upstream`` asset's version pinned by ``version``, as a stream."""
     path = version.upstream_paths.get(upstream) or Registry(settings).version(
         upstream, version.upstream[upstream]).table_path
     return spark.readStream.format("delta").load(str(path))
@@ -219,30 +228,6 @@ class UpsertWriter:
          .execute())
 
 
-def window_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
-    """Event-time window aggregation of ``df``.
-
-    Output columns: the group-by columns, ``window_start``, ``window_end`` (timestamps, UTC), then
-    one column per declared aggregation, in declaration order."""
-    w = spec.transform.window
-    assert w is not None and spec.watermark is not None
-    df = df.withWatermark(spec.watermark.column, spec.watermark.delay)
-    if w.type == "tumbling":
-        win = F.window(w.time_column, w.size)
-    elif w.type == "hopping":
-        win = F.window(w.time_column, w.size, w.slide)
-    else:
-        win = F.session_window(w.time_column, w.gap)
-    aggs = [F.expr(expr).alias(name) for name, expr in w.aggregations.items()]
-    grouped = df.groupBy(win.alias("window"), *w.group_by).agg(*aggs)
-    return grouped.select(
-        *w.group_by,
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
-        *w.aggregations.keys(),
-    )
-
-
 def _load_python_transform(spec: AssetSpec):
     assert spec.transform.python is not None and spec.path is not None
     module_file, _, func = spec.transform.python.partition(":")
@@ -254,13 +239,20 @@ def _load_python_transform(spec: AssetSpec):
     return getattr(module, func)
 
 
-def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec) -> DataFrame:
-    """The output stream for ``raw``, ``window``, ``sql`` and ``python`` transforms."""
+def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec,
+                version: Version | None = None, settings: Settings | None = None) -> DataFrame:
+    """The output stream for every transform but ``parse`` (``version`` and ``settings`` locate a
+    join's right side)."""
     kind = spec.transform.kind
     if kind == "raw":
         return df.select(*KAFKA_COLUMNS)
     if kind == "window":
         return window_frame(df, spec)
+    if kind == "sliding":
+        return sliding_frame(df, spec)
+    if kind == "join":
+        assert spec.transform.join is not None and version is not None and settings is not None
+        return join_frame(df, upstream_stream(spark, version, settings, spec.transform.join.right.asset), spec)
     if kind == "sql":
         df.createOrReplaceTempView("input")
         return spark.sql(spec.transform.sql)  # type: ignore[arg-type]
@@ -282,10 +274,9 @@ def start_query(
         out = source
         writer = out.writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
     else:
-        out = transformed(spark, source, spec)
+        out = transformed(spark, source, spec, version, settings)
         if spec.sink_mode == "merge":
-            output_mode = "update" if spec.transform.kind == "window" else "append"
-            writer = out.writeStream.outputMode(output_mode).foreachBatch(
+            writer = out.writeStream.outputMode(spec.output_mode).foreachBatch(
                 UpsertWriter(version.table_path, spec.merge_keys)
             )
         else:
