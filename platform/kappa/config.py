@@ -19,6 +19,11 @@ variable                       meaning                                         d
 ``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
 ``KAPPA_SHUFFLE_PARTITIONS``   ``spark.sql.shuffle.partitions``                 ``4``
 ``KAPPA_RUNNER``               where queries run: ``local`` or ``kubernetes``   ``local``
+``KAPPA_POSTGRES_HOST``        the operational PostgreSQL's host                ``127.0.0.1``
+``KAPPA_POSTGRES_PORT``        its port (the local server listens there)        ``55432``
+``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
+``KAPPA_POSTGRES_USER``        its user / password                              ``kappa`` / ``kappa``
+``KAPPA_CONNECT_PORT``         the local Kafka Connect worker's REST port       ``58083``
 =============================  ==============================================  ======================
 """
 
@@ -94,6 +99,14 @@ class Settings(BaseSettings):
 
     runner: Literal["local", "kubernetes"] = "local"
 
+    # The operational database (CDC source) and the Kafka Connect worker that captures it.
+    postgres_host: str = "127.0.0.1"
+    postgres_port: int = 55432
+    postgres_database: str = "kappa"
+    postgres_user: str = "kappa"
+    postgres_password: str = "kappa"
+    connect_port: int = 58083
+
     # Kafka client security (the kubernetes runner sets these from the KafkaUser's Secret; the local
     # broker is PLAINTEXT on loopback and needs none). Passed to Spark's Kafka source as kafka.*.
     kafka_security_protocol: str | None = None
@@ -149,6 +162,18 @@ class Settings(BaseSettings):
         """State of the local broker: its KRaft log dirs, config, pid file and log file."""
         assert self.home is not None
         return self.home / "kafka"
+
+    @property
+    def postgres_dir(self) -> Path:
+        """State of the local PostgreSQL server: its cluster (``data/``) and its log."""
+        assert self.home is not None
+        return self.home / "postgres"
+
+    @property
+    def connect_dir(self) -> Path:
+        """State of the local Kafka Connect worker: its properties, pid file and log."""
+        assert self.home is not None
+        return self.home / "connect"
 
 
 def kubernetes_values() -> dict[str, str]:

@@ -10,6 +10,8 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from kappa.errors import KappaError
+
 err_console = Console(stderr=True)
 
 
@@ -19,31 +21,15 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def expected_errors() -> tuple[type[BaseException], ...]:
-    """The exception types that mean bad input or a bad environment, not a bug in Kappa."""
-    from kappa.chaos import ChaosError
-    from kappa.delta.registry import RegistryError
-    from kappa.ingest.producer import IngestError
-    from kappa.jvm import JvmError
-    from kappa.kafka.broker import BrokerError
-    from kappa.kafka.topics import TopicError
-    from kappa.promotion import GateFailedError, RetentionError
-    from kappa.runners.local import RunError
-    from kappa.spec import SpecError
-    from kappa.sql import QueryError
-
-    return (BrokerError, SpecError, RunError, RegistryError, JvmError, IngestError, TopicError, QueryError,
-            GateFailedError, RetentionError, ChaosError)
-
-
 class Guard:
-    """``with Guard():`` turns Kappa's expected errors into a clear message and exit status 1."""
+    """``with Guard():`` turns Kappa's expected errors (any :class:`kappa.errors.KappaError`) into a
+    clear message and exit status 1; anything else is a bug and keeps its traceback."""
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc is not None and isinstance(exc, expected_errors()):
+        if exc is not None and isinstance(exc, KappaError):
             fail(str(exc))
         return False
 

@@ -11,11 +11,12 @@ import shutil
 from pathlib import Path
 
 from kappa.config import Settings
+from kappa.errors import KappaError
 
 _VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
 
 
-class JvmError(RuntimeError):
+class JvmError(KappaError, RuntimeError):
     """Java or a Maven-resolved jar set is missing."""
 
 

@@ -22,17 +22,18 @@ from typing import Callable
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, RegistryError, Version
+from kappa.errors import KappaError
 from kappa.kafka.topics import offsets
 from kappa.quality import GateReport, run_gate
 from kappa.runners.local import AssetRunResult, run_until_caught_up, start_offsets
 from kappa.spec import load_catalog
 
 
-class RetentionError(RuntimeError):
+class RetentionError(KappaError, RuntimeError):
     """Retention (or a record deletion) removed part of a topic's log: a replay would be partial."""
 
 
-class GateFailedError(RuntimeError):
+class GateFailedError(KappaError, RuntimeError):
     """A version's blocking checks failed, so it cannot be promoted."""
 
 

@@ -48,6 +48,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kappa.errors import KappaError
+
 #: Spark interval strings accepted for watermarks, windows and triggers: "<n> <unit>".
 INTERVAL_RE = re.compile(
     r"^\s*(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
@@ -60,7 +62,7 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 FieldType = Literal["string", "int", "long", "double", "boolean", "timestamp", "date"]
 
 
-class SpecError(ValueError):
+class SpecError(KappaError, ValueError):
     """A declaration is invalid. The message names the file and the field."""
 
 
@@ -650,6 +652,8 @@ def load_catalog(assets_dir: Path) -> Catalog:
     assets: dict[str, AssetSpec] = {}
     for path in sorted(assets_dir.rglob("*.y*ml")):
         if path == topics_path or path.suffix not in (".yaml", ".yml") or path.name.startswith("_"):
+            continue
+        if path.parent == assets_dir and path.name == "connectors.yaml":  # kappa.cdc.connect reads it
             continue
         if "expectations" in path.parts:
             continue

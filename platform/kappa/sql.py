@@ -11,9 +11,10 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
+from kappa.errors import KappaError
 
 
-class QueryError(RuntimeError):
+class QueryError(KappaError, RuntimeError):
     """Spark rejected the query; the message is Spark's own, without the JVM stack trace."""
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from kappa.dagster.component import HEALTH_CHECK, StreamingAssets, topic_key
 from kappa.dagster.definitions import build_definitions
-from kappa.dagster.observe import read_checkpoint
+from kappa.streaming.checkpoint import read_checkpoint
 from kappa.spec import SpecError, load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,8 +48,9 @@ def test_definitions_load_every_yaml_in_assets():
     dg.Definitions.validate_loadable(defs)
     catalog = load_catalog(REPO / "assets")
     keys = {k.to_user_string() for k in defs.get_repository_def().asset_graph.get_all_asset_keys()}
-    assert keys == set(catalog.assets) | {f"topic/{t}" for t in catalog.topics}
-    assert len(list((REPO / "assets").rglob("*.yaml"))) - 1 == len(catalog.assets)  # minus topics.yaml
+    read = {t for name in catalog.assets for t in catalog[name].topics}  # declared topics some asset reads
+    assert keys == set(catalog.assets) | {f"topic/{t}" for t in read}
+    assert len(list((REPO / "assets").rglob("*.yaml"))) - 2 == len(catalog.assets)  # minus topics, connectors
     repo = defs.get_repository_def()
     assert repo.has_job("replay") and [s.name for s in repo.sensor_defs] == ["kappa_streaming_queries"]
 

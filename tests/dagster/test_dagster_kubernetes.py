@@ -185,7 +185,7 @@ def test_materialize_creates_running_applications_and_reports_them(k8s_env, crd_
     from kappa.dagster.sensor import build_health_checks
 
     component = StreamingAssets(assets_dir=str(settings.assets_dir))
-    [check] = build_health_checks(component, [component.catalog["flights"]])
+    [check] = build_health_checks(component.catalog, component.options, [component.catalog["flights"]])
     ev = check(dg.build_asset_check_context(resources={"kappa": resource}))
     assert not ev.passed and "never completes" in ev.description
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kappa.harness.env import free_port
 from kappa.spec import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,12 +37,6 @@ query {
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(url: str, query: str) -> dict:
     req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -54,7 +48,7 @@ def _post(url: str, query: str) -> dict:
 
 
 def test_webserver_graphql_lists_streaming_assets_and_checks(tmp_path):
-    port = _free_port()
+    port = free_port()
     home = tmp_path / "dagster_home"
     home.mkdir()
     log = (tmp_path / "webserver.log").open("w")

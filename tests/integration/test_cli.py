@@ -33,7 +33,10 @@ def env_for(settings) -> dict[str, str]:
 @pytest.mark.parametrize("command", [[], ["kafka"], ["kafka", "start"], ["kafka", "stop"], ["kafka", "status"],
                                      ["ingest", "nycflights13"], ["run"], ["sql"], ["assets"], ["versions"],
                                      ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"],
-                                     ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"]])
+                                     ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"],
+                                     ["postgres", "start"], ["postgres", "stop"], ["postgres", "status"],
+                                     ["connect", "start"], ["connect", "stop"], ["connect", "status"],
+                                     ["cdc", "simulate"]])
 def test_every_command_has_help(command):
     result = kappa(*command, "--help")
     assert result.returncode == 0, result.stderr

@@ -9,12 +9,13 @@ import time
 import pytest
 
 from kappa.delta.registry import Registry
+from kappa.harness.truth import expected_departures_hourly
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.runners.local import resolve_versions, run_until_caught_up
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 
-from .helpers import assert_departures_equal, expected_departures_hourly, renamed, table
+from .helpers import assert_departures_equal, renamed, table
 
 pytestmark = pytest.mark.integration
 

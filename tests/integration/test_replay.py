@@ -7,6 +7,7 @@ import time
 import pytest
 
 from kappa.delta.registry import Registry
+from kappa.harness.truth import frame_hash
 from kappa.kafka.topics import alter_topic_config, offsets
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
@@ -15,7 +16,7 @@ from kappa.quality import run_gate
 from kappa.runners.local import run_until_caught_up
 from kappa.sql import run_sql
 
-from .helpers import frame_hash, ingest, table
+from .helpers import ingest, table
 
 pytestmark = pytest.mark.integration
 

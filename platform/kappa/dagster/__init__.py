@@ -5,7 +5,11 @@
 * :mod:`kappa.dagster.component` — ``StreamingAssets``, one Dagster asset per asset YAML, with its
   lineage, blocking gate checks and ``query_health`` check.
 * :mod:`kappa.dagster.execution` — what materializing a streaming asset does.
-* :mod:`kappa.dagster.sensor` / :mod:`kappa.dagster.observe` — lag and health of running queries.
+* :mod:`kappa.dagster.sensor` — lag and health of running queries (the reading of checkpoints is
+  the library's, :mod:`kappa.streaming.checkpoint`, which ``kappa status`` uses too).
+* :mod:`kappa.dagster.names` / :mod:`kappa.dagster.metadata` — shared names and metadata builders;
+  they import nothing of ``kappa``. The builders receive the loaded catalog and the component's
+  :class:`~kappa.dagster.names.LoadOptions`, never the component.
 * :mod:`kappa.dagster.replay` — the ``replay`` job.
 * :mod:`kappa.dagster.resources` — ``KappaResource`` (settings, SparkSession).
 

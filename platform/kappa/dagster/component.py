@@ -38,7 +38,6 @@ The same as a ``defs.yaml`` in a dg project's defs folder::
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 
 import dagster as dg
@@ -46,23 +45,19 @@ from pydantic import Field
 
 from kappa.config import load_settings
 from kappa.dagster import execution
+from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
+from kappa.dagster.replay import build_replay_job
 from kappa.dagster.resources import KappaResource
+from kappa.dagster.sensor import build_health_checks, build_sensor
 from kappa.spec import AssetSpec, Catalog, SpecError, load_catalog
 
-#: Name of the non-blocking check the sensor evaluates on every asset.
-HEALTH_CHECK = "query_health"
-SENSOR_NAME = "kappa_streaming_queries"
-REPLAY_JOB = "replay"
+__all__ = ["HEALTH_CHECK", "REPLAY_JOB", "SENSOR_NAME", "RunMode", "StreamingAssets", "StreamingRunConfig",
+           "topic_key"]
 
 # Dagster accepts an owner that is an email address or "team:<name>" (AssetSpec docs, "owners").
 _OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.\-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 _SPARK_TYPES = {"string": "string", "int": "int", "long": "bigint", "double": "double", "boolean": "boolean",
                 "timestamp": "timestamp", "date": "date"}
-
-
-class RunMode(str, Enum):
-    until_caught_up = "until_caught_up"
-    continuous = "continuous"
 
 
 class StreamingRunConfig(dg.Config):
@@ -116,6 +111,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         if self.stall_after_s <= 0 or self.sensor_interval_s <= 0:
             raise SpecError(f"{self.__class__.__name__}: stall_after_s and sensor_interval_s must be > 0")
         self._check_names = {spec.name: self._declared_checks(spec) for spec in self._catalog}
+        self._options = LoadOptions(assets_path=self._assets_path, continuous=tuple(self.continuous),
+                                    stall_after_s=self.stall_after_s, sensor_interval_s=self.sensor_interval_s)
 
     @staticmethod
     def _declared_checks(spec: AssetSpec) -> list[str]:
@@ -138,21 +135,23 @@ class StreamingAssets(dg.Component, dg.Resolvable):
     def assets_path(self) -> Path:
         return self._assets_path
 
+    @property
+    def options(self) -> LoadOptions:
+        """What the builders of the sensor, checks, replay job and ops receive with :attr:`catalog`."""
+        return self._options
+
     def check_names(self, asset: str) -> list[str]:
         """The blocking gate checks declared for ``asset``."""
         return list(self._check_names[asset])
 
     # -- definitions -------------------------------------------------------------------------------
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        from kappa.dagster.replay import build_replay_job
-        from kappa.dagster.sensor import build_health_checks, build_sensor
-
         specs = [self._catalog[n] for n in self._catalog.topological()]
         return dg.Definitions(
             assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
-            asset_checks=build_health_checks(self, specs),
-            sensors=[build_sensor(self)],
-            jobs=[build_replay_job(self)],
+            asset_checks=build_health_checks(self._catalog, self._options, specs),
+            sensors=[build_sensor(self._catalog, self._options)],
+            jobs=[build_replay_job(self._catalog, self._options)],
         )
 
     def _topic_specs(self) -> list[dg.AssetSpec]:
@@ -212,7 +211,7 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             dg.AssetCheckSpec(name, asset=key, blocking=True, description=_check_description(name))
             for name in self._check_names[spec.name]
         ]
-        component = self
+        catalog, options = self._catalog, self._options
 
         # One asset per op: a failed blocking check then stops the downstream assets of the run.
         # The pool serializes runs of the same asset: two queries must never share a checkpoint.
@@ -226,14 +225,9 @@ class StreamingAssets(dg.Component, dg.Resolvable):
                         f"or long-running, then its gate; kubernetes: start its SparkApplication).",
         )
         def _streaming_asset(context: dg.AssetExecutionContext, config: StreamingRunConfig, kappa: KappaResource):
-            yield from execution.materialize(component, spec.name, context, config, kappa)
+            yield from execution.materialize(catalog, options, spec.name, context, config, kappa)
 
         return _streaming_asset
-
-
-def topic_key(topic: str) -> dg.AssetKey:
-    """The external asset of a Kafka topic: ``topic/<name>``."""
-    return dg.AssetKey(["topic", topic])
 
 
 def _code_ref(path: Path) -> dg.CodeReferencesMetadataValue:

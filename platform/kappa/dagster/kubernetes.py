@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import dagster as dg
 
 from kappa.config import kubernetes_values
-from kappa.dagster.observe import QueryHealth
+from kappa.streaming.checkpoint import QueryHealth
 from kappa.runners.kubernetes import (
     AppStatus,
     KubernetesRunner,
@@ -54,7 +54,6 @@ from kappa.runners.kubernetes import (
 
 if TYPE_CHECKING:
     from kappa.config import Settings
-    from kappa.dagster.component import StreamingAssets
     from kappa.dagster.resources import KappaResource
     from kappa.spec import Catalog
 
@@ -164,7 +163,7 @@ def materialize_event(status: AppStatus, metadata: dict[str, object]) -> dg.Mate
 
 
 def materialize(
-    component: "StreamingAssets", name: str, context: dg.AssetExecutionContext,
+    catalog: "Catalog", name: str, context: dg.AssetExecutionContext,
     kappa: "KappaResource", settings: "Settings",
 ) -> Iterator[dg.MaterializeResult]:
     """Body of a streaming asset's op on the kubernetes runner: resolve the version (the registry),
@@ -177,8 +176,8 @@ def materialize(
     registry = Registry(settings)
     wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
     if key in context.selected_asset_keys:
-        version = resolve_versions(component.catalog, [name], registry)[name]
-        spec = component.catalog[name]
+        version = resolve_versions(catalog, [name], registry)[name]
+        spec = catalog[name]
         context.log.info(f"starting {version.name} as a SparkApplication in {runner.cfg.namespace}")
         status = runner.start(spec, version.version, version.upstream, timeout_s=kappa.kubernetes_start_timeout_s)
         if status.outcome is Outcome.RUNNING and version.state != "running":

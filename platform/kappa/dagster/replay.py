@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from kappa.dagster.execution import _expected_errors, check_description, check_metadata, result_metadata, _ProgressLog
+from kappa.errors import KappaError
+from kappa.dagster.metadata import ProgressLog, check_description, check_metadata, result_metadata
+from kappa.dagster.names import REPLAY_JOB, LoadOptions
 
 if TYPE_CHECKING:
-    from kappa.dagster.component import StreamingAssets
+    from kappa.spec import Catalog
 
 
-def build_replay_job(component: "StreamingAssets") -> dg.JobDefinition:
-    from kappa.dagster.component import REPLAY_JOB
-
-    names = component.catalog.topological()
+def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinition:
+    names = catalog.topological()
     asset_enum = dg.Enum("StreamingAsset", [dg.EnumValue(n) for n in names])
 
     @dg.op(
@@ -47,19 +47,17 @@ def build_replay_job(component: "StreamingAssets") -> dg.JobDefinition:
     )
     def replay_op(context: dg.OpExecutionContext) -> dict:
         from kappa.delta.registry import Registry
-        from kappa.promotion import RetentionError, replay
+        from kappa.promotion import replay
 
         asset, promote = context.op_config["asset"], context.op_config["promote"]
         kappa = context.resources.kappa
-        settings = kappa.settings(assets_dir=str(component.assets_path))
+        settings = kappa.settings(assets_dir=str(options.assets_path))
         if settings.runner == "kubernetes":
             return _replay_on_kubernetes(context, settings, kappa, asset, promote)
         try:
             report = replay(settings, asset, promote=promote, spark=kappa.spark(settings),
-                            on_progress=_ProgressLog(context))
-        except RetentionError as exc:
-            raise dg.Failure(description=str(exc), metadata={"asset": asset}) from exc
-        except _expected_errors() as exc:
+                            on_progress=ProgressLog(context))
+        except KappaError as exc:  # RetentionError, a failed query, …
             raise dg.Failure(description=str(exc), metadata={"asset": asset}) from exc
 
         registry = Registry(settings)
@@ -112,13 +110,12 @@ def _replay_on_kubernetes(context: dg.OpExecutionContext, settings, kappa, asset
     gate or waits for catch-up, so a fresh replay with ``promote: true`` ends refused (failed run),
     its applications left running for a later gate and promotion."""
     from kappa.dagster import kubernetes
-    from kappa.promotion import RetentionError
     from kappa.runners.kubernetes import Outcome, replay
 
     runner = kubernetes.build_runner(kappa)
     try:
         report = replay(settings, asset, runner, promote=promote, timeout_s=kappa.kubernetes_start_timeout_s)
-    except (RetentionError, *_expected_errors()) as exc:
+    except KappaError as exc:
         raise dg.Failure(description=str(exc), metadata={"asset": asset}) from exc
     for name, status in report.started.items():
         md = {**kubernetes.status_metadata(status), "replay": True, "promoted": report.promoted,

@@ -4,56 +4,26 @@ Every tick, for the latest version of every asset, the sensor reports an ``Asset
 (consumer lag per partition, committed and log end offsets, time of last progress, input rate
 between ticks) and a ``query_health`` check evaluation. A failed or stalled query fails the check,
 so it shows red in the UI rather than going quiet. Each source topic gets an observation of its log
-start and end offsets too. The logic is in :mod:`kappa.dagster.observe`.
+start and end offsets too. The logic is in :mod:`kappa.streaming.checkpoint`.
 """
 
 
 import json
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from kappa.dagster.observe import QueryHealth, observe
+from kappa.dagster.metadata import health_metadata
+from kappa.dagster.names import HEALTH_CHECK, SENSOR_NAME, LoadOptions, topic_key
 from kappa.dagster.resources import KappaResource
+from kappa.streaming.checkpoint import QueryHealth, observe
 
 if TYPE_CHECKING:
-    from kappa.dagster.component import StreamingAssets
-    from kappa.spec import AssetSpec
-
-
-def _iso(ts: float | None) -> str:
-    return "never" if ts is None else datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
-
-
-def health_metadata(h: QueryHealth) -> dict[str, object]:
-    md: dict[str, object] = {
-        "version": h.version,
-        "state": h.state,
-        "healthy": h.healthy,
-        "last_progress_at": _iso(h.last_progress_at),
-        "seconds_since_progress": dg.MetadataValue.float(round(h.seconds_since_progress or 0.0, 1))
-        if h.last_progress_at else dg.MetadataValue.null(),
-        "committed_batch": dg.MetadataValue.int(h.committed_batch) if h.committed_batch is not None
-        else dg.MetadataValue.null(),
-    }
-    if h.lag or h.end_offsets:
-        md["consumer_lag"] = h.total_lag
-        md["consumer_lag_by_partition"] = dg.MetadataValue.json(h.lag)
-        md["committed_offsets"] = dg.MetadataValue.json(h.committed)
-        md["log_end_offsets"] = dg.MetadataValue.json(h.end_offsets)
-    if h.upstream_versions_behind is not None:
-        md["upstream_delta_versions_behind"] = h.upstream_versions_behind
-    if h.application is not None:
-        md["application"] = h.application
-        md["application_state"] = h.application_state or "NEW"
-    return md
+    from kappa.spec import AssetSpec, Catalog
 
 
 def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEvaluation:
-    from kappa.dagster.component import HEALTH_CHECK
-
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey(h.asset), check_name=HEALTH_CHECK, passed=h.healthy,
         severity=dg.AssetCheckSeverity(h.severity), description=h.reason, metadata=health_metadata(h),
@@ -61,19 +31,17 @@ def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEv
     )
 
 
-def _observe(settings, component: "StreamingAssets", kappa: KappaResource, names: list[str] | None = None):
+def _observe(settings, catalog: "Catalog", options: LoadOptions, kappa: KappaResource, names: list[str] | None = None):
     """Local runner: checkpoints and log end offsets. Kubernetes runner: the SparkApplications."""
     if settings.runner == "kubernetes":
         from kappa.dagster import kubernetes
 
-        return kubernetes.observe(settings, component.catalog, kubernetes.build_runner(kappa), names)
-    return observe(settings, component.catalog, component.stall_after_s, names=names)
+        return kubernetes.observe(settings, catalog, kubernetes.build_runner(kappa), names)
+    return observe(settings, catalog, options.stall_after_s, names=names)
 
 
-def build_health_checks(component: "StreamingAssets", specs: list["AssetSpec"]) -> list[dg.AssetChecksDefinition]:
+def build_health_checks(catalog: "Catalog", options: LoadOptions, specs: list["AssetSpec"]) -> list[dg.AssetChecksDefinition]:
     """A ``query_health`` check per asset: evaluated on demand here, and by the sensor every tick."""
-    from kappa.dagster.component import HEALTH_CHECK
-
     def build(name: str) -> dg.AssetChecksDefinition:
         @dg.asset_check(
             asset=dg.AssetKey(name), name=HEALTH_CHECK, blocking=False,
@@ -81,8 +49,8 @@ def build_health_checks(component: "StreamingAssets", specs: list["AssetSpec"]) 
                         "records to read and no commit for stall_after_s); reports consumer lag.",
         )
         def _health(context: dg.AssetCheckExecutionContext, kappa: KappaResource) -> dg.AssetCheckResult:
-            settings = kappa.settings(assets_dir=str(component.assets_path))
-            found = _observe(settings, component, kappa, names=[name])
+            settings = kappa.settings(assets_dir=str(options.assets_path))
+            found = _observe(settings, catalog, options, kappa, names=[name])
             if not found:
                 return dg.AssetCheckResult(passed=False, description=f"{name} has no version yet")
             h = found[0]
@@ -95,26 +63,23 @@ def build_health_checks(component: "StreamingAssets", specs: list["AssetSpec"]) 
     return checks
 
 
-def build_sensor(component: "StreamingAssets") -> dg.SensorDefinition:
-    from kappa.dagster.component import SENSOR_NAME
-    from kappa.dagster.component import topic_key
-
+def build_sensor(catalog: "Catalog", options: LoadOptions) -> dg.SensorDefinition:
     @dg.sensor(
         name=SENSOR_NAME,
-        minimum_interval_seconds=component.sensor_interval_s,
+        minimum_interval_seconds=options.sensor_interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Observes every streaming asset's latest version: consumer lag per partition "
                     "(log end offset - checkpoint's committed offset), last progress, input rate; "
                     "fails query_health for a failed or stalled query.",
     )
     def _sensor(context: dg.SensorEvaluationContext, kappa: KappaResource) -> dg.SensorResult:
-        settings = kappa.settings(assets_dir=str(component.assets_path))
+        settings = kappa.settings(assets_dir=str(options.assets_path))
         now = time.time()
         previous = json.loads(context.cursor) if context.cursor else {}
         cursor: dict[str, dict] = {}
         events: list = []
         topics_seen: dict[str, dict] = {}
-        for h in _observe(settings, component, kappa):
+        for h in _observe(settings, catalog, options, kappa):
             md = health_metadata(h)
             consumed = sum(int(v) for parts in h.committed.values() if isinstance(parts, dict)
                            for v in parts.values())

@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kappa.config import Settings, join
+from kappa.errors import KappaError
 
 EVENTS = ("created", "running", "caught_up", "failed", "gate_passed", "gate_failed", "promoted", "retired")
 
@@ -38,7 +39,7 @@ _SCHEMA = pa.schema([
 ])
 
 
-class RegistryError(RuntimeError):
+class RegistryError(KappaError, RuntimeError):
     """An unknown asset or version, or a promotion that is not allowed."""
 
 

@@ -14,9 +14,10 @@ from typing import Callable, Iterable
 from confluent_kafka import KafkaError, Producer
 
 from kappa.config import Settings
+from kappa.errors import KappaError
 
 
-class IngestError(RuntimeError):
+class IngestError(KappaError, RuntimeError):
     """Records could not be delivered; the message gives how many and the first error."""
 
 

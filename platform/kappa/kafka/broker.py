@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kappa.config import Settings
+from kappa.errors import KappaError
 from kappa.jvm import jar_dir, java_executable
 
 
-class BrokerError(RuntimeError):
+class BrokerError(KappaError, RuntimeError):
     """The local broker cannot be started, stopped or reached; the message says why and what to do."""
 
 

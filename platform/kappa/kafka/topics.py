@@ -12,10 +12,11 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kappa.config import Settings
+from kappa.errors import KappaError
 from kappa.spec import TopicSpec
 
 
-class TopicError(RuntimeError):
+class TopicError(KappaError, RuntimeError):
     """A topic cannot be created, described or read."""
 
 

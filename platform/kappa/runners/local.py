@@ -15,10 +15,11 @@ from typing import Callable
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
+from kappa.errors import KappaError
 from kappa.spec import Catalog, SpecError, load_catalog
 
 
-class RunError(RuntimeError):
+class RunError(KappaError, RuntimeError):
     """A streaming query failed; the message names the asset version and Spark's error."""
 
 

