@@ -58,7 +58,7 @@ def copy_assets(dest: Path, suffix: str, edit=None) -> Path:
         kafka = asset.get("source", {}).get("kafka")
         if kafka:
             kafka["topics"] = [f"{t}_{suffix}" for t in kafka["topics"]]
-        if edit is not None:
+        if edit is not None and "name" in asset:  # not connectors.yaml: it declares no asset
             edit(asset["name"], asset)
         path.write_text(yaml.safe_dump(asset, sort_keys=False))
     return dest

@@ -23,9 +23,12 @@ run() { echo "+ $*"; [ "${DRY_RUN:-0}" = 1 ] || "$@"; }
 
 echo "== 1/5 namespace $NAMESPACE (Pod Security restricted)"
 if [ "${DRY_RUN:-0}" = 1 ]; then
-  echo "+ $HELM template kappa helm/kappa -n $NAMESPACE --show-only templates/000-Namespace.yaml | kubectl apply -f -"
+  echo "+ $HELM template kappa helm/kappa -n $NAMESPACE --show-only templates/000-Namespace.yaml $* --set namespace.create=true | kubectl apply -f -"
 else
-  "$HELM" template kappa helm/kappa -n "$NAMESPACE" --show-only templates/000-Namespace.yaml "$@" | kubectl apply -f -
+  # namespace.create=true after the user's values: their file may say false (the chart is then
+  # installed into this namespace), the labels still come from the chart's template.
+  "$HELM" template kappa helm/kappa -n "$NAMESPACE" --show-only templates/000-Namespace.yaml "$@" \
+    --set namespace.create=true | kubectl apply -f -
 fi
 
 echo "== 2/5 Strimzi cluster operator $STRIMZI_VERSION"

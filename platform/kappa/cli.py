@@ -605,6 +605,11 @@ def demo(
             FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
             ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
         _print_frame(worst, OutputFormat.table)
+        console.print("[bold]Delay streaks (CEP): three departures of one aircraft over 60 minutes late within 24 h[/]")
+        streaks = run_sql(spark, settings, """
+            SELECT tailnum, first_event_time, last_event_time, dep_delays
+            FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
+        _print_frame(streaks, OutputFormat.table)
         ran = {r.asset for r in results}
         for asset, (title, sql) in DEMO_SAMPLES.items():
             if asset in ran and registry.promoted(asset) is not None:

@@ -5,7 +5,7 @@
   built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
-* ``late_rows`` (stateful assets: windows, joins, sliding windows): rows Spark's watermark dropped
+* ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): rows Spark's watermark dropped
   as too late while building this version must be none — a version that silently lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
@@ -27,6 +27,8 @@ from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
 SHADOW_CHECK = "shadow_diff"
+#: Transform kinds whose stateful operator drops rows behind the watermark (counted by ``late_rows``).
+LATE_KINDS = STATEFUL_KINDS
 
 
 @dataclass
@@ -107,7 +109,7 @@ def check_names(spec: AssetSpec) -> list[str]:
     names = [name for name, _ in expectations(spec)]
     if spec.transform.kind == "parse":
         names.append(QUARANTINE_CHECK)
-    if spec.transform.kind in STATEFUL_KINDS:
+    if spec.transform.kind in LATE_KINDS:
         names.append(LATE_CHECK)
     names.append(SHADOW_CHECK)
     return names
@@ -284,7 +286,7 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     checks, docs = _run_gx(spark, settings, spec, version, df)
     if spec.transform.kind == "parse":
         checks.append(quarantine_rate(spark, settings, spec, ver))
-    if spec.transform.kind in STATEFUL_KINDS:
+    if spec.transform.kind in LATE_KINDS:
         checks.append(late_rows(ver))
     promoted = registry.promoted(asset)
     promoted_df = None

@@ -30,6 +30,9 @@ Transforms (exactly one per asset):
   rows deduplicated by ``event_id``.
 * ``window`` — gold: an event-time window aggregation (tumbling, hopping or session window) with a
   watermark, kept exact by an upsert (MERGE) of each micro-batch's updated windows.
+* ``pattern`` — gold: complex event processing, a declarative pattern (steps, each a SQL predicate
+  with a count; contiguity; ``within``) matched per key in event-time order by a stateful processor
+  (:mod:`kappa.streaming.pattern`, semantics in :mod:`kappa.streaming.cep`); one row per match.
 * ``sql`` / ``python`` — a SQL ``SELECT … FROM input`` or a function ``transform(df) -> DataFrame``
   over the upstream stream.
 
@@ -273,10 +276,73 @@ class SlidingTransform(_Strict):
 
 
 #: Transform kinds, one key each in an asset's ``transform:``.
-TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "sql", "python")
+TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python")
 #: Kinds whose Spark query keeps event-time state bounded by a watermark: rows behind it are
 #: dropped by Spark and counted (``late_rows``).
-STATEFUL_KINDS = ("window", "join", "sliding")
+STATEFUL_KINDS = ("window", "join", "sliding", "pattern")
+
+
+class PatternStep(_Strict):
+    """One step of a pattern: ``count`` consecutive events (in the pattern's contiguity) that each
+    satisfy the SQL predicate ``when`` over the input's columns."""
+
+    name: str
+    when: str = Field(min_length=1)
+    count: int = Field(1, ge=1, le=100)
+
+    _n = field_validator("name")(classmethod(lambda cls, v: _snake(v)))
+
+
+#: Columns every pattern's output has, besides its ``collect`` arrays.
+PATTERN_COLUMNS = ("first_event_time", "last_event_time", "event_ids")
+
+
+class PatternTransform(_Strict):
+    """Complex event processing over one key's events (see :mod:`kappa.streaming.cep`).
+
+    Output, one row per match: ``<key>``, ``first_event_time``, ``last_event_time`` (timestamps),
+    ``event_ids`` (array of the matched events' ids, in order), then one array per ``collect``
+    entry (output column -> input column, e.g. ``dep_delays: dep_delay``)."""
+
+    key: str
+    time_column: str = "event_time"
+    #: Tie-breakers after ``time_column`` (then ``event_id``), so the order is total.
+    order_by: list[str] = Field(default_factory=list)
+    event_id: str = "event_id"
+    #: SQL predicate: only these events are seen by the pattern (others neither match nor break it).
+    where: str | None = None
+    steps: list[PatternStep] = Field(min_length=1)
+    contiguity: Literal["strict", "relaxed"] = "strict"
+    within: str
+    collect: dict[str, str] = Field(default_factory=dict)
+
+    _w = field_validator("within")(classmethod(lambda cls, v: _interval(v)))
+
+    @model_validator(mode="after")
+    def _shape(self) -> "PatternTransform":
+        names = [s.name for s in self.steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"step names must be unique, got {names}")
+        taken = {self.key, *PATTERN_COLUMNS}
+        for out in self.collect:
+            _snake(out)
+            if out in taken:
+                raise ValueError(f"collect: output column {out!r} collides with {sorted(taken)}")
+        return self
+
+    @property
+    def input_columns(self) -> list[str]:
+        """Every input column the pattern names (a step's SQL predicate aside)."""
+        cols = [self.key, self.time_column, *self.order_by, self.event_id, *self.collect.values()]
+        return list(dict.fromkeys(cols))
+
+
+def _snake(v: str) -> str:
+    if not NAME_RE.match(v):
+        raise ValueError(f"{v!r} must be lower_snake_case (letters, digits, _), starting with a letter")
+    return v
+
+
 
 
 class Transform(_Strict):
@@ -285,6 +351,7 @@ class Transform(_Strict):
     window: WindowTransform | None = None
     join: JoinTransform | None = None
     sliding: SlidingTransform | None = None
+    pattern: PatternTransform | None = None
     sql: str | None = None
     python: str | None = None
 
@@ -422,6 +489,18 @@ class AssetSpec(_Strict):
                 raise ValueError(
                     "a sliding window emits a row once the watermark has passed its time: set watermark "
                     "with watermark.column equal to transform.sliding.time_column")
+        if kind == "pattern":
+            p = self.transform.pattern
+            assert p is not None
+            # Events are matched in event-time order, which only the watermark can vouch for
+            # (a stateful processor's event-time timers fire as the watermark passes).
+            if self.watermark is None:
+                raise ValueError("a pattern transform needs a watermark (watermark.column, watermark.delay): "
+                                 "events are buffered until the watermark passes them, then matched in order")
+            if self.watermark.column != p.time_column:
+                raise ValueError("watermark.column must equal transform.pattern.time_column")
+            if self.sink.mode == "merge":
+                raise ValueError("sink.mode: a pattern's matches are final once emitted; use 'append'")
         if kind == "parse" and self.watermark is not None:
             assert self.transform.parse is not None
             if self.watermark.column != self.transform.parse.event_time:
@@ -482,6 +561,8 @@ class AssetSpec(_Strict):
             return [self.transform.parse.event_id]
         if self.transform.join is not None or self.transform.sliding is not None:
             return ["event_id"]
+        if self.transform.pattern is not None:
+            return [self.transform.pattern.key, "first_event_time"]
         return []
 
     @property
@@ -633,6 +714,30 @@ def load_asset(path: Path) -> AssetSpec:
     return spec
 
 
+def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
+    """A pattern over a parsed (silver) asset may only name columns of that asset's schema."""
+    p = spec.transform.pattern
+    up = assets[spec.source.asset] if p is not None and spec.source.asset else None
+    if p is None or up is None or up.transform.parse is None:
+        return
+    fields = up.transform.parse.fields
+    named = {"key": [p.key], "time_column": [p.time_column], "order_by": p.order_by,
+             "event_id": [p.event_id], **{f"collect.{k}": [v] for k, v in p.collect.items()}}
+    for where, cols in named.items():
+        for c in cols:
+            if c not in fields:
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} is not in "
+                                f"{up.name}'s schema ({up.path})")
+    # The state store keeps a pending event's tie-breakers and collected values as JSON.
+    for where, cols in (("order_by", p.order_by), *((f"collect.{k}", [v]) for k, v in p.collect.items())):
+        for c in cols:
+            if fields[c].type in ("timestamp", "date"):
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} has type "
+                                f"{fields[c].type}; use string, number or boolean columns")
+    if fields[p.time_column].type != "timestamp":
+        raise SpecError(f"{spec.path}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
+
+
 def load_catalog(assets_dir: Path) -> Catalog:
     """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``.
 
@@ -668,6 +773,8 @@ def load_catalog(assets_dir: Path) -> Catalog:
         for topic in spec.topics:
             if topic not in topics:
                 raise SpecError(f"{spec.path}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
+    for spec in assets.values():
+        _check_pattern_columns(spec, assets)
     catalog = Catalog(assets, topics, assets_dir)
     catalog.topological()
     return catalog

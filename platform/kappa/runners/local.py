@@ -162,9 +162,10 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     rows = table.toDF().count()
     delta_version = table.history(1).select("version").first()[0]
     quarantined = late = 0
+    mine = f"asset = '{spec.name}' AND version = {version.version}"
     if spec.transform.kind == "parse":
-        mine = f"asset = '{spec.name}' AND version = {version.version}"
         quarantined = spark.read.format("delta").load(str(quarantine_path(settings))).where(mine).count()
+    if spec.transform.kind in ("parse", "pattern"):
         late = spark.read.format("delta").load(str(late_events_path(settings))).where(mine).count()
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=input_rows, quarantined=quarantined,

@@ -253,6 +253,10 @@ def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec,
     if kind == "join":
         assert spec.transform.join is not None and version is not None and settings is not None
         return join_frame(df, upstream_stream(spark, version, settings, spec.transform.join.right.asset), spec)
+    if kind == "pattern":
+        from kappa.streaming.pattern import pattern_frame
+
+        return pattern_frame(df, spec)
     if kind == "sql":
         df.createOrReplaceTempView("input")
         return spark.sql(spec.transform.sql)  # type: ignore[arg-type]
@@ -273,6 +277,12 @@ def start_query(
     if spec.transform.kind == "parse":
         out = source
         writer = out.writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
+    elif spec.transform.kind == "pattern":
+        from kappa.streaming.pattern import PatternWriter
+
+        late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
+        writer = transformed(spark, source, spec).writeStream.outputMode("append").foreachBatch(
+            PatternWriter(spark, spec, version, late))
     else:
         out = transformed(spark, source, spec, version, settings)
         if spec.sink_mode == "merge":

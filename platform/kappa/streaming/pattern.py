@@ -1,0 +1,216 @@
+"""The ``pattern`` transform on Spark: the CEP matcher (:mod:`kappa.streaming.cep`) run per key by a
+stateful processor (Spark 4.1's ``transformWithState``, RocksDB state store, event-time timers).
+
+Why events are buffered: a micro-batch delivers a key's events in arrival order, not event-time
+order, and a later batch may still bring an earlier event. A match over consecutive events is only
+right when the events are fed in event-time order, so the processor keeps each key's new events in a
+``pending`` list in the state store and registers an event-time timer at the earliest pending time.
+Spark fires a timer once the watermark (max event time seen - the asset's delay) reaches it; the
+processor then releases every pending event at or before the watermark, in order (event time, then
+``order_by``, then ``event_id``), to the matcher, emits the matches they complete and keeps the
+matcher's partial match in the state store. Spark drops an input row at or before the previous
+batch's watermark (the watermark's late-row rule, ``event_time <= watermark``) and counts it in
+``numRowsDroppedByWatermark``, which the gate's ``late_rows`` check reads; a row that still reaches
+the processor at or before the point this key was already released to (it cannot be put in order
+any more) is written to the late-events table instead of being matched.
+
+Consequences: a match is emitted once the watermark passes its last event, so the newest ``delay``
+of the log waits for later events (on a finished log, matches whose last event is within ``delay``
+of the latest event time stay pending); the state of a key is its pending events plus a partial
+match, bounded by the events of ``delay`` and ``within``; a key's state is cleared when both are empty.
+
+Spark rules relied on (Structured Streaming guide, "Arbitrary State API v2" / transformWithState):
+``timeMode="EventTime"`` needs a watermark on the input; timers fire in the micro-batch whose
+watermark passes them, after that batch's input rows were handled; state and timers are in the
+checkpoint, so a restarted query continues partial matches where it stopped; output mode ``Append``.
+
+Output schema of :func:`pattern_frame`: ``<key>``, ``first_event_time``, ``last_event_time``
+(timestamp), ``event_ids`` (array<string>), then one array per ``collect`` entry, plus the internal
+``_late`` / ``_watermark`` columns that :class:`PatternWriter` uses to route late rows.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+
+from kappa.spec import AssetSpec, interval_seconds
+from kappa.streaming.cep import Event, Matcher, Pattern, release
+
+_STRING_LIST = T.StructType([T.StructField("event", T.StringType(), False)])
+_LONG = T.StructType([T.StructField("value", T.LongType(), False)])
+_NEVER = -(2**62)
+
+
+def cep_pattern(spec: AssetSpec) -> Pattern:
+    p = spec.transform.pattern
+    assert p is not None
+    return Pattern.from_counts([s.count for s in p.steps], int(interval_seconds(p.within) * 1_000_000), p.contiguity)
+
+
+class PatternProcessor(StatefulProcessor):
+    """Per key: buffer events until the watermark passes them, then match them in order.
+
+    Input rows: ``_t`` (event time, µs), ``_id``, ``_o<k>`` (tie-breakers), ``_s<i>`` (step i's
+    predicate), ``_v<j>`` (collected values). Output rows: ``_kind`` ("match"/"late"), ``_first_us``,
+    ``_last_us``, ``_ids`` (list), ``_v<j>`` (list per collected column), ``_watermark_us``."""
+
+    def __init__(self, pattern: Pattern, n_order: int, n_steps: int, n_values: int):
+        self.pattern, self.n_order, self.n_steps, self.n_values = pattern, n_order, n_steps, n_values
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.pending = handle.getListState("pending", _STRING_LIST)
+        self.partial = handle.getListState("partial", _STRING_LIST)
+        self.timer = handle.getValueState("timer_ms", _LONG)
+        self.released = handle.getValueState("released_us", _LONG)
+
+    def _event(self, row: Row) -> Event:
+        return Event(int(row["_t"]), tuple(row[f"_o{k}"] for k in range(self.n_order)), row["_id"],
+                     tuple(bool(row[f"_s{i}"]) for i in range(self.n_steps)),
+                     tuple(row[f"_v{j}"] for j in range(self.n_values)))
+
+    @staticmethod
+    def _row(key, kind: str, first_us: int, last_us: int, ids: list, values: list, watermark_us: int) -> Row:
+        fields = {"_key": key[0], "_kind": kind, "_first_us": first_us, "_last_us": last_us, "_ids": ids,
+                  **{f"_v{j}": v for j, v in enumerate(values)}, "_watermark_us": watermark_us}
+        return Row(**fields)
+
+    def _value(self, state) -> int | None:
+        return state.get()[0] if state.exists() else None
+
+    def _arm(self, earliest_us: int) -> None:
+        """Keep one timer, at the earliest pending event (rounded up to the timer's milliseconds)."""
+        at = -(-earliest_us // 1000)
+        cur = self._value(self.timer)
+        if cur is not None and cur <= at:
+            return
+        if cur is not None:
+            self.handle.deleteTimer(cur)
+        self.handle.registerTimer(at)
+        self.timer.update((at,))
+
+    def handleInputRows(self, key, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
+        released = self._value(self.released)
+        released = _NEVER if released is None else released
+        fresh, late = [], []
+        for row in rows:
+            e = self._event(row)
+            (late if e.time_us <= released else fresh).append(e)
+        for e in late:
+            yield self._row(key, "late", e.time_us, e.time_us, [e.event_id], [None] * self.n_values, released)
+        if fresh:
+            self.pending.appendList([(e.to_json(),) for e in fresh])
+            self._arm(min(e.time_us for e in fresh))
+
+    def handleExpiredTimer(self, key, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+        self.timer.clear()
+        watermark_us = timerValues.getCurrentWatermarkInMs() * 1000
+        pending = [Event.from_json(r[0]) for r in self.pending.get()] if self.pending.exists() else []
+        ready, kept = release(pending, watermark_us)
+        matcher = Matcher.restore(self.pattern, (r[0] for r in self.partial.get()) if self.partial.exists() else ())
+        for e in ready:
+            m = matcher.feed(e)
+            if m is not None:
+                yield self._row(key, "match", m.first_us, m.last_us, m.event_ids,
+                                [m.collected(j) for j in range(self.n_values)], watermark_us)
+        # Cleared state costs nothing in the state store: a key without pending events or a partial
+        # match keeps only its release point (needed to recognise a late row).
+        if kept:
+            self.pending.put([(e.to_json(),) for e in kept])
+            self._arm(min(e.time_us for e in kept))
+        else:
+            self.pending.clear()
+        if matcher.buffer:
+            self.partial.put([(s,) for s in matcher.state()])
+        else:
+            self.partial.clear()
+        self.released.update((watermark_us,))
+
+    def close(self) -> None:
+        pass
+
+
+def pattern_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
+    """The matches of ``spec``'s pattern over the stream ``df`` (schema: the upstream's columns).
+
+    Output: ``<key>``, ``first_event_time``, ``last_event_time``, ``event_ids``, one array column
+    per ``collect`` entry (element type = the input column's), ``_late`` (boolean: a row that
+    arrived after its key was released past it), ``_watermark`` (timestamp)."""
+    p = spec.transform.pattern
+    assert p is not None and spec.watermark is not None
+    df = df.withWatermark(spec.watermark.column, spec.watermark.delay)
+    if p.where:
+        df = df.where(F.expr(p.where))
+    collect = list(p.collect.items())
+    types = {f.name: f.dataType for f in df.schema.fields}
+    prepared = df.select(
+        F.col(p.key).alias("_key"),
+        F.col(p.time_column),  # the watermark's column: event-time timers need it in the plan
+        F.unix_micros(F.col(p.time_column)).alias("_t"),
+        F.col(p.event_id).cast("string").alias("_id"),
+        # Tie-breakers keep their types: a flight number must sort as a number, not as text.
+        *[F.col(c).alias(f"_o{k}") for k, c in enumerate(p.order_by)],
+        *[F.coalesce(F.expr(s.when), F.lit(False)).alias(f"_s{i}") for i, s in enumerate(p.steps)],
+        *[F.col(src).alias(f"_v{j}") for j, (_, src) in enumerate(collect)],
+    )
+    out_schema = T.StructType([
+        T.StructField("_key", types[p.key]),
+        T.StructField("_kind", T.StringType()),
+        T.StructField("_first_us", T.LongType()),
+        T.StructField("_last_us", T.LongType()),
+        T.StructField("_ids", T.ArrayType(T.StringType())),
+        *[T.StructField(f"_v{j}", T.ArrayType(types[src])) for j, (_, src) in enumerate(collect)],
+        T.StructField("_watermark_us", T.LongType()),
+    ])
+    processor = PatternProcessor(cep_pattern(spec), len(p.order_by), len(p.steps), len(collect))
+    matched = prepared.groupBy("_key").transformWithState(
+        processor, out_schema, outputMode="Append", timeMode="EventTime")
+    return matched.select(
+        F.col("_key").alias(p.key),
+        F.timestamp_micros("_first_us").alias("first_event_time"),
+        F.timestamp_micros("_last_us").alias("last_event_time"),
+        F.col("_ids").alias("event_ids"),
+        *[F.col(f"_v{j}").alias(out) for j, (out, _) in enumerate(collect)],
+        (F.col("_kind") == "late").alias("_late"),
+        F.timestamp_micros("_watermark_us").alias("_watermark"),
+    )
+
+
+class PatternWriter:
+    """foreachBatch body of a ``pattern`` asset: matches to the asset's table, late rows to the
+    late-events table; both appends idempotent per (writer id, batch id) (Delta docs, "Idempotent
+    table writes in foreachBatch")."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version, late_path: str):
+        self.spec, self.version, self.late_path = spec, version, late_path
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from kappa.streaming.query import ParseWriter
+
+        batch = batch.persist()
+        try:
+            matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
+            ParseWriter._append(matches, self.version.table_path, self.version.txn_app_id, batch_id)
+            late = batch.where(F.col("_late"))
+            if not late.isEmpty():
+                rows = late.select(
+                    F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version"),
+                    F.col("event_ids")[0].alias("event_id"), F.col("first_event_time").alias("event_time"),
+                    F.col("_watermark").alias("watermark"),
+                    F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
+                    F.lit(None).cast("long").alias("offset"), F.lit(None).cast("timestamp").alias("kafka_timestamp"),
+                    F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
+                    F.current_timestamp().alias("arrived_at"))
+                ParseWriter._append(rows, self.late_path, f"{self.version.txn_app_id}-late", batch_id)
+        finally:
+            batch.unpersist()
