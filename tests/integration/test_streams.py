@@ -25,7 +25,9 @@ from kappa.runners.local import is_transient, resolve_versions, run_until_caught
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 
-from .helpers import frame_hash, renamed, table
+from kappa.harness.truth import frame_hash
+
+from .helpers import renamed, table
 from .streams_truth import (
     WEATHER_COLUMNS,
     assert_same_rows,
