@@ -95,7 +95,7 @@ def assert_same_rows(actual: pd.DataFrame, expected: pd.DataFrame, keys: list[st
                      exact: list[str], approx: list[str] = ()) -> None:
     """Same key set on both sides, keys unique, ``exact`` columns equal (nulls equal), ``approx``
     columns within 1e-9 (nulls equal)."""
-    actual = actual.copy()
+    actual, expected = actual.copy(), expected.copy()
     for df in (actual, expected):
         for c in df.columns:
             if isinstance(df[c].dtype, pd.DatetimeTZDtype) or str(df[c].dtype).startswith("datetime64"):
