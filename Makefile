@@ -35,8 +35,14 @@ install: $(VENV)/.installed build/jars/.resolved
 demo: install
 	$(BIN)/kappa demo
 
-test: install k8s-validate
+test: install k8s-validate chromium
 	$(BIN)/pytest
+
+# Headless Chromium for the Dagster UI screenshot test (Debian's package; skipped when present).
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 test-unit: install
 	$(BIN)/pytest tests/unit
@@ -45,6 +51,7 @@ test-integration: install
 	$(BIN)/pytest tests/integration
 
 clean-state:
+	-$(BIN)/kappa serve stop
 	-$(BIN)/kappa connect stop
 	-$(BIN)/kappa postgres stop
 	-$(BIN)/kappa kafka stop

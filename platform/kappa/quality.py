@@ -39,10 +39,13 @@ class CheckResult:
     observed: object
     expected: str
     details: dict = field(default_factory=dict)
+    #: False when the check had nothing to measure: then it has not passed (``passed`` is False, so
+    #: a blocking one blocks promotion) and says "not evaluated", never "passed".
+    evaluated: bool = True
 
     def describe(self) -> str:
         """One line: what failed and by how much."""
-        verdict = "passed" if self.passed else "FAILED"
+        verdict = "passed" if self.passed else ("FAILED" if self.evaluated else "NOT EVALUATED")
         return f"{self.name}: {verdict} (observed {self.observed}; expected {self.expected})"
 
 
@@ -191,19 +194,36 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
+def records_read_by(version_obj) -> int:
+    """Records a version has read from the log, whatever ran it (until caught up, continuously, on
+    Kubernetes): the Kafka offsets of its checkpoint's newest committed batch minus the log start
+    offsets recorded when the version was created, summed over partitions (0: nothing committed)."""
+    from kappa.streaming.checkpoint import read_checkpoint
+
+    committed = read_checkpoint(version_obj.checkpoint_path).offsets
+    starts = (version_obj.last("created") or {}).get("start_offsets") or {}
+    read = 0
+    for topic, parts in committed.items():
+        if isinstance(parts, dict):
+            read += sum(int(off) - int((starts.get(topic) or {}).get(str(p), 0)) for p, off in parts.items())
+    return read
+
+
 def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
-    """Quarantined records of this version / records it read from the log (sum over partitions of
-    the end offset it reached minus the log start offset)."""
-    caught = version_obj.last("caught_up") or {}
-    read = sum(int(o) for parts in (caught.get("end_offsets") or {}).values() for o in parts.values())
-    starts = version_obj.last("created") or {}
-    read -= sum(int(o) for parts in (starts.get("start_offsets") or {}).values() for o in parts.values())
+    """Quarantined records of this version / records it read from the log
+    (:func:`records_read_by`). Not evaluated when it has read nothing."""
+    read = records_read_by(version_obj)
     q = quarantine_path(settings)
     quarantined = 0
     if (q / "_delta_log").is_dir():
         quarantined = (spark.read.format("delta").load(str(q))
                        .where(f"asset = '{spec.name}' AND version = {version_obj.version}").count())
-    rate = quarantined / read if read else 0.0
+    if read <= 0:
+        return CheckResult(name=QUARANTINE_CHECK, passed=False, blocking=True, observed="not evaluated",
+                           expected=f"<= {spec.max_quarantine_rate}", evaluated=False,
+                           details={"quarantined": quarantined, "read": 0,
+                                    "why": "the checkpoint has no committed batch: nothing read to measure"})
+    rate = quarantined / read
     return CheckResult(
         name=QUARANTINE_CHECK, passed=rate <= spec.max_quarantine_rate, blocking=True,
         observed=round(rate, 6), expected=f"<= {spec.max_quarantine_rate}",
@@ -212,11 +232,18 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
 
 
 def late_rows(version_obj) -> CheckResult:
-    """Rows dropped by the watermark over every recorded run of this version."""
-    dropped = sum(int(e["details"].get("dropped_by_watermark") or 0)
-                  for e in version_obj.events if e["event"] == "caught_up")
+    """Rows dropped by the watermark over every recorded run of this version: the
+    ``dropped_by_watermark`` of its ``caught_up`` events (until-caught-up runs) and ``stopped``
+    events (continuous runs). Not evaluated when no run of it has reported (e.g. a Kubernetes run
+    still going)."""
+    reports = [e["details"] for e in version_obj.events
+               if e["event"] in ("caught_up", "stopped") and "dropped_by_watermark" in e["details"]]
+    if not reports:
+        return CheckResult(name=LATE_CHECK, passed=False, blocking=True, observed="not evaluated", expected="0",
+                           evaluated=False, details={"why": "no run of this version has reported its metrics"})
+    dropped = sum(int(d.get("dropped_by_watermark") or 0) for d in reports)
     return CheckResult(name=LATE_CHECK, passed=dropped == 0, blocking=True, observed=dropped, expected="0",
-                       details={"dropped_by_watermark": dropped})
+                       details={"dropped_by_watermark": dropped, "runs": len(reports)})
 
 
 def diff_keys(spec: AssetSpec) -> list[str]:

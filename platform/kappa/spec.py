@@ -276,10 +276,46 @@ class SlidingTransform(_Strict):
 
 
 #: Transform kinds, one key each in an asset's ``transform:``.
-TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python")
+TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python", "changelog")
 #: Kinds whose Spark query keeps event-time state bounded by a watermark: rows behind it are
 #: dropped by Spark and counted (``late_rows``).
 STATEFUL_KINDS = ("window", "join", "sliding", "pattern")
+
+
+class ChangelogTransform(_Strict):
+    """Silver from a changelog topic of Debezium change events (``op`` r/c/u/d, ``after``,
+    ``source.lsn``, ``source.ts_ms``), keyed by the source table's primary key.
+
+    ``mode: current`` keeps the table's current state (MERGE in LSN order; deletes remove the row);
+    ``mode: history`` keeps every version of each row as a slowly changing dimension type 2
+    (``valid_from``, ``valid_to``, ``is_current``). ``schema`` declares the row's columns as the
+    source table has them (a ``date`` arrives as days since the epoch, Debezium's
+    ``io.debezium.time.Date``). See :mod:`kappa.streaming.changelog`."""
+
+    mode: Literal["current", "history"] = "current"
+    key: list[str] = Field(min_length=1)
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("schema_", mode="before")
+    @classmethod
+    def _shorthand(cls, v: object) -> object:
+        # `year: int` is shorthand for `year: {type: int}`, as in parse
+        if isinstance(v, dict):
+            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+        return v
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> "ChangelogTransform":
+        for k in self.key:
+            if k not in self.schema_:
+                raise ValueError(f"key column {k!r} is not in schema")
+        return self
 
 
 class PatternStep(_Strict):
@@ -343,6 +379,7 @@ def _snake(v: str) -> str:
     return v
 
 
+_KINDS = TRANSFORM_KINDS  # the name main's code used
 
 
 class Transform(_Strict):
@@ -354,6 +391,7 @@ class Transform(_Strict):
     pattern: PatternTransform | None = None
     sql: str | None = None
     python: str | None = None
+    changelog: ChangelogTransform | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Transform":
@@ -464,9 +502,9 @@ class AssetSpec(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
         kind = self.transform.kind
-        if kind in ("raw", "parse") and self.source.kafka is None:
+        if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
-        if kind not in ("raw", "parse") and self.source.asset is None:
+        if kind not in ("raw", "parse", "changelog") and self.source.asset is None:
             raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
         if kind == "window":
             w = self.transform.window
@@ -540,7 +578,7 @@ class AssetSpec(_Strict):
             # Tumbling/hopping: update mode + MERGE, the table holds open windows too. Session:
             # append once closed (see _coherent).
             return "append" if w.type == "session" else "merge"
-        return {"raw": "append", "parse": "merge"}.get(self.transform.kind, "append")
+        return {"raw": "append", "parse": "merge", "changelog": "merge"}.get(self.transform.kind, "append")
 
     @property
     def output_mode(self) -> str:
@@ -561,6 +599,8 @@ class AssetSpec(_Strict):
             return [self.transform.parse.event_id]
         if self.transform.join is not None or self.transform.sliding is not None:
             return ["event_id"]
+        if self.transform.changelog is not None:
+            return list(self.transform.changelog.key)
         if self.transform.pattern is not None:
             return [self.transform.pattern.key, "first_event_time"]
         return []

@@ -7,7 +7,8 @@ promotion of several assets (a chain) is atomic: readers see all of it or none o
 transaction log gives atomic commits; see "Delta Lake transaction log protocol").
 
 Event rows: ``asset`` string, ``version`` int, ``event`` string, ``at`` timestamp (UTC), ``details``
-JSON string. Events: ``created``, ``running``, ``caught_up``, ``failed``, ``gate_passed``,
+JSON string. Events: ``created``, ``running``, ``caught_up``, ``stopped`` (a continuous run ended, with its
+metrics), ``failed``, ``gate_passed``,
 ``gate_failed``, ``promoted``, ``retired``.
 
 A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
@@ -28,7 +29,8 @@ import pyarrow as pa
 from kappa.config import Settings, join
 from kappa.errors import KappaError
 
-EVENTS = ("created", "running", "caught_up", "failed", "gate_passed", "gate_failed", "promoted", "retired")
+EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
+          "retired")
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),
@@ -212,8 +214,10 @@ class Registry:
 
     def promote(self, targets: dict[str, int], reason: str = "promote", **evidence: object) -> None:
         """Point each stable name in ``targets`` at its version, in ONE commit (atomic for a chain).
+        Returns once a running ``kappa serve`` has applied the commit.
 
-        Raises :class:`RegistryError` for an unknown or retired version."""
+        Raises :class:`RegistryError` for an unknown or retired version;
+        :class:`kappa.serve.ServeError` if a running endpoint does not apply it within 30 s."""
         rows = []
         for asset, v in targets.items():
             ver = self.version(asset, v)
@@ -223,6 +227,11 @@ class Registry:
             rows.append({"asset": asset, "version": v, "event": "promoted",
                          "details": {"reason": reason, "previous": previous.version if previous else None, **evidence}})
         self._append(rows)
+        # A running SQL endpoint (`kappa serve`) swaps its views when it sees this commit; wait for
+        # it, so the next query through it reads what was just promoted.
+        from kappa.serve import await_in_step
+
+        await_in_step(self.settings)
 
     def previous_promoted(self, asset: str) -> int | None:
         """The version that was promoted before the current one (the rollback target), or None."""
