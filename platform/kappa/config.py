@@ -24,6 +24,8 @@ variable                       meaning                                         d
 ``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
 ``KAPPA_POSTGRES_USER``        its user / password                              ``kappa`` / ``kappa``
 ``KAPPA_CONNECT_PORT``         the local Kafka Connect worker's REST port       ``58083``
+``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
+``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
 ``KAPPA_FAULT``                ``<asset>:<point>:<batch_id>``: exit there      none
                                (fault injection, see :class:`Fault`)
 ``KAPPA_DEDUP_ANTI_JOIN``      test only: ``false`` turns off silver's          ``true``
@@ -177,6 +179,11 @@ class Settings(BaseSettings):
     postgres_user: str = "kappa"
     postgres_password: str = "kappa"
     connect_port: int = 58083
+
+    #: S3-compatible endpoint of the object store (MinIO, Ceph…); None = AWS S3's own endpoint.
+    s3_endpoint: str | None = None
+    #: Path-style bucket addressing (most S3-compatible stores need it).
+    s3_path_style_access: bool = False
 
     # Kafka client security (the kubernetes runner sets these from the KafkaUser's Secret; the local
     # broker is PLAINTEXT on loopback and needs none). Passed to Spark's Kafka source as kafka.*.

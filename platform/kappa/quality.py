@@ -23,6 +23,7 @@ from pathlib import Path
 from kappa.config import Settings
 from kappa.delta.registry import Registry, quarantine_path
 from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
+from kappa.storage import exists, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
@@ -64,6 +65,22 @@ class GateReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def recorded_gate(version) -> GateReport | None:
+    """The report of the most recent gate run recorded for ``version`` (a
+    :class:`kappa.delta.registry.Version`), as :func:`run_gate` recorded it (wherever it ran:
+    here or in a gate SparkApplication); None when it was never gated."""
+    for e in reversed(version.events):
+        if e["event"] in ("gate_passed", "gate_failed"):
+            d = e["details"]
+            checks = [CheckResult(**{k: c.get(k) for k in ("name", "passed", "blocking", "observed", "expected")},
+                                  details=c.get("details") or {}, evaluated=c.get("evaluated", True))
+                      for c in d.get("checks", [])]
+            diff = next((c.details for c in checks if c.name == SHADOW_CHECK), None)
+            return GateReport(asset=version.asset, version=version.version, passed=e["event"] == "gate_passed",
+                              checks=checks, data_docs_path=d.get("data_docs"), shadow_diff=diff or None)
+    return None
 
 
 def _class_name(snake: str) -> str:
@@ -126,7 +143,10 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
     declared = expectations(spec)
     if not declared:
         return [], None
-    root = Path(settings.warehouse) / "_kappa"  # type: ignore[arg-type]
+    # GX keeps its project (suites, results, Data Docs) in a local folder: next to the tables when
+    # they are local, else in this process's scratch (the results are recorded in the registry).
+    warehouse = local_path(str(settings.warehouse))
+    root = (warehouse if warehouse is not None else (settings.home or Path(".kappa"))) / "_kappa"
     context = gx.get_context(mode="file", project_root_dir=str(root))
     # Kappa prints its own progress; GX's per-metric progress bars would flood the terminal.
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
@@ -194,13 +214,13 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
-def records_read_by(version_obj) -> int:
+def records_read_by(version_obj, settings: Settings | None = None) -> int:
     """Records a version has read from the log, whatever ran it (until caught up, continuously, on
     Kubernetes): the Kafka offsets of its checkpoint's newest committed batch minus the log start
     offsets recorded when the version was created, summed over partitions (0: nothing committed)."""
     from kappa.streaming.checkpoint import read_checkpoint
 
-    committed = read_checkpoint(version_obj.checkpoint_path).offsets
+    committed = read_checkpoint(version_obj.checkpoint_path, settings).offsets
     starts = (version_obj.last("created") or {}).get("start_offsets") or {}
     read = 0
     for topic, parts in committed.items():
@@ -212,10 +232,10 @@ def records_read_by(version_obj) -> int:
 def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
     """Quarantined records of this version / records it read from the log
     (:func:`records_read_by`). Not evaluated when it has read nothing."""
-    read = records_read_by(version_obj)
+    read = records_read_by(version_obj, settings)
     q = quarantine_path(settings)
     quarantined = 0
-    if (q / "_delta_log").is_dir():
+    if exists(join(q, "_delta_log"), settings):
         quarantined = (spark.read.format("delta").load(str(q))
                        .where(f"asset = '{spec.name}' AND version = {version_obj.version}").count())
     if read <= 0:

@@ -60,8 +60,6 @@ class Version:
     state: str = "created"
     promoted_at: datetime | None = None
     events: list[dict] = field(default_factory=list)
-    #: Upstream asset -> table path, where it is known without the registry (the kubernetes entrypoint).
-    upstream_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -97,6 +95,22 @@ def late_events_path(settings: Settings) -> Path | str:
     """Events that arrived behind their asset's watermark (kept, never silently dropped)."""
     assert settings.warehouse is not None
     return join(settings.warehouse, "_kappa", "late_events")
+
+
+def new_version_details(settings: Settings, asset: str, version: int, fingerprint: str,
+                        upstream: dict[str, int], writer_suffix: str | None = None) -> dict:
+    """THE place a version's locations and writer id are made: ``table_path``
+    (``<warehouse>/<asset>/v<N>``), ``checkpoint_path`` (``<checkpoints>/<asset>/v<N>``) and the
+    idempotent-writer id ``txn_app_id`` (``kappa-<asset>-v<N>-<12 hex>``, unique per version even
+    if a warehouse is reused, Delta's ``txnAppId``). Everything else (runners, the kubernetes
+    entrypoint, the SparkApplication) receives them with the :class:`Version`, never re-derives them."""
+    return {
+        "table_path": str(table_path(settings, asset, version)),
+        "checkpoint_path": str(checkpoint_path(settings, asset, version)),
+        "txn_app_id": f"kappa-{asset}-v{version}-{writer_suffix or uuid.uuid4().hex[:12]}",
+        "fingerprint": fingerprint,
+        "upstream": dict(upstream),
+    }
 
 
 class Registry:
@@ -201,14 +215,7 @@ class Registry:
         ``extra`` (e.g. ``start_offsets``) is kept in the ``created`` event's details."""
         existing = self.versions(asset)
         n = (existing[-1].version + 1) if existing else 1
-        details = {
-            "table_path": str(table_path(self.settings, asset, n)),
-            "checkpoint_path": str(checkpoint_path(self.settings, asset, n)),
-            "txn_app_id": f"kappa-{asset}-v{n}-{uuid.uuid4().hex[:12]}",
-            "fingerprint": fingerprint,
-            "upstream": upstream,
-            **extra,
-        }
+        details = {**new_version_details(self.settings, asset, n, fingerprint, upstream), **extra}
         self._append([{"asset": asset, "version": n, "event": "created", "details": details}])
         return self.version(asset, n)
 

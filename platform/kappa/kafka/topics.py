@@ -95,3 +95,15 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
         return out
     finally:
         consumer.close()
+
+
+def log_end_offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> dict[str, dict[str, int]]:
+    """topic -> partition (a string, as Spark's checkpoints write it) -> log end offset, now; a
+    topic that does not exist maps to ``{}``."""
+    out: dict[str, dict[str, int]] = {}
+    for topic in topics:
+        try:
+            out[topic] = {str(p.partition): p.end for p in offsets(settings, [topic], timeout_s=timeout_s)}
+        except TopicError:
+            out[topic] = {}
+    return out

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.errors import KappaError
+from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus, catch_up, poll_until
 from kappa.spec import Catalog, SpecError, load_catalog
 
 
@@ -26,32 +26,6 @@ class RunError(KappaError, RuntimeError):
 class LogicChangedError(SpecError):
     """An asset's declaration changed since its current version was created: a new version (a
     replay) is needed, its checkpoint must not be reused with other logic."""
-
-
-@dataclass
-class AssetRunResult:
-    """What one asset version did in one run."""
-
-    asset: str
-    version: int
-    rows: int  # rows in the version's table at the end
-    input_rows: int  # records read by this run
-    quarantined: int  # rows of this version in the quarantine table
-    late_events: int  # rows of this version in the late-events table (behind its watermark)
-    dropped_by_watermark: int  # rows Spark's stateful operators dropped as late
-    seconds: float
-    batches: int
-    delta_version: int | None
-    end_offsets: dict = field(default_factory=dict)  # topic -> partition -> offset (Kafka sources)
-    batch_ms: list[int] = field(default_factory=list)
-    input_rows_per_s: float = 0.0
-    processed_rows_per_s: float = 0.0
-    watermark: str | None = None  # the query's event-time watermark at the end (ISO-8601 UTC)
-    state_rows: int = 0  # rows in the stateful operators' state store at the end
-    state_bytes: int = 0  # memory used by that state (Spark's memoryUsedBytes; RocksDB: its estimate)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
@@ -171,8 +145,6 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     end_offsets = kafka_offsets(progress)
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
-    last = progress[-1] if progress else {}
-    state_ops = last.get("stateOperators", [])
     table = DeltaTable.forPath(spark, version.table_path)
     rows = table.toDF().count()
     delta_version = table.history(1).select("version").first()[0]
@@ -189,21 +161,98 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
         processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
-        watermark=(last.get("eventTime") or {}).get("watermark"),
-        state_rows=sum(int(op.get("numRowsTotal", 0)) for op in state_ops),
-        state_bytes=sum(int(op.get("memoryUsedBytes", 0)) for op in state_ops),
+        watermark=((progress[-1] if progress else {}).get("eventTime") or {}).get("watermark"),
+        state_rows=sum(int(op.get("numRowsTotal", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
+        state_bytes=sum(int(op.get("memoryUsedBytes", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
     )
 
 
-#: Spark errors that say nothing about the query: the Python worker of a Python stateful operator
-#: did not connect back within Spark's fixed 10 seconds (an overloaded machine). Restarting the
-#: query from its checkpoint is safe and is done up to TRANSIENT_RETRIES times.
-TRANSIENT_ERRORS = ("Python worker failed to connect back",)
-TRANSIENT_RETRIES = 3
+class LocalRunner:
+    """The ``local`` runner (:class:`kappa.runners.base.Runner`): queries in this process's Spark.
 
+    ``start(bounded=True)`` starts an available-now query (it reads what is in the log now and
+    stops); ``start(bounded=False)`` a query with the asset's processing-time trigger, whose catch-up
+    is read from its checkpoint like the kubernetes runner's. ``spark``: the session (default:
+    :func:`kappa.streaming.session.spark_session`, created on first use)."""
 
-def is_transient(exc) -> bool:
-    return any(t in str(exc) for t in TRANSIENT_ERRORS)
+    kind = "local"
+    #: Queries live in this process.
+    detached = False
+
+    def __init__(self, settings: Settings, *, spark=None, poll_s: float = 1.0, **_ignored):
+        self.settings, self._spark, self.poll_s = settings, spark, poll_s
+        self._running: dict[tuple[str, int], tuple[object, bool, float]] = {}
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from kappa.streaming.session import spark_session
+
+            self._spark = spark_session(self.settings)
+        return self._spark
+
+    def start(self, spec, version: Version, *, bounded: bool = False) -> RunStatus:
+        from kappa.streaming.query import start_query
+
+        key = (spec.name, version.version)
+        if key in self._running and self._running[key][0].query.isActive:
+            return self.status(*key)
+        running = start_query(self.spark, spec, version, self.settings, "available_now" if bounded else "continuous")
+        self._running[key] = (running, bounded, time.monotonic())
+        return RunStatus(asset=spec.name, version=version.version, name=running.query.name or version.name,
+                         namespace="local", outcome=Outcome.RUNNING, state="ACTIVE", created=True)
+
+    def status(self, asset: str, version: int) -> RunStatus:
+        found = self._running.get((asset, version))
+        if found is None:
+            return RunStatus(asset=asset, version=version, name=f"{asset}/v{version}", namespace="local", outcome=None)
+        q = found[0].query
+        exc = None if q.isActive else q.exception()
+        outcome = Outcome.RUNNING if q.isActive else Outcome.FAILED if exc is not None else Outcome.SUCCEEDED
+        return RunStatus(asset=asset, version=version, name=q.name or f"{asset}/v{version}", namespace="local",
+                         outcome=outcome, state="ACTIVE" if q.isActive else "TERMINATED", error=str(exc or ""))
+
+    def wait_until_caught_up(self, spec, version: Version, target, *, timeout_s: float | None = None,
+                             on_progress: ProgressCallback | None = None) -> AssetRunResult:
+        """A bounded (available-now) query: until it ends. A processing-time query: until its
+        checkpoint reached ``target``. Raises :class:`RunError` when the query failed or was not
+        started, or ``timeout_s`` passed."""
+        from kappa.streaming.checkpoint import read_checkpoint, remaining
+
+        found = self._running.get((spec.name, version.version))
+        if found is None:
+            raise RunError(f"{version.name} was not started by this runner")
+        running, bounded, started = found
+        q = running.query
+        start_offsets = (version.last("created") or {}).get("start_offsets") or {}
+
+        def done() -> bool:
+            if on_progress is not None and q.lastProgress:
+                on_progress(spec.name, progress_as_dict(q.lastProgress))
+            if not q.isActive:
+                return True
+            return not bounded and remaining(read_checkpoint(version.checkpoint_path, self.settings),
+                                             target, start_offsets) == 0
+
+        finished = poll_until(done, timeout_s=timeout_s, poll_s=self.poll_s)
+        exc = None if q.isActive else q.exception()
+        if exc is not None:
+            raise RunError(f"{version.name} failed: {exc}")
+        if not finished:
+            raise RunError(f"{version.name} did not catch up within {timeout_s:.0f} s")
+        return _collect(self.spark, self.settings, running, time.monotonic() - started)
+
+    def stop(self, asset: str, version: int) -> bool:
+        found = self._running.pop((asset, version), None)
+        if found is None:
+            return False
+        stop_between_batches([found[0].query])
+        return True
+
+    def gate(self, asset: str, version: int):
+        from kappa.quality import run_gate
+
+        return run_gate(self.settings, asset, version, spark=self.spark)
 
 
 def run_until_caught_up(
@@ -213,65 +262,33 @@ def run_until_caught_up(
     spark=None,
     versions: dict[str, Version] | None = None,
     on_progress: Callable[[str, dict], None] | None = None,
+    runner=None,
+    timeout_s: float | None = None,
 ) -> list[AssetRunResult]:
-    """Run ``names`` (default: every asset) with an available-now trigger until each has processed
-    everything available when it started; upstream levels finish before downstream levels start.
+    """Run ``names`` (default: every asset) until each has caught up with the log as it is now,
+    upstream levels before downstream levels (:func:`kappa.runners.base.catch_up`), on ``runner``
+    (default: :func:`kappa.runners.base.pick_runner` with ``spark``).
 
     ``versions`` overrides which version of an asset runs (replay passes the new versions).
-    A query that fails with a transient error (:data:`TRANSIENT_ERRORS`) is restarted from its
-    checkpoint (a ``restarted`` registry event) up to :data:`TRANSIENT_RETRIES` times.
     Raises :class:`RunError` if a query fails, :class:`LogicChangedError` if a declaration changed.
     """
-    from kappa.streaming.query import start_query
-    from kappa.streaming.session import spark_session
-
     catalog = load_catalog(settings.assets_dir)
     names = catalog.topological(names or list(catalog.assets))
     ensure_source_topics(settings, catalog, names)
-    registry = Registry(settings)
     chosen = dict(versions or {})
     missing = [n for n in names if n not in chosen]
     if missing:
-        chosen.update(resolve_versions(catalog, missing, registry))
-    spark = spark or spark_session(settings)
-    results: list[AssetRunResult] = []
-    for level in catalog.levels(names):
-        started = time.monotonic()
-        running = []
-        for name in level:
-            registry.record(name, chosen[name].version, "running", mode="until-caught-up")
-            running.append(start_query(spark, catalog[name], chosen[name], settings, "available_now"))
-        attempts: dict[str, int] = {}
-        waiting, running = running, []
-        while waiting:
-            while any(r.query.isActive for r in waiting):
-                time.sleep(1.0)
-                if on_progress is not None:
-                    for r in waiting:
-                        if r.query.lastProgress:
-                            on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
-            again = []
-            for r in waiting:
-                exc = r.query.exception()
-                if exc is None:
-                    running.append(r)
-                    continue
-                n = attempts.get(r.spec.name, 0)
-                if is_transient(exc) and n < TRANSIENT_RETRIES:
-                    # The checkpoint makes a restart exactly-once: it resumes at the last committed batch.
-                    attempts[r.spec.name] = n + 1
-                    registry.record(r.spec.name, r.version.version, "restarted", error=str(exc)[:2000])
-                    again.append(start_query(spark, r.spec, r.version, settings, "available_now"))
-                    continue
-                registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
-                raise RunError(f"{r.version.name} failed: {exc}")
-            waiting = again
-        for r in running:
-            result = _collect(spark, settings, r, time.monotonic() - started)
-            metrics = {k: v for k, v in result.to_dict().items() if k not in ("asset", "version")}
-            registry.record(r.spec.name, r.version.version, "caught_up", **metrics)
-            results.append(result)
-    return results
+        chosen.update(resolve_versions(catalog, missing, Registry(settings)))
+    if runner is None:
+        from kappa.runners.base import pick_runner
+
+        runner = pick_runner(settings, spark=spark)
+    try:
+        return catch_up(runner, settings, catalog, names, chosen, on_progress=on_progress, timeout_s=timeout_s)
+    finally:
+        if not getattr(runner, "detached", False):
+            for name in names:  # bounded queries have ended; this only tidies the handles
+                runner.stop(name, chosen[name].version)
 
 
 def run_continuous(

@@ -47,6 +47,7 @@ from kappa.delta.registry import Registry, Version, late_events_path, quarantine
 from kappa.forget import forgotten_condition
 from kappa.spec import AssetSpec, interval_seconds
 from kappa.streaming.joins import join_frame
+from kappa.storage import local_path
 from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
 from kappa.streaming.windows import sliding_frame, window_frame
 
@@ -96,8 +97,7 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
 
 def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:
     """The Delta table of the ``upstream`` asset's version pinned by ``version``, as a stream."""
-    path = version.upstream_paths.get(upstream) or Registry(settings).version(
-        upstream, version.upstream[upstream]).table_path
+    path = Registry(settings).version(upstream, version.upstream[upstream]).table_path
     # A forget DELETEs rows from the upstream table; a running version keeps its results (the
     # forget replays the promoted aggregates) instead of failing on the non-append commit.
     return spark.readStream.format("delta").option("skipChangeCommits", "true").load(str(path))
@@ -106,7 +106,11 @@ def upstream_stream(spark: SparkSession, version: Version, settings: Settings, u
 def _ensure_table(spark: SparkSession, path: str, schema) -> str:
     from delta.tables import DeltaTable
 
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+    # Delta compares a CREATE TABLE location with the table's qualified path, in which Hadoop writes
+    # a local URI as file:/x; file:///x would be "two different locations". A plain path is the same
+    # table either way.
+    location = str(local_path(path)) if str(path).startswith("file://") else path
+    DeltaTable.createIfNotExists(spark).location(location).addColumns(schema).execute()
     return path
 
 
