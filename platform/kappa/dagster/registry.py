@@ -37,11 +37,11 @@ REGISTRY_SENSOR = "kappa_registry"
 def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterialization:
     """The materialization recording that ``event`` (a ``promoted`` registry event) pointed the
     stable name at ``version``."""
-    from kappa.dagster.execution import _table_rows
+    from kappa.delta.tables import table_rows
     from kappa.dagster.metadata import meta_value
 
     caught = version.last("caught_up") or {}
-    rows, delta_version = _table_rows(version.table_path)
+    rows, delta_version = table_rows(version.table_path)
     details = event["details"]
     reason = details.get("reason", "promote")
     md: dict[str, object] = {
