@@ -707,6 +707,21 @@ def rollback(asset: str) -> None:
 
 
 # --- demo -----------------------------------------------------------------------------------------
+#: A few rows of each stream-processing asset, printed by ``kappa demo`` (title, Spark SQL over
+#: the promoted tables). An asset that did not run or is not promoted is skipped.
+DEMO_SAMPLES: dict[str, tuple[str, str]] = {
+    "flights_weather": ("Flights with the weather at their origin hour (stream-stream left outer join)", """
+        SELECT event_id, origin, event_time, dep_delay, temp, wind_speed, visib, weather_matched
+        FROM flights_weather ORDER BY weather_matched, event_time DESC, event_id LIMIT 5"""),
+    "departures_3h": ("Busiest 3-hour hopping windows (slide 1 hour)", """
+        SELECT origin, window_start, window_end, flights, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
+        FROM departures_3h ORDER BY flights DESC, origin, window_start LIMIT 5"""),
+    "plane_sessions": ("Longest aircraft sessions (session windows, gap 12 hours)", """
+        SELECT tailnum, session_start, session_end, departures, total_dep_delay_min
+        FROM plane_sessions ORDER BY departures DESC, tailnum, session_start LIMIT 5"""),
+}
+
+
 @app.command("demo")
 def demo(
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
@@ -774,6 +789,11 @@ def demo(
             SELECT tailnum, first_event_time, last_event_time, dep_delays
             FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
         _print_frame(streaks, OutputFormat.table)
+        ran = {r.asset for r in results}
+        for asset, (title, sql) in DEMO_SAMPLES.items():
+            if asset in ran and registry.promoted(asset) is not None:
+                console.print(f"[bold]{title}[/] ({asset})")
+                _print_frame(run_sql(spark, settings, sql), OutputFormat.table)
         endpoint = _demo_analysts(settings)
         console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
                       f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "

@@ -72,6 +72,27 @@ def check_retention(settings: Settings, topics: list[str]) -> dict[str, dict[str
     return {t: {str(p.partition): p.start for p in offsets(settings, [t])} for t in topics}
 
 
+def check_history_complete(settings: Settings, catalog, chain: list[str]) -> None:
+    """A history (a ``changelog`` asset with ``mode: history``) needs every change ever made; a
+    compacted topic keeps only the latest per key. Raises :class:`RetentionError` naming the asset
+    and the topic when compaction has removed records from a topic a history in ``chain`` reads. A
+    current-state table needs only the latest change per key, so it replays from a compacted topic."""
+    from kappa.kafka.topics import records_present
+
+    for name in chain:
+        changelog = catalog[name].transform.changelog
+        if changelog is None or changelog.mode != "history":
+            continue
+        for topic in catalog[name].topics:
+            for partition, (start, end, present) in records_present(settings, topic).items():
+                if present < end - start:
+                    raise RetentionError(
+                        f"cannot replay {name}: it is a history (every version of every row), but compaction has "
+                        f"removed {end - start - present:,} of the {end - start:,} records of {topic}[{partition}] "
+                        f"(offsets {start}-{end - 1}); a replay would miss versions. Current-state tables can "
+                        f"still be rebuilt from the compacted topic; the history cannot.")
+
+
 def create_chain_versions(settings: Settings, catalog, chain: list[str], registry: Registry) -> dict[str, Version]:
     """Version N+1 of every asset in ``chain`` (topological order): fresh checkpoint and writer id,
     the log start offsets it reads from, and each upstream pinned to its new version in the chain,
@@ -98,6 +119,7 @@ def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, d
     catalog = load_catalog(settings.assets_dir)
     chain = catalog.topological([asset, *catalog.downstream(asset)])
     check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
+    check_history_complete(settings, catalog, chain)
     registry = Registry(settings)
     return chain, registry, create_chain_versions(settings, catalog, chain, registry)
 

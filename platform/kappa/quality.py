@@ -5,8 +5,8 @@
   built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
-* ``late_rows`` (window and pattern assets): rows Spark's watermark dropped as too late while building this
-  version must be none — a version that silently lost events is not promoted;
+* ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): rows Spark's watermark dropped
+  as too late while building this version must be none — a version that silently lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
 
@@ -22,14 +22,14 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, quarantine_path
-from kappa.spec import AssetSpec, SpecError, load_catalog
+from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
 from kappa.storage import exists, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
 SHADOW_CHECK = "shadow_diff"
 #: Transform kinds whose stateful operator drops rows behind the watermark (counted by ``late_rows``).
-LATE_KINDS = ("window", "pattern")
+LATE_KINDS = STATEFUL_KINDS
 
 
 @dataclass

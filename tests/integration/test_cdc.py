@@ -154,3 +154,33 @@ def test_a_redelivered_change_alters_nothing(cdc_settings, spark):
     _settle_and_run(cdc_settings, spark)
     after = {a: frame_hash(DeltaTable(p).to_pandas()) for a, p in paths.items()}
     assert after == before
+
+
+def test_compacted_changelog_rebuilds_a_current_state_table_but_not_a_history(cdc_settings, spark):
+    """Compaction forced (tiny segments, any dirty ratio): replay of `planes` from the compacted
+    topic equals PostgreSQL; replay of `planes_history` is refused, naming the topic."""
+    import time
+
+    from kappa import promotion
+    from kappa.kafka.topics import alter_topic_config, records_present
+
+    _settle_and_run(cdc_settings, spark)  # both assets have a v1 before the log is compacted
+    alter_topic_config(cdc_settings, "ops.public.planes", {
+        "segment.ms": "200", "min.cleanable.dirty.ratio": "0.001", "delete.retention.ms": "0", "min.compaction.lag.ms": "0"})
+    deadline = time.monotonic() + 180
+    seed = 100
+    while True:
+        simulate(cdc_settings, 40, seed=seed)
+        seed += 1
+        (start, end, present), = records_present(cdc_settings, "ops.public.planes").values()
+        if present < end - start:
+            break
+        assert time.monotonic() < deadline, "the log cleaner compacted nothing within 180 s"
+        time.sleep(2)
+    with pytest.raises(promotion.RetentionError, match=r"planes_history.*compaction has removed .* ops\.public\.planes\[0\]"):
+        promotion.replay(cdc_settings, "planes_history", spark=spark)
+    wait_topic_equals_table(cdc_settings, "planes")
+    report = promotion.replay(cdc_settings, "planes", spark=spark)
+    assert report.versions["planes"] == 2
+    got, expected = delta_rows(cdc_settings, "planes", "planes"), pg_rows(cdc_settings, "planes")
+    assert got == expected

@@ -8,7 +8,7 @@ from pathlib import Path
 from kappa.config import load_settings
 from kappa.runners import kubernetes as k8s
 from kappa.spec import load_catalog
-from kappa.streaming.session import APPLICATION_ONLY, SESSION_ONLY, spark_conf
+from kappa.streaming.session import APPLICATION_ONLY, IMAGE_LOG4J, MACHINE_PATHS, SESSION_ONLY, spark_conf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,8 +27,13 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
     assert set(session) - set(app) == SESSION_ONLY
     assert set(app) - set(session) == APPLICATION_ONLY
     assert session["spark.jars"].endswith("/delta.jar") and app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
-    shared = set(session) & set(app) - {"spark.jars"}
+    shared = set(session) & set(app) - {"spark.jars"} - MACHINE_PATHS
     assert {k: session[k] for k in shared} == {k: app[k] for k in shared}
+    # paths: this machine's for the session, the image's for the application (never the renderer's)
+    assert str(settings.project_dir) not in "".join(app[k] for k in MACHINE_PATHS)
+    assert app["spark.sql.warehouse.dir"] == "/opt/kappa/work/spark-warehouse"
+    assert app["spark.driver.extraJavaOptions"] == session["spark.driver.extraJavaOptions"].replace(
+        session["spark.driver.extraJavaOptions"].split()[0], f"-Dlog4j2.configurationFile={IMAGE_LOG4J}")
     # and what the issue named is in both
     for key, value in {
         "spark.sql.session.timeZone": "UTC",

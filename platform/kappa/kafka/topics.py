@@ -97,6 +97,37 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
         consumer.close()
 
 
+def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> dict[int, tuple[int, int, int]]:
+    """partition -> (log start offset, log end offset, records actually present) of ``topic``, read
+    from start to end. On a compacted topic fewer records than ``end - start`` means compaction
+    removed some (Kafka docs, "Log Compaction": the offsets of removed records stay unused)."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-compaction-check",
+                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options()})
+    try:
+        out: dict[int, tuple[int, int, int]] = {}
+        for p in offsets(settings, [topic], timeout_s):
+            if p.end <= p.start:
+                out[p.partition] = (p.start, p.end, 0)
+                continue
+            consumer.assign([TopicPartition(topic, p.partition, p.start)])
+            seen, last = 0, p.start - 1
+            while last < p.end - 1:
+                msgs = consumer.consume(1000, timeout=timeout_s)
+                if not msgs:
+                    raise TopicError(f"{topic}[{p.partition}]: no records after offset {last} within {timeout_s:.0f} s")
+                for m in msgs:
+                    if m.error():
+                        if m.error().code() == -191:  # _PARTITION_EOF: the end, below a trailing gap
+                            last = p.end - 1
+                        continue
+                    seen += 1
+                    last = m.offset()
+            out[p.partition] = (p.start, p.end, seen)
+        return out
+    finally:
+        consumer.close()
+
+
 def log_end_offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> dict[str, dict[str, int]]:
     """topic -> partition (a string, as Spark's checkpoints write it) -> log end offset, now; a
     topic that does not exist maps to ``{}``."""

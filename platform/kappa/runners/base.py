@@ -82,6 +82,9 @@ class AssetRunResult:
     batch_ms: list[int] = field(default_factory=list)
     input_rows_per_s: float = 0.0
     processed_rows_per_s: float = 0.0
+    watermark: str | None = None  # the query's event-time watermark at the end (ISO-8601 UTC)
+    state_rows: int = 0  # rows in the stateful operators' state store at the end
+    state_bytes: int = 0  # memory used by that state (Spark's memoryUsedBytes)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -161,6 +161,9 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
         processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
+        watermark=((progress[-1] if progress else {}).get("eventTime") or {}).get("watermark"),
+        state_rows=sum(int(op.get("numRowsTotal", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
+        state_bytes=sum(int(op.get("memoryUsedBytes", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
     )
 
 

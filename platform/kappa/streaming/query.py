@@ -24,6 +24,9 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
 
 ``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
 of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
+* Session windows, stream–stream joins and sliding windows run in ``append`` mode into Delta's
+  streaming sink: a row is written once, when the watermark makes it final
+  (:mod:`kappa.streaming.windows`, :mod:`kappa.streaming.joins`).
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ from kappa.config import Fault, Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.forget import forgotten_condition
 from kappa.spec import AssetSpec, interval_seconds
+from kappa.streaming.joins import join_frame
 from kappa.storage import local_path
 from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
+from kappa.streaming.windows import sliding_frame, window_frame
 
 TriggerMode = Literal["available_now", "continuous"]
 
@@ -86,8 +91,12 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         # Keys forgotten by `kappa forget` never enter a table again (read once per query start).
         forgotten = forgotten_condition(settings, list(src.topics))
         return records if forgotten is None else records.where(~forgotten)
-    upstream = spec.source.asset
-    assert upstream is not None
+    assert spec.source.asset is not None
+    return upstream_stream(spark, version, settings, spec.source.asset)
+
+
+def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:
+    """The Delta table of the ``upstream`` asset's version pinned by ``version``, as a stream."""
     path = Registry(settings).version(upstream, version.upstream[upstream]).table_path
     # A forget DELETEs rows from the upstream table; a running version keeps its results (the
     # forget replays the promoted aggregates) instead of failing on the non-append commit.
@@ -292,30 +301,6 @@ def with_after_batch(writer, asset: str, fault: Fault | None):
     return run
 
 
-def window_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
-    """Event-time window aggregation of ``df``.
-
-    Output columns: the group-by columns, ``window_start``, ``window_end`` (timestamps, UTC), then
-    one column per declared aggregation, in declaration order."""
-    w = spec.transform.window
-    assert w is not None and spec.watermark is not None
-    df = df.withWatermark(spec.watermark.column, spec.watermark.delay)
-    if w.type == "tumbling":
-        win = F.window(w.time_column, w.size)
-    elif w.type == "hopping":
-        win = F.window(w.time_column, w.size, w.slide)
-    else:
-        win = F.session_window(w.time_column, w.gap)
-    aggs = [F.expr(expr).alias(name) for name, expr in w.aggregations.items()]
-    grouped = df.groupBy(win.alias("window"), *w.group_by).agg(*aggs)
-    return grouped.select(
-        *w.group_by,
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
-        *w.aggregations.keys(),
-    )
-
-
 def _load_python_transform(spec: AssetSpec):
     assert spec.transform.python is not None and spec.path is not None
     module_file, _, func = spec.transform.python.partition(":")
@@ -327,13 +312,20 @@ def _load_python_transform(spec: AssetSpec):
     return getattr(module, func)
 
 
-def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec) -> DataFrame:
-    """The output stream for ``raw``, ``window``, ``sql`` and ``python`` transforms."""
+def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec,
+                version: Version | None = None, settings: Settings | None = None) -> DataFrame:
+    """The output stream for every transform but ``parse`` (``version`` and ``settings`` locate a
+    join's right side)."""
     kind = spec.transform.kind
     if kind == "raw":
         return df.select(*KAFKA_COLUMNS)
     if kind == "window":
         return window_frame(df, spec)
+    if kind == "sliding":
+        return sliding_frame(df, spec)
+    if kind == "join":
+        assert spec.transform.join is not None and version is not None and settings is not None
+        return join_frame(df, upstream_stream(spark, version, settings, spec.transform.join.right.asset), spec)
     if kind == "pattern":
         from kappa.streaming.pattern import pattern_frame
 
@@ -371,9 +363,9 @@ def start_query(
         writer = transformed(spark, source, spec).writeStream.outputMode("append").foreachBatch(
             PatternWriter(spark, spec, version, late))
     else:
-        out = transformed(spark, source, spec)
+        out = transformed(spark, source, spec, version, settings)
         if spec.sink_mode == "merge":
-            output_mode = "update" if spec.transform.kind == "window" else "append"
+            output_mode = spec.output_mode
             writer = out.writeStream.outputMode(output_mode).foreachBatch(with_after_batch(
                 UpsertWriter(version.table_path, spec.merge_keys, version.txn_app_id, spec.name, settings.fault),
                 spec.name, settings.fault))

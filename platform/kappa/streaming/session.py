@@ -25,14 +25,21 @@ _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 #: in as ``jars``); spark-submit must not wait for a streaming application to end.
 SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory"})
 APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion"})
+#: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
+#: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
+#: SparkApplication. A path of the machine that rendered the application must never reach a pod.
+MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOptions"})
+IMAGE_LOG4J = "/opt/kappa/venv/lib/python3.11/site-packages/kappa/resources/log4j2.properties"
+IMAGE_WORK_DIR = "/opt/kappa/work"
 
 
 def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[str] | None = None) -> dict[str, str]:
     """THE Spark configuration of Kappa, as ``spark.*`` key -> string value, for the local
     session (``application=False``) and for every SparkApplication's ``sparkConf``
     (``application=True``; :func:`kappa.runners.kubernetes.application.build_spark_application`).
-    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY` and the
-    value of ``spark.jars`` (``jars``; default: the Maven-resolved jars of ``settings.jars_dir``).
+    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY`, the
+    value of ``spark.jars`` (``jars``; default: the Maven-resolved jars of ``settings.jars_dir``)
+    and the paths of :data:`MACHINE_PATHS` (this machine's vs the image's).
 
     Shared: Delta's SQL extension and catalog (Delta docs, "Quickstart"), session time zone UTC
     (event-time windows must not depend on the machine), RocksDB state store (Spark's
@@ -42,6 +49,10 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     Kafka security is not Spark configuration: the query passes :meth:`Settings.kafka_client_options`
     to the Kafka source as ``kafka.*`` options, on both sides, from ``KAPPA_KAFKA_*``.
     """
+    if application:
+        log4j, warehouse_dir = IMAGE_LOG4J, f"{IMAGE_WORK_DIR}/spark-warehouse"
+    else:
+        log4j, warehouse_dir = str(_LOG4J), str((settings.home or Path(".kappa")) / "spark-warehouse")
     conf = {
         "spark.app.name": "kappa",
         "spark.jars": ",".join(str(j) for j in (jars if jars is not None else spark_jars(settings))),
@@ -62,10 +73,10 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.databricks.delta.snapshotPartitions": str(settings.delta_snapshot_partitions),
         # Stop queries cleanly on JVM shutdown and don't keep a Hive metastore around.
         "spark.sql.catalogImplementation": "in-memory",
-        "spark.sql.warehouse.dir": str((settings.home or Path(".kappa")) / "spark-warehouse"),
+        "spark.sql.warehouse.dir": warehouse_dir,
         # A larger thread stack: Spark matches long exception messages with java.util.regex when a
         # query is stopped mid-batch, which overflows the default 1 MB stack of its stream thread.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_LOG4J} -Xss8m",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         # The object store (s3a://). Harmless where tables are local; identical on both sides.
         "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
