@@ -67,7 +67,9 @@ dataset = flights.to_pyarrow_dataset()
 n = duckdb.sql("SELECT count(*) FROM dataset").fetchone()[0]
 print(n, kappa.tables.path("flights", s), "pyspark" in sys.modules)
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.split()
     from kappa.delta.registry import Registry
 
     from ..integration.helpers import table

@@ -225,10 +225,11 @@ def test_replay_job_starts_the_new_chain_and_fails_when_it_does_not_catch_up(k8s
 
     settings, suffix, resource, api = k8s_env
     publish(settings, [dataclasses.replace(e, topic=f"{e.topic}_{suffix}") for e in load_events(limit=5)])
-    api.script("flights-v1", "RUNNING")
-    api.script("departures-hourly-v1", "RUNNING")
-    assert _run(settings, resource, ["flights", "departures_hourly"]).success
-    Registry(settings).promote({"flights": 1, "departures_hourly": 1})
+    # weather too: assets downstream of flights (flights_weather) also read it
+    for name in ("flights-v1", "weather-v1", "departures-hourly-v1"):
+        api.script(name, "RUNNING")
+    assert _run(settings, resource, ["flights", "weather", "departures_hourly"]).success
+    Registry(settings).promote({"flights": 1, "weather": 1, "departures_hourly": 1})
 
     # the replay job: new versions, new applications pinned to the new upstream versions; the
     # stand-in runs nothing, so no checkpoint ever reaches the log end offsets: catch-up times out,
@@ -245,7 +246,7 @@ def test_replay_job_starts_the_new_chain_and_fails_when_it_does_not_catch_up(k8s
     assert not res.success
     [failure] = [e for e in res.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "flights/v2 did not catch up within" in failure.step_failure_data.user_failure_data.description
-    assert api.names() == {"flights-v1", "departures-hourly-v1", "flights-v2"}  # downstream waits for upstream
+    assert api.names() == {"flights-v1", "weather-v1", "departures-hourly-v1", "flights-v2"}  # downstream waits for upstream
     for name in api.names():
         crd_validator.validate(_as_built(api.app(name)))
     registry = Registry(settings)

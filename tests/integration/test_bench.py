@@ -24,7 +24,8 @@ KEYS = ("u1_events_per_s", "u2_events_per_s", "replay_events_per_s", "replay_ove
 def test_bench_quick_writes_every_measure_as_json(tmp_path):
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO))
+    # a wide terminal, so Rich does not wrap the table's labels over lines
+    env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), COLUMNS="200")
     proc = subprocess.run(
         [sys.executable, "-c", "from kappa.cli import app; app()", "bench", "--quick", "--output", str(out)],
         env=env, capture_output=True, text=True, timeout=580,

@@ -139,7 +139,7 @@ def test_a_redelivered_change_alters_nothing(cdc_settings, spark):
 
     from kappa.delta.registry import Registry
 
-    from .helpers import frame_hash
+    from kappa.harness.truth import frame_hash
 
     _settle_and_run(cdc_settings, spark)
     paths = {a: Registry(cdc_settings).latest(a).table_path for a in CDC_ASSETS}

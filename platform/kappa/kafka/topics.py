@@ -6,9 +6,10 @@ retained, the *log end offset* is the offset the next record will get.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kappa.config import Settings
@@ -90,11 +91,30 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
             if tmeta is None or tmeta.error is not None:
                 raise TopicError(f"topic {topic!r} does not exist at {settings.bootstrap_servers}")
             for p in sorted(tmeta.partitions):
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+                low, high = _watermarks(consumer, TopicPartition(topic, p), timeout_s)
                 out.append(PartitionOffsets(topic, p, low, high))
         return out
     finally:
         consumer.close()
+
+
+_LEADER_LAG = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """``get_watermark_offsets``, retried while the broker answers with a retriable error: a topic
+    created a moment ago has no partition leader yet (NOT_LEADER_FOR_PARTITION,
+    LEADER_NOT_AVAILABLE), which Kafka's clients treat as retriable metadata lag."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in _LEADER_LAG)
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
 
 
 def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> dict[int, tuple[int, int, int]]:
