@@ -79,6 +79,7 @@ def _stable_port(avoid: set[int] = frozenset()) -> int:
             return port
 
 
+@pytest.mark.heavy  # documents a known bug (xfail): it cannot fail, so CI does not spend a broker kill on it
 @pytest.mark.xfail(strict=False, reason=(
     "open defect found by this test: after a SIGKILL of the single local broker during "
     "`kappa ingest --limit 20000 --rate 2000`, the restarted log held 365 duplicate flights "
