@@ -113,14 +113,18 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
 
 
 def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, dict[str, Version]]:
-    """The replay chain of ``asset`` (it and everything downstream, topological order), checked
-    for a complete log, with version N+1 of each created. Returns (chain, registry, new versions).
+    """The replay chain of ``asset`` (it and everything downstream that has run, i.e. has a
+    version, topological order), checked for a complete log, with version N+1 of each created.
+    A downstream asset that never ran has nothing to reprocess: its first run reads the versions
+    promoted then. Returns (chain, registry, new versions).
     Raises :class:`RetentionError` before creating anything if the log is incomplete."""
     catalog = load_catalog(settings.assets_dir)
-    chain = catalog.topological([asset, *catalog.downstream(asset)])
+    registry = Registry(settings)
+    events = registry.events()
+    ran = [d for d in catalog.downstream(asset) if registry.latest(d, events) is not None]
+    chain = catalog.topological([asset, *ran])
     check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
     check_history_complete(settings, catalog, chain)
-    registry = Registry(settings)
     return chain, registry, create_chain_versions(settings, catalog, chain, registry)
 
 
