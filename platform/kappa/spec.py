@@ -82,6 +82,14 @@ def _interval(value: str) -> str:
     return value.strip()
 
 
+def _schema_shorthand(v: object) -> object:
+    """``year: int`` is shorthand for ``year: {type: int}`` in a ``schema:`` mapping (parse and
+    changelog transforms)."""
+    if isinstance(v, dict):
+        return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -129,13 +137,7 @@ class ParseTransform(_Strict):
     def _future(cls, v: str) -> str:
         return _interval(v)
 
-    @field_validator("schema_", mode="before")
-    @classmethod
-    def _shorthand(cls, v: object) -> object:
-        # `year: int` is shorthand for `year: {type: int}`
-        if isinstance(v, dict):
-            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
-        return v
+    _shorthand = field_validator("schema_", mode="before")(staticmethod(_schema_shorthand))
 
     @property
     def fields(self) -> dict[str, FieldSpec]:
@@ -298,13 +300,7 @@ class ChangelogTransform(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    @field_validator("schema_", mode="before")
-    @classmethod
-    def _shorthand(cls, v: object) -> object:
-        # `year: int` is shorthand for `year: {type: int}`, as in parse
-        if isinstance(v, dict):
-            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
-        return v
+    _shorthand = field_validator("schema_", mode="before")(staticmethod(_schema_shorthand))
 
     @property
     def fields(self) -> dict[str, FieldSpec]:
