@@ -9,7 +9,8 @@ Example::
     flights = kappa.tables.open("flights")             # deltalake.DeltaTable of the promoted version
     df = flights.to_pandas(columns=["carrier", "dep_delay"])
     dataset = flights.to_pyarrow_dataset()             # DuckDB scans it lazily, filters pushed down
-    duckdb.sql("SELECT carrier, avg(dep_delay) FROM dataset GROUP BY carrier")
+    with duckdb.connect() as con:                      # closed before exit: see the README
+        con.sql("SELECT carrier, avg(dep_delay) FROM dataset GROUP BY carrier").show()
 
 The resolution happens once, when called: a promotion or rollback afterwards is seen by the next
 ``open``. The registry records which version a stable name points at

@@ -64,7 +64,8 @@ from kappa.config import load_settings
 s = load_settings(home={str(settings.home)!r}, assets_dir={str(settings.assets_dir)!r})
 flights = kappa.tables.open("flights", s)
 dataset = flights.to_pyarrow_dataset()
-n = duckdb.sql("SELECT count(*) FROM dataset").fetchall()[0][0]
+with duckdb.connect() as con:
+    n = con.sql("SELECT count(*) FROM dataset").fetchall()[0][0]
 print(n, kappa.tables.path("flights", s), "pyspark" in sys.modules)
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
