@@ -44,10 +44,13 @@ COPY --from=python /opt/kappa/venv /opt/kappa/venv
 COPY --from=jars /src/build/jars/spark /opt/kappa/jars/spark
 COPY --from=spark /opt/entrypoint.sh /opt/decom.sh /opt/
 COPY assets/ /opt/kappa/assets/
-# The SparkApplication's mainApplicationFile (must be a file): runs `python -m kappa.runners.entrypoint`.
+# The SparkApplications' mainApplicationFile (must be a file): a streaming version runs
+# `python -m kappa.runners.entrypoint`, a gate runs the `kappa` command (`kappa gate ASSET VERSION`).
 RUN mkdir -p /opt/kappa/bin /opt/kappa/work \
  && printf 'import runpy\nrunpy.run_module("kappa.runners.entrypoint", run_name="__main__", alter_sys=True)\n' \
       > /opt/kappa/bin/entrypoint.py \
+ && printf 'import runpy\nrunpy.run_module("kappa.cli", run_name="__main__", alter_sys=True)\n' \
+      > /opt/kappa/bin/kappa.py \
  && ln -s /usr/bin/tini /sbin/tini \
  && ln -s /usr/lib/jvm/java-17-openjdk-${TARGETARCH:-amd64} /usr/lib/jvm/java-17 \
  && chown -R 185:185 /opt/kappa/work

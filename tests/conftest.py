@@ -55,6 +55,8 @@ def copy_assets(dest: Path, suffix: str, edit=None) -> Path:
         if path == topics_file:
             continue
         asset = yaml.safe_load(path.read_text())
+        if not isinstance(asset, dict) or "name" not in asset:
+            continue  # not an asset declaration (e.g. connectors.yaml)
         kafka = asset.get("source", {}).get("kafka")
         if kafka:
             kafka["topics"] = [f"{t}_{suffix}" for t in kafka["topics"]]

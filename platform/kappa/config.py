@@ -24,6 +24,12 @@ variable                       meaning                                         d
 ``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
 ``KAPPA_POSTGRES_USER``        its user / password                              ``kappa`` / ``kappa``
 ``KAPPA_CONNECT_PORT``         the local Kafka Connect worker's REST port       ``58083``
+``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
+``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
+``KAPPA_FAULT``                ``<asset>:<point>:<batch_id>``: exit there      none
+                               (fault injection, see :class:`Fault`)
+``KAPPA_DEDUP_ANTI_JOIN``      test only: ``false`` turns off silver's          ``true``
+                               anti-join on ``event_id`` against the table
 =============================  ==============================================  ======================
 """
 
@@ -34,7 +40,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from dataclasses import dataclass
+
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -72,6 +80,58 @@ def join(root: Path | str, *parts: str) -> Path | str:
     return root.joinpath(*parts)
 
 
+#: Where a streaming asset's micro-batch can be stopped by ``KAPPA_FAULT``, in the order a batch
+#: reaches them: the batch is computed and nothing written; the quarantine append committed; the
+#: late-events append committed; the asset's table committed (append or MERGE); the batch function
+#: returned (Spark has not yet written the batch to the checkpoint's commit log).
+FAULT_POINTS = ("before_write", "after_quarantine_commit", "after_late_commit", "after_table_commit", "after_batch")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A deterministic fault point: the process exits at once (``os._exit(137)``, as SIGKILL would
+    leave it: no ``finally``, no Spark shutdown) when micro-batch ``batch_id`` of ``asset`` reaches
+    ``point`` (one of :data:`FAULT_POINTS`)."""
+
+    asset: str
+    point: str
+    batch_id: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Fault":
+        """``<asset>:<point>:<batch_id>`` -> Fault. Raises ValueError naming what is wrong."""
+        parts = text.split(":")
+        if len(parts) != 3 or not parts[0]:
+            raise ValueError(f"KAPPA_FAULT={text!r}: expected <asset>:<point>:<batch_id>")
+        asset, point, batch = parts
+        if point not in FAULT_POINTS:
+            raise ValueError(f"KAPPA_FAULT={text!r}: unknown point {point!r}; one of {', '.join(FAULT_POINTS)}")
+        if not batch.isdigit():
+            raise ValueError(f"KAPPA_FAULT={text!r}: batch id {batch!r} is not a non-negative integer")
+        return cls(asset, point, int(batch))
+
+    def hit(self, asset: str, point: str, batch_id: int) -> None:
+        """Kill the driver now if (asset, point, batch_id) is this fault point: its process group
+        when it leads one, else Spark's JVM (SIGKILL: it must not finish the batch or write the
+        commit log on its own) and then this Python process (``os._exit(137)``)."""
+        if (asset, point, batch_id) == (self.asset, self.point, self.batch_id):
+            import signal
+            import sys
+
+            print(f"KAPPA_FAULT: {asset} batch {batch_id} at {point}: killing the driver (SIGKILL)",
+                  file=sys.stderr, flush=True)
+            if os.getpgrp() == os.getpid():
+                # Leader of its own process group (a shell job, or started in a new session): the
+                # whole group at once, as `kappa chaos driver` kills a driver: the JVM and any
+                # Python workers too, none left holding the batch or the output pipes.
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            jvm = getattr(getattr(sys.modules.get("pyspark").SparkContext, "_gateway", None), "proc", None) \
+                if "pyspark" in sys.modules else None
+            if jvm is not None:
+                os.kill(jvm.pid, signal.SIGKILL)
+            os._exit(137)
+
+
 class Settings(BaseSettings):
     """Every knob Kappa reads. Paths are absolute after validation."""
 
@@ -99,6 +159,19 @@ class Settings(BaseSettings):
 
     runner: Literal["local", "kubernetes"] = "local"
 
+    #: ``KAPPA_FAULT``: a deterministic fault point (tests and chaos drills), None in normal runs.
+    fault: Fault | None = None
+    #: ``KAPPA_DEDUP_ANTI_JOIN``: test only. ``False`` disables silver's anti-join against the table,
+    #: so the fault-point tests show that Delta's transaction ids alone give exactly-once.
+    dedup_anti_join: bool = True
+
+    @field_validator("fault", mode="before")
+    @classmethod
+    def _parse_fault(cls, value: object) -> object:
+        if value in (None, ""):
+            return None
+        return Fault.parse(value) if isinstance(value, str) else value
+
     # The operational database (CDC source) and the Kafka Connect worker that captures it.
     postgres_host: str = "127.0.0.1"
     postgres_port: int = 55432
@@ -106,6 +179,11 @@ class Settings(BaseSettings):
     postgres_user: str = "kappa"
     postgres_password: str = "kappa"
     connect_port: int = 58083
+
+    #: S3-compatible endpoint of the object store (MinIO, Ceph…); None = AWS S3's own endpoint.
+    s3_endpoint: str | None = None
+    #: Path-style bucket addressing (most S3-compatible stores need it).
+    s3_path_style_access: bool = False
 
     # Kafka client security (the kubernetes runner sets these from the KafkaUser's Secret; the local
     # broker is PLAINTEXT on loopback and needs none). Passed to Spark's Kafka source as kafka.*.

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, RegistryError, Version
 from kappa.errors import KappaError
 from kappa.kafka.topics import offsets
-from kappa.quality import GateReport, run_gate
-from kappa.runners.local import AssetRunResult, run_until_caught_up, start_offsets
+from kappa.quality import GateReport
+from kappa.runners.base import AssetRunResult
+from kappa.runners.local import start_offsets
 from kappa.spec import load_catalog
+
+if TYPE_CHECKING:
+    from kappa.runners.base import Runner
 
 
 class RetentionError(KappaError, RuntimeError):
@@ -45,6 +49,8 @@ class ReplayReport:
     promoted: bool
     seconds: float
     previous: dict[str, int | None] = field(default_factory=dict)
+    #: Older versions whose queries were stopped after the promotion (``asset/vN``).
+    stopped: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -64,6 +70,27 @@ def check_retention(settings: Settings, topics: list[str]) -> dict[str, dict[str
             f"restore the log before replaying."
         )
     return {t: {str(p.partition): p.start for p in offsets(settings, [t])} for t in topics}
+
+
+def check_history_complete(settings: Settings, catalog, chain: list[str]) -> None:
+    """A history (a ``changelog`` asset with ``mode: history``) needs every change ever made; a
+    compacted topic keeps only the latest per key. Raises :class:`RetentionError` naming the asset
+    and the topic when compaction has removed records from a topic a history in ``chain`` reads. A
+    current-state table needs only the latest change per key, so it replays from a compacted topic."""
+    from kappa.kafka.topics import records_present
+
+    for name in chain:
+        changelog = catalog[name].transform.changelog
+        if changelog is None or changelog.mode != "history":
+            continue
+        for topic in catalog[name].topics:
+            for partition, (start, end, present) in records_present(settings, topic).items():
+                if present < end - start:
+                    raise RetentionError(
+                        f"cannot replay {name}: it is a history (every version of every row), but compaction has "
+                        f"removed {end - start - present:,} of the {end - start:,} records of {topic}[{partition}] "
+                        f"(offsets {start}-{end - 1}); a replay would miss versions. Current-state tables can "
+                        f"still be rebuilt from the compacted topic; the history cannot.")
 
 
 def create_chain_versions(settings: Settings, catalog, chain: list[str], registry: Registry) -> dict[str, Version]:
@@ -86,13 +113,18 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
 
 
 def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, dict[str, Version]]:
-    """The replay chain of ``asset`` (it and everything downstream, topological order), checked
-    for a complete log, with version N+1 of each created. Returns (chain, registry, new versions).
+    """The replay chain of ``asset`` (it and everything downstream that has run, i.e. has a
+    version, topological order), checked for a complete log, with version N+1 of each created.
+    A downstream asset that never ran has nothing to reprocess: its first run reads the versions
+    promoted then. Returns (chain, registry, new versions).
     Raises :class:`RetentionError` before creating anything if the log is incomplete."""
     catalog = load_catalog(settings.assets_dir)
-    chain = catalog.topological([asset, *catalog.downstream(asset)])
-    check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
     registry = Registry(settings)
+    events = registry.events()
+    ran = [d for d in catalog.downstream(asset) if registry.latest(d, events) is not None]
+    chain = catalog.topological([asset, *ran])
+    check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
+    check_history_complete(settings, catalog, chain)
     return chain, registry, create_chain_versions(settings, catalog, chain, registry)
 
 
@@ -101,27 +133,72 @@ def replay(
     asset: str,
     *,
     promote: bool = False,
+    runner: "Runner | None" = None,
     spark=None,
     on_progress: Callable[[str, dict], None] | None = None,
+    timeout_s: float | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> ReplayReport:
-    """Replay ``asset`` and its downstream chain into new versions, gate them, and optionally
-    promote the chain atomically. Raises :class:`RetentionError` before creating anything if the log
-    is incomplete; :class:`kappa.runners.local.RunError` if a query fails."""
-    from kappa.streaming.session import spark_session
+    """THE replay -> gate -> promote, whatever the runner (the CLI, Dagster's ``replay`` job and
+    ``kappa demo`` all call this):
 
+    1. :func:`begin_replay`: the chain (``asset`` and everything downstream), retention checked,
+       version N+1 of each created in the registry (its paths and writer id made there, once);
+    2. :func:`kappa.runners.base.catch_up` on ``runner`` (default: :func:`~kappa.runners.base.pick_runner`
+       with ``spark``): every new version runs until it has read the log end offsets taken when
+       the replay started (a long-running query's catch-up is read from its checkpoint);
+    3. ``runner.gate`` on every new version (locally in this Spark; on Kubernetes a batch
+       SparkApplication), each result recorded in the registry;
+    4. with ``promote`` and every blocking check passed: ONE registry commit promotes the chain;
+       then the runner stops every older version's query (on Kubernetes: deletes its application).
+
+    Raises :class:`RetentionError` before creating anything if the log is incomplete;
+    :class:`kappa.runners.local.RunError` if a query fails or does not catch up within ``timeout_s``."""
+    from kappa.runners.base import catch_up, pick_runner
+
+    say = on_step or (lambda _m: None)
     started = time.monotonic()
     chain, registry, new = begin_replay(settings, asset)
-    spark = spark or spark_session(settings)
-    results = run_until_caught_up(settings, chain, spark=spark, versions=new, on_progress=on_progress)
-    gates = {name: run_gate(settings, name, new[name].version, spark=spark) for name in chain}
+    runner = runner or pick_runner(settings, spark=spark)
+    catalog = load_catalog(settings.assets_dir)
+    say(f"replaying {', '.join(v.name for v in new.values())} on the {runner.kind} runner")
+    results = catch_up(runner, settings, catalog, chain, new, on_progress=on_progress, timeout_s=timeout_s)
     previous = {name: (p.version if (p := registry.promoted(name)) else None) for name in chain}
-    promoted = False
-    if promote and all(g.passed for g in gates.values()):
-        registry.promote({name: v.version for name, v in new.items()}, reason="replay",
-                         chain=chain, gates={n: g.passed for n, g in gates.items()})
-        promoted = True
+    gates, promoted, stopped = gate_and_promote(settings, runner, {n: v.version for n, v in new.items()},
+                                                promote=promote, reason="replay", on_step=say)
     return ReplayReport(versions={n: v.version for n, v in new.items()}, results=results, gates=gates,
-                        promoted=promoted, seconds=round(time.monotonic() - started, 1), previous=previous)
+                        promoted=bool(promoted), seconds=round(time.monotonic() - started, 1), previous=previous,
+                        stopped=stopped)
+
+
+def gate_and_promote(
+    settings: Settings, runner: "Runner", versions: dict[str, int], *, promote: bool, reason: str,
+    atomic: bool = True, on_step: Callable[[str], None] | None = None,
+) -> tuple[dict[str, GateReport], dict[str, int], list[str]]:
+    """Gate every version of ``versions`` (asset -> version, topological order) on ``runner`` and,
+    with ``promote``, promote: ``atomic`` — the whole set in ONE registry commit if every blocking
+    check of every version passed, else nothing (a chain); not ``atomic`` — each version that passed
+    (``kappa demo``'s first versions). After the commit the runner stops every older version's query.
+    Returns (gate reports, promoted asset -> version, stopped ``asset/vN``)."""
+    say = on_step or (lambda _m: None)
+    gates: dict[str, GateReport] = {}
+    for name, version in versions.items():
+        say(f"gate of {name}/v{version} on the {runner.kind} runner")
+        gates[name] = runner.gate(name, version)
+    passed = {n: v for n, v in versions.items() if gates[n].passed}
+    targets = (dict(versions) if len(passed) == len(versions) else {}) if atomic else passed
+    if not promote or not targets:
+        return gates, {}, []
+    Registry(settings).promote(targets, reason=reason, chain=list(targets),
+                               gates={n: gates[n].passed for n in targets})
+    # Only after the promotion commit: readers have moved to the new versions, so the old queries
+    # can stop. Their tables and checkpoints stay (a rollback can read them).
+    stopped = []
+    for name, version in targets.items():
+        for old in range(1, version):  # versions are numbered 1..N without gaps
+            if runner.stop(name, old):
+                stopped.append(f"{name}/v{old}")
+    return gates, targets, stopped
 
 
 def latest_gate(version: Version) -> tuple[bool, list[dict]] | None:
@@ -132,7 +209,7 @@ def latest_gate(version: Version) -> tuple[bool, list[dict]] | None:
     return None
 
 
-def promote(settings: Settings, asset: str, version: int, spark=None) -> GateReport | None:
+def promote(settings: Settings, asset: str, version: int, spark=None, runner: "Runner | None" = None) -> GateReport | None:
     """Promote one version after its gate passes (running the gate if it never ran).
 
     Raises :class:`GateFailedError` naming the failed checks; :class:`RegistryError` for an unknown
@@ -142,7 +219,9 @@ def promote(settings: Settings, asset: str, version: int, spark=None) -> GateRep
     report = None
     gate = latest_gate(ver)
     if gate is None:
-        report = run_gate(settings, asset, version, spark=spark)
+        from kappa.runners.base import pick_runner
+
+        report = (runner or pick_runner(settings, spark=spark)).gate(asset, version)
         gate = (report.passed, [c.__dict__ for c in report.checks])
     passed, checks = gate
     if not passed:

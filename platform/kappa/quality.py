@@ -5,8 +5,8 @@
   built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
-* ``late_rows`` (window and pattern assets): rows Spark's watermark dropped as too late while building this
-  version must be none — a version that silently lost events is not promoted;
+* ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): rows Spark's watermark dropped
+  as too late while building this version must be none — a version that silently lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
 
@@ -22,13 +22,14 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, quarantine_path
-from kappa.spec import AssetSpec, SpecError, load_catalog
+from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
+from kappa.storage import exists, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
 SHADOW_CHECK = "shadow_diff"
 #: Transform kinds whose stateful operator drops rows behind the watermark (counted by ``late_rows``).
-LATE_KINDS = ("window", "pattern")
+LATE_KINDS = STATEFUL_KINDS
 
 
 @dataclass
@@ -39,10 +40,13 @@ class CheckResult:
     observed: object
     expected: str
     details: dict = field(default_factory=dict)
+    #: False when the check had nothing to measure: then it has not passed (``passed`` is False, so
+    #: a blocking one blocks promotion) and says "not evaluated", never "passed".
+    evaluated: bool = True
 
     def describe(self) -> str:
         """One line: what failed and by how much."""
-        verdict = "passed" if self.passed else "FAILED"
+        verdict = "passed" if self.passed else ("FAILED" if self.evaluated else "NOT EVALUATED")
         return f"{self.name}: {verdict} (observed {self.observed}; expected {self.expected})"
 
 
@@ -61,6 +65,22 @@ class GateReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def recorded_gate(version) -> GateReport | None:
+    """The report of the most recent gate run recorded for ``version`` (a
+    :class:`kappa.delta.registry.Version`), as :func:`run_gate` recorded it (wherever it ran:
+    here or in a gate SparkApplication); None when it was never gated."""
+    for e in reversed(version.events):
+        if e["event"] in ("gate_passed", "gate_failed"):
+            d = e["details"]
+            checks = [CheckResult(**{k: c.get(k) for k in ("name", "passed", "blocking", "observed", "expected")},
+                                  details=c.get("details") or {}, evaluated=c.get("evaluated", True))
+                      for c in d.get("checks", [])]
+            diff = next((c.details for c in checks if c.name == SHADOW_CHECK), None)
+            return GateReport(asset=version.asset, version=version.version, passed=e["event"] == "gate_passed",
+                              checks=checks, data_docs_path=d.get("data_docs"), shadow_diff=diff or None)
+    return None
 
 
 def _class_name(snake: str) -> str:
@@ -123,7 +143,10 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
     declared = expectations(spec)
     if not declared:
         return [], None
-    root = Path(settings.warehouse) / "_kappa"  # type: ignore[arg-type]
+    # GX keeps its project (suites, results, Data Docs) in a local folder: next to the tables when
+    # they are local, else in this process's scratch (the results are recorded in the registry).
+    warehouse = local_path(str(settings.warehouse))
+    root = (warehouse if warehouse is not None else (settings.home or Path(".kappa"))) / "_kappa"
     context = gx.get_context(mode="file", project_root_dir=str(root))
     # Kappa prints its own progress; GX's per-metric progress bars would flood the terminal.
     context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
@@ -191,19 +214,36 @@ def _jsonable(value):
         return json.loads(json.dumps(value, default=str))
 
 
+def records_read_by(version_obj, settings: Settings | None = None) -> int:
+    """Records a version has read from the log, whatever ran it (until caught up, continuously, on
+    Kubernetes): the Kafka offsets of its checkpoint's newest committed batch minus the log start
+    offsets recorded when the version was created, summed over partitions (0: nothing committed)."""
+    from kappa.streaming.checkpoint import read_checkpoint
+
+    committed = read_checkpoint(version_obj.checkpoint_path, settings).offsets
+    starts = (version_obj.last("created") or {}).get("start_offsets") or {}
+    read = 0
+    for topic, parts in committed.items():
+        if isinstance(parts, dict):
+            read += sum(int(off) - int((starts.get(topic) or {}).get(str(p), 0)) for p, off in parts.items())
+    return read
+
+
 def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
-    """Quarantined records of this version / records it read from the log (sum over partitions of
-    the end offset it reached minus the log start offset)."""
-    caught = version_obj.last("caught_up") or {}
-    read = sum(int(o) for parts in (caught.get("end_offsets") or {}).values() for o in parts.values())
-    starts = version_obj.last("created") or {}
-    read -= sum(int(o) for parts in (starts.get("start_offsets") or {}).values() for o in parts.values())
+    """Quarantined records of this version / records it read from the log
+    (:func:`records_read_by`). Not evaluated when it has read nothing."""
+    read = records_read_by(version_obj, settings)
     q = quarantine_path(settings)
     quarantined = 0
-    if (q / "_delta_log").is_dir():
+    if exists(join(q, "_delta_log"), settings):
         quarantined = (spark.read.format("delta").load(str(q))
                        .where(f"asset = '{spec.name}' AND version = {version_obj.version}").count())
-    rate = quarantined / read if read else 0.0
+    if read <= 0:
+        return CheckResult(name=QUARANTINE_CHECK, passed=False, blocking=True, observed="not evaluated",
+                           expected=f"<= {spec.max_quarantine_rate}", evaluated=False,
+                           details={"quarantined": quarantined, "read": 0,
+                                    "why": "the checkpoint has no committed batch: nothing read to measure"})
+    rate = quarantined / read
     return CheckResult(
         name=QUARANTINE_CHECK, passed=rate <= spec.max_quarantine_rate, blocking=True,
         observed=round(rate, 6), expected=f"<= {spec.max_quarantine_rate}",
@@ -212,11 +252,18 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
 
 
 def late_rows(version_obj) -> CheckResult:
-    """Rows dropped by the watermark over every recorded run of this version."""
-    dropped = sum(int(e["details"].get("dropped_by_watermark") or 0)
-                  for e in version_obj.events if e["event"] == "caught_up")
+    """Rows dropped by the watermark over every recorded run of this version: the
+    ``dropped_by_watermark`` of its ``caught_up`` events (until-caught-up runs) and ``stopped``
+    events (continuous runs). Not evaluated when no run of it has reported (e.g. a Kubernetes run
+    still going)."""
+    reports = [e["details"] for e in version_obj.events
+               if e["event"] in ("caught_up", "stopped") and "dropped_by_watermark" in e["details"]]
+    if not reports:
+        return CheckResult(name=LATE_CHECK, passed=False, blocking=True, observed="not evaluated", expected="0",
+                           evaluated=False, details={"why": "no run of this version has reported its metrics"})
+    dropped = sum(int(d.get("dropped_by_watermark") or 0) for d in reports)
     return CheckResult(name=LATE_CHECK, passed=dropped == 0, blocking=True, observed=dropped, expected="0",
-                       details={"dropped_by_watermark": dropped})
+                       details={"dropped_by_watermark": dropped, "runs": len(reports)})
 
 
 def diff_keys(spec: AssetSpec) -> list[str]:

@@ -82,6 +82,14 @@ def _interval(value: str) -> str:
     return value.strip()
 
 
+def _schema_shorthand(v: object) -> object:
+    """``year: int`` is shorthand for ``year: {type: int}`` in a ``schema:`` mapping (parse and
+    changelog transforms)."""
+    if isinstance(v, dict):
+        return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -129,13 +137,7 @@ class ParseTransform(_Strict):
     def _future(cls, v: str) -> str:
         return _interval(v)
 
-    @field_validator("schema_", mode="before")
-    @classmethod
-    def _shorthand(cls, v: object) -> object:
-        # `year: int` is shorthand for `year: {type: int}`
-        if isinstance(v, dict):
-            return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
-        return v
+    _shorthand = field_validator("schema_", mode="before")(staticmethod(_schema_shorthand))
 
     @property
     def fields(self) -> dict[str, FieldSpec]:
@@ -152,9 +154,25 @@ class ParseTransform(_Strict):
         return self
 
 
+class Watermark(_Strict):
+    """``withWatermark(column, delay)``: rows older than max(event time) - delay may be dropped."""
+
+    column: str
+    delay: str
+
+    _v = field_validator("delay")(classmethod(lambda cls, v: _interval(v)))
+
+
 class WindowTransform(_Strict):
     """Event-time window aggregation. ``size`` for tumbling/hopping, ``slide`` for hopping,
-    ``gap`` for session windows; ``aggregations`` maps output column -> Spark SQL aggregate."""
+    ``gap`` for session windows; ``aggregations`` maps output column -> Spark SQL aggregate;
+    ``filter`` (a Spark SQL predicate) keeps only the rows it is true for, after the watermark.
+
+    Output: the group-by columns, ``window_start``/``window_end`` (``session_start``/``session_end``
+    for session windows), then the aggregations. Spark's window alignment: tumbling and hopping
+    windows start at multiples of ``slide`` since the epoch (1970-01-01 UTC), so a row falls in
+    ``size / slide`` hopping windows; a session window is ``[first event, last event + gap)``
+    (``F.session_window``)."""
 
     type: Literal["tumbling", "hopping", "session"]
     time_column: str
@@ -163,6 +181,7 @@ class WindowTransform(_Strict):
     gap: str | None = None
     group_by: list[str] = Field(default_factory=list)
     aggregations: dict[str, str] = Field(min_length=1)
+    filter: str | None = None
 
     @field_validator("size", "slide", "gap")
     @classmethod
@@ -183,9 +202,116 @@ class WindowTransform(_Strict):
         return self
 
     @property
+    def bounds(self) -> tuple[str, str]:
+        """The output's window start and end column names."""
+        return ("session_start", "session_end") if self.type == "session" else ("window_start", "window_end")
+
+    @property
     def keys(self) -> list[str]:
-        """The upsert key of the output: group-by columns plus ``window_start``."""
-        return [*self.group_by, "window_start"]
+        """The key of the output: group-by columns plus the window start."""
+        return [*self.group_by, self.bounds[0]]
+
+
+class JoinTimeRange(_Strict):
+    """The event-time range condition of a stream–stream join:
+    ``right.<right_column> BETWEEN left.<left_column> - <lower> AND left.<left_column> + <upper>``.
+    Spark needs it (with watermarks on both sides) to know when a row can no longer match, so it
+    can drop the row from the join state and, in an outer join, emit it unmatched."""
+
+    left_column: str
+    right_column: str
+    lower: str = "0 seconds"
+    upper: str = "0 seconds"
+
+    @field_validator("lower", "upper")
+    @classmethod
+    def _intervals(cls, v: str) -> str:
+        return _interval(v)
+
+
+class JoinRight(_Strict):
+    """The right side of a stream–stream join: an upstream asset, its watermark, the columns it adds."""
+
+    asset: str
+    watermark: Watermark | None = None
+    columns: list[str] = Field(min_length=1)
+
+
+class JoinTransform(_Strict):
+    """A stream–stream join of the source asset (left) with ``right.asset``: equality on ``keys``
+    plus the ``time_range`` condition. Output: every left column, the right ``columns`` and, for a
+    left outer join, the boolean ``matched_column`` (false for a left row emitted without a match,
+    once the watermark has passed it). Spark's rule (Structured Streaming guide, "Stream-stream
+    Joins"): an outer join needs a watermark on both sides and an event-time range condition."""
+
+    type: Literal["inner", "left_outer"]
+    right: JoinRight
+    keys: list[str] = Field(min_length=1)
+    time_range: JoinTimeRange | None = None
+    matched_column: str | None = None
+
+
+class SlidingTransform(_Strict):
+    """A sliding window in DDIA's sense (ch. 11, "Types of windows"): one window per event. For
+    every row, ``output`` = the number of rows with the same ``group_by`` values whose
+    ``time_column`` is in ``[t - size, t]`` (the row itself and rows at the same time included).
+    A row is emitted once the watermark has passed its time, so every row at that time is counted.
+    Output: ``columns`` (default: ``event_id``, the group-by columns, ``time_column``) then
+    ``output``."""
+
+    time_column: str
+    size: str
+    group_by: list[str] = Field(default_factory=list)
+    output: str = "count"
+    columns: list[str] | None = None
+    filter: str | None = None
+
+    @field_validator("size")
+    @classmethod
+    def _intervals(cls, v: str) -> str:
+        return _interval(v)
+
+    @property
+    def out_columns(self) -> list[str]:
+        cols = self.columns or ["event_id", *self.group_by, self.time_column]
+        return [*cols, self.output]
+
+
+#: Transform kinds, one key each in an asset's ``transform:``.
+TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python", "changelog")
+#: Kinds whose Spark query keeps event-time state bounded by a watermark: rows behind it are
+#: dropped by Spark and counted (``late_rows``).
+STATEFUL_KINDS = ("window", "join", "sliding", "pattern")
+
+
+class ChangelogTransform(_Strict):
+    """Silver from a changelog topic of Debezium change events (``op`` r/c/u/d, ``after``,
+    ``source.lsn``, ``source.ts_ms``), keyed by the source table's primary key.
+
+    ``mode: current`` keeps the table's current state (MERGE in LSN order; deletes remove the row);
+    ``mode: history`` keeps every version of each row as a slowly changing dimension type 2
+    (``valid_from``, ``valid_to``, ``is_current``). ``schema`` declares the row's columns as the
+    source table has them (a ``date`` arrives as days since the epoch, Debezium's
+    ``io.debezium.time.Date``). See :mod:`kappa.streaming.changelog`."""
+
+    mode: Literal["current", "history"] = "current"
+    key: list[str] = Field(min_length=1)
+    schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    _shorthand = field_validator("schema_", mode="before")(staticmethod(_schema_shorthand))
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _key_declared(self) -> "ChangelogTransform":
+        for k in self.key:
+            if k not in self.schema_:
+                raise ValueError(f"key column {k!r} is not in schema")
+        return self
 
 
 class PatternStep(_Strict):
@@ -249,36 +375,30 @@ def _snake(v: str) -> str:
     return v
 
 
-_KINDS = ("raw", "parse", "window", "pattern", "sql", "python")
+_KINDS = TRANSFORM_KINDS  # the name main's code used
 
 
 class Transform(_Strict):
     raw: dict | None = None
     parse: ParseTransform | None = None
     window: WindowTransform | None = None
+    join: JoinTransform | None = None
+    sliding: SlidingTransform | None = None
     pattern: PatternTransform | None = None
     sql: str | None = None
     python: str | None = None
+    changelog: ChangelogTransform | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Transform":
-        given = [k for k in _KINDS if getattr(self, k) is not None]
+        given = [k for k in TRANSFORM_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"declare exactly one of {', '.join(_KINDS)} (got {given or 'none'})")
+            raise ValueError(f"declare exactly one of {', '.join(TRANSFORM_KINDS)} (got {given or 'none'})")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in _KINDS if getattr(self, k) is not None)
-
-
-class Watermark(_Strict):
-    """``withWatermark(column, delay)``: rows older than max(event time) - delay may be dropped."""
-
-    column: str
-    delay: str
-
-    _v = field_validator("delay")(classmethod(lambda cls, v: _interval(v)))
+        return next(k for k in TRANSFORM_KINDS if getattr(self, k) is not None)
 
 
 class Trigger(_Strict):
@@ -378,9 +498,9 @@ class AssetSpec(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
         kind = self.transform.kind
-        if kind in ("raw", "parse") and self.source.kafka is None:
+        if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
-        if kind in ("window", "pattern", "sql", "python") and self.source.asset is None:
+        if kind not in ("raw", "parse", "changelog") and self.source.asset is None:
             raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
         if kind == "window":
             w = self.transform.window
@@ -389,6 +509,20 @@ class AssetSpec(_Strict):
                 raise ValueError("a window transform needs a watermark (watermark.column, watermark.delay)")
             if self.watermark.column != w.time_column:
                 raise ValueError("watermark.column must equal transform.window.time_column")
+            if w.type == "session" and self.sink.mode == "merge":
+                raise ValueError(
+                    "sink.mode: a session window is written in append mode once the watermark closes a "
+                    "session (Spark forbids output mode 'update' for session windows, and a MERGE on "
+                    "session_start cannot remove sessions that later merge into one); remove sink.mode")
+        if kind == "join":
+            self._check_join()
+        if kind == "sliding":
+            sl = self.transform.sliding
+            assert sl is not None
+            if self.watermark is None or self.watermark.column != sl.time_column:
+                raise ValueError(
+                    "a sliding window emits a row once the watermark has passed its time: set watermark "
+                    "with watermark.column equal to transform.sliding.time_column")
         if kind == "pattern":
             p = self.transform.pattern
             assert p is not None
@@ -407,27 +541,73 @@ class AssetSpec(_Strict):
                 raise ValueError("watermark.column must equal transform.parse.event_time")
         return self
 
+    def _check_join(self) -> None:
+        """Spark's rules for stream–stream joins (Structured Streaming guide, "Stream-stream Joins",
+        "Outer Joins with Watermarking"), checked at load rather than when the query starts."""
+        j = self.transform.join
+        assert j is not None
+        if j.right.asset == self.source.asset:
+            raise ValueError("transform.join.right.asset: a join needs two different upstream assets")
+        if j.type == "left_outer":
+            rule = ("Spark's rule for outer stream-stream joins: watermarks on both sides and an event-time "
+                    "range condition are mandatory, so Spark knows when a row can no longer match and can "
+                    "emit it unmatched")
+            if self.watermark is None:
+                raise ValueError(f"watermark: the left side has no watermark. {rule}")
+            if j.right.watermark is None:
+                raise ValueError(f"transform.join.right.watermark: the right side has no watermark. {rule}")
+            if j.time_range is None:
+                raise ValueError(f"transform.join.time_range: no event-time range condition. {rule}")
+            if j.time_range.left_column != self.watermark.column:
+                raise ValueError("transform.join.time_range.left_column must equal watermark.column")
+            if j.time_range.right_column != j.right.watermark.column:
+                raise ValueError("transform.join.time_range.right_column must equal transform.join.right.watermark.column")
+        elif j.matched_column is not None:
+            raise ValueError("transform.join.matched_column: only a left_outer join has unmatched rows")
+
     @property
     def sink_mode(self) -> str:
         if self.sink.mode:
             return self.sink.mode
-        return {"raw": "append", "parse": "merge", "window": "merge"}.get(self.transform.kind, "append")
+        w = self.transform.window
+        if w is not None:
+            # Tumbling/hopping: update mode + MERGE, the table holds open windows too. Session:
+            # append once closed (see _coherent).
+            return "append" if w.type == "session" else "merge"
+        return {"raw": "append", "parse": "merge", "changelog": "merge"}.get(self.transform.kind, "append")
+
+    @property
+    def output_mode(self) -> str:
+        """Spark's output mode of a non-parse asset's query: ``update`` for tumbling/hopping windows
+        upserted by MERGE; ``append`` otherwise (joins, session and sliding windows emit a row once,
+        when the watermark says it is final)."""
+        w = self.transform.window
+        return "update" if w is not None and w.type != "session" and self.sink_mode == "merge" else "append"
 
     @property
     def merge_keys(self) -> list[str]:
+        """The output's key (the MERGE key of a merge sink; the shadow diff's key)."""
         if self.sink.keys:
             return list(self.sink.keys)
         if self.transform.window is not None:
             return self.transform.window.keys
         if self.transform.parse is not None:
             return [self.transform.parse.event_id]
+        if self.transform.join is not None or self.transform.sliding is not None:
+            return ["event_id"]
+        if self.transform.changelog is not None:
+            return list(self.transform.changelog.key)
         if self.transform.pattern is not None:
             return [self.transform.pattern.key, "first_event_time"]
         return []
 
     @property
     def upstream(self) -> list[str]:
-        return [self.source.asset] if self.source.asset else []
+        """Upstream assets: ``source.asset`` and, for a join, ``transform.join.right.asset``."""
+        ups = [self.source.asset] if self.source.asset else []
+        if self.transform.join is not None:
+            ups.append(self.transform.join.right.asset)
+        return ups
 
     @property
     def topics(self) -> list[str]:

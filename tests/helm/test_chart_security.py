@@ -355,10 +355,19 @@ def test_notes_tell_how_to_reach_the_dagster_ui():
 def test_runner_config_map_is_a_valid_kubernetes_runner_config(rendered):
     from kappa.runners.kubernetes import KubernetesRunnerConfig
 
+    from kappa.config import Settings
+
     (cm,) = kinds(rendered, "ConfigMap")
     data = {k: v for k, v in cm["data"].items() if k != "KAPPA_K8S_JARS_DIR"}  # image path, absent here
     cfg = KubernetesRunnerConfig.from_mapping(data)
-    assert cfg.warehouse.startswith("s3a://") and cfg.namespace == "kappa"
+    assert cfg.namespace == "kappa"
     (kafka,) = kinds(rendered, "Kafka")
     assert cfg.kafka_cluster == kafka["metadata"]["name"]
-    assert cfg.bootstrap_servers.endswith(f":{kafka['spec']['kafka']['listeners'][0]['port']}")
+    # the same ConfigMap gives Dagster's code location and run pods Kappa's settings (KAPPA_*)
+    settings = Settings(**{k[len("KAPPA_"):].lower(): v for k, v in data.items()
+                           if k.startswith("KAPPA_") and not k.startswith("KAPPA_K8S_")})
+    assert str(settings.warehouse).startswith("s3a://") and str(settings.checkpoints).startswith("s3a://")
+    assert settings.runner == "kubernetes" and settings.kafka_security_protocol == "SASL_SSL"
+    assert settings.kafka_sasl_mechanism == "SCRAM-SHA-512"
+    tls = next(li for li in kafka["spec"]["kafka"]["listeners"] if li.get("tls"))
+    assert settings.bootstrap_servers.endswith(f":{tls['port']}")

@@ -77,3 +77,22 @@ def wait_topic_equals_table(settings: Settings, table: str, timeout_s: float = 6
             raise AssertionError(f"{table}: topic differs from PostgreSQL: {len(missing)} keys missing, "
                                  f"{len(extra)} extra, e.g. differing {[(got[k], expected[k]) for k in differ]}")
         time.sleep(1.0)
+
+
+def delta_rows(settings: Settings, asset: str, table: str) -> dict[tuple, dict]:
+    """The latest version of ``asset`` (a current-state table of ``table``) keyed by primary key,
+    with PostgreSQL's columns only (metadata columns dropped), dates as days since the epoch and
+    missing values as None, to compare with :func:`pg_rows`."""
+    from deltalake import DeltaTable
+
+    from kappa.delta.registry import Registry
+
+    df = DeltaTable(Registry(settings).latest(asset).table_path).to_pandas()
+    cols = [c for c in df.columns if not c.startswith("_")]
+    out = {}
+    for rec in df[cols].astype(object).to_dict("records"):
+        rec = {c: (None if v is None or v != v else (v - EPOCH).days if isinstance(v, dt.date) else
+                   int(v) if isinstance(v, float) and v.is_integer() and c not in ("lat", "lon") else v)
+               for c, v in rec.items()}
+        out[tuple(rec[k] for k in PRIMARY_KEYS[table])] = rec
+    return out

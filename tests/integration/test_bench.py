@@ -24,7 +24,8 @@ KEYS = ("u1_events_per_s", "u2_events_per_s", "replay_events_per_s", "replay_ove
 def test_bench_quick_writes_every_measure_as_json(tmp_path):
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO))
+    # a wide terminal, so Rich does not wrap the table's labels over lines
+    env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), COLUMNS="200")
     proc = subprocess.run(
         [sys.executable, "-c", "from kappa.cli import app; app()", "bench", "--quick", "--output", str(out)],
         env=env, capture_output=True, text=True, timeout=580,
@@ -42,6 +43,10 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     assert cep["events"] == result["replay"]["rows"] and cep["events_per_s"] > 0
     assert cep["state"]["rows"] > 0 and cep["state"]["sst_bytes"] >= 0
     assert result["replay_over_u2"] == pytest.approx(result["replay_events_per_s"] / result["u2_events_per_s"], rel=1e-2)
+    join = result["replay_flights_weather"]  # the stream-stream join, next to U2
+    assert join["events"] == result["replay"]["rows"] + join["weather_rows"] and join["weather_rows"] == 2_226
+    assert 0 < join["rows"] <= result["replay"]["rows"] and join["state"]["rows"] >= 0
+    assert "flights_weather (stream-stream join" in proc.stdout
 
 
 @pytest.mark.timeout(300)

@@ -13,7 +13,7 @@ from kappa.cdc import connect, operational, postgres
 from kappa.cdc.simulate import simulate
 from kappa.kafka.topics import admin
 
-from .cdc_helpers import fold, pg_rows, read_topic, wait_topic_equals_table
+from .cdc_helpers import delta_rows, fold, pg_rows, read_topic, wait_topic_equals_table
 from .test_cli import kappa
 
 pytestmark = pytest.mark.integration
@@ -84,3 +84,103 @@ def test_changelog_topics_are_compacted_and_fold_into_the_tables(cdc_settings):
     plane_deletes = [v for _, _, v in planes if v is not None and v["op"] == "d"]
     assert plane_deletes and all(v["before"]["seats"] is not None or v["before"]["model"] for v in plane_deletes)
     assert fold(planes) == pg_rows(cdc_settings, "planes")
+
+
+CURRENT = {"airlines": "airlines", "airports": "airports", "planes": "planes", "fleet": "fleet"}
+CDC_ASSETS = [*CURRENT, "planes_history"]
+
+
+def _settle_and_run(settings, spark):
+    """Wait until every changelog holds PostgreSQL's state, then run the CDC assets until caught up."""
+    from kappa.runners.local import run_until_caught_up
+
+    for table in operational.TABLES:
+        wait_topic_equals_table(settings, table)
+    return {r.asset: r for r in run_until_caught_up(settings, CDC_ASSETS, spark=spark)}
+
+
+def _assert_tables_equal_postgres(settings):
+    from deltalake import DeltaTable
+
+    from kappa.delta.registry import Registry
+
+    for asset, table in CURRENT.items():
+        got, expected = delta_rows(settings, asset, table), pg_rows(settings, table)
+        assert got.keys() == expected.keys(), asset
+        differ = [k for k in expected if got[k] != expected[k]]
+        assert not differ, f"{asset}: e.g. {got[differ[0]]} != {expected[differ[0]]}"
+    history = DeltaTable(Registry(settings).latest("planes_history").table_path).to_pandas()
+    current = history[history.is_current]
+    assert current.tailnum.is_unique and set(current.tailnum) == {k[0] for k in pg_rows(settings, "planes")}
+    assert not history.duplicated(["tailnum", "_lsn"]).any()
+    assert (history.valid_to.isna() == history.is_current).all()
+    return history
+
+
+def test_tables_from_changelogs_equal_postgres_and_history_has_one_current_version(cdc_settings, spark):
+    simulate(cdc_settings, 200, seed=12)
+    results = _settle_and_run(cdc_settings, spark)
+    assert all(r.quarantined == 0 for r in results.values())
+    history = _assert_tables_equal_postgres(cdc_settings)
+    snapshot = history[history.valid_from == history.valid_from.min()]
+    assert str(snapshot.valid_from.iloc[0]).startswith("1900-01-01")  # snapshot rows: from the beginning of time
+    assert len(history) > len(history[history.is_current])  # updated planes have closed versions
+
+    # Incremental: more changes, the same queries continue from their checkpoints.
+    simulate(cdc_settings, 150, seed=13)
+    _settle_and_run(cdc_settings, spark)
+    _assert_tables_equal_postgres(cdc_settings)
+
+
+def test_a_redelivered_change_alters_nothing(cdc_settings, spark):
+    """Debezium re-sends changes after a crash (at-least-once): the same events at new offsets."""
+    from confluent_kafka import Producer
+    from deltalake import DeltaTable
+
+    from kappa.delta.registry import Registry
+
+    from kappa.harness.truth import frame_hash
+
+    _settle_and_run(cdc_settings, spark)
+    paths = {a: Registry(cdc_settings).latest(a).table_path for a in CDC_ASSETS}
+    before = {a: frame_hash(DeltaTable(p).to_pandas()) for a, p in paths.items()}
+    producer = Producer({"bootstrap.servers": cdc_settings.bootstrap_servers})
+    for table in ("planes", "fleet"):
+        records = read_topic(cdc_settings, f"ops.public.{table}")
+        for _, key, value in records[-200:]:  # the tail: updates, deletes, tombstones, in order
+            producer.produce(f"ops.public.{table}", key=json.dumps(key).encode(),
+                             value=None if value is None else json.dumps(value).encode())
+    producer.flush(30)
+    _settle_and_run(cdc_settings, spark)
+    after = {a: frame_hash(DeltaTable(p).to_pandas()) for a, p in paths.items()}
+    assert after == before
+
+
+def test_compacted_changelog_rebuilds_a_current_state_table_but_not_a_history(cdc_settings, spark):
+    """Compaction forced (tiny segments, any dirty ratio): replay of `planes` from the compacted
+    topic equals PostgreSQL; replay of `planes_history` is refused, naming the topic."""
+    import time
+
+    from kappa import promotion
+    from kappa.kafka.topics import alter_topic_config, records_present
+
+    _settle_and_run(cdc_settings, spark)  # both assets have a v1 before the log is compacted
+    alter_topic_config(cdc_settings, "ops.public.planes", {
+        "segment.ms": "200", "min.cleanable.dirty.ratio": "0.001", "delete.retention.ms": "0", "min.compaction.lag.ms": "0"})
+    deadline = time.monotonic() + 180
+    seed = 100
+    while True:
+        simulate(cdc_settings, 40, seed=seed)
+        seed += 1
+        (start, end, present), = records_present(cdc_settings, "ops.public.planes").values()
+        if present < end - start:
+            break
+        assert time.monotonic() < deadline, "the log cleaner compacted nothing within 180 s"
+        time.sleep(2)
+    with pytest.raises(promotion.RetentionError, match=r"planes_history.*compaction has removed .* ops\.public\.planes\[0\]"):
+        promotion.replay(cdc_settings, "planes_history", spark=spark)
+    wait_topic_equals_table(cdc_settings, "planes")
+    report = promotion.replay(cdc_settings, "planes", spark=spark)
+    assert report.versions["planes"] == 2
+    got, expected = delta_rows(cdc_settings, "planes", "planes"), pg_rows(cdc_settings, "planes")
+    assert got == expected

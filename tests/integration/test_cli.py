@@ -32,7 +32,7 @@ def env_for(settings) -> dict[str, str]:
 
 @pytest.mark.parametrize("command", [[], ["kafka"], ["kafka", "start"], ["kafka", "stop"], ["kafka", "status"],
                                      ["ingest", "nycflights13"], ["run"], ["sql"], ["assets"], ["versions"],
-                                     ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"],
+                                     ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"], ["forget"],
                                      ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"],
                                      ["postgres", "start"], ["postgres", "stop"], ["postgres", "status"],
                                      ["connect", "start"], ["connect", "stop"], ["connect", "status"],

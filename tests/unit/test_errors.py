@@ -17,7 +17,7 @@ from kappa.guard import Guard
 
 def _kappa_modules():
     for info in pkgutil.walk_packages(kappa.__path__, "kappa."):
-        if info.name.startswith("kappa.dagster"):  # front end: defines no errors of its own
+        if info.name.startswith("kappa.dagster") or info.name.endswith("__main__"):  # front end; scripts
             continue
         yield importlib.import_module(info.name)
 

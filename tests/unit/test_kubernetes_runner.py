@@ -21,6 +21,7 @@ from kappa.runners.kubernetes import (
     build_spark_application,
     outcome_of,
 )
+from kappa.config import load_settings
 from kappa.spec import AssetResources, load_catalog
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,18 +48,33 @@ def crd_schema() -> dict:
     return json.loads((TOOLS / "schemas" / "crds" / "sparkoperator.k8s.io" / "sparkapplication_v1beta2.json").read_text())
 
 
+#: What the Dagster code location sees on the cluster (the chart's ConfigMap and Secrets).
+SETTINGS = load_settings(
+    warehouse="s3a://lake/warehouse/", checkpoints="s3a://lake/checkpoints", runner="kubernetes",
+    s3_endpoint="http://minio.minio:9000", s3_path_style_access=True,
+    bootstrap_servers="events-kafka-bootstrap.data.svc:9093", kafka_security_protocol="SASL_SSL",
+    kafka_sasl_mechanism="SCRAM-SHA-512", kafka_ssl_truststore_type="PEM",
+    kafka_ssl_truststore_location="/etc/kappa/kafka-ca/ca.crt",
+)
+
+
+def _v(asset: str, version: int, upstream: dict | None = None):
+    """The version record the registry would create (see kappa.delta.registry.new_version_details)."""
+    return k8s.example_version(SETTINGS, CATALOG[asset], version, upstream)
+
+
+def build(asset_or_spec, version: int, cfg, upstream: dict | None = None):
+    spec = CATALOG[asset_or_spec] if isinstance(asset_or_spec, str) else asset_or_spec
+    return build_spark_application(spec, k8s.example_version(SETTINGS, spec, version, upstream), cfg, SETTINGS)
+
+
 @pytest.fixture
 def cfg() -> KubernetesRunnerConfig:
     return KubernetesRunnerConfig(
         namespace="data",
         image="registry.example.com/kappa/kappa:1.2.3",
-        warehouse="s3a://lake/warehouse/",
-        checkpoints="s3a://lake/checkpoints",
-        s3_endpoint="http://minio.minio:9000",
-        s3_path_style_access=True,
         object_store_secret="lake-keys",
         kafka_cluster="events",
-        bootstrap_servers="events-kafka-bootstrap.data.svc:9093",
         jars=("local:///opt/kappa/jars/spark/a.jar", "local:///opt/kappa/jars/spark/b.jar"),
     )
 
@@ -77,19 +93,19 @@ def _env(role: dict) -> dict[str, dict]:
 
 @pytest.mark.parametrize("asset", sorted(CATALOG.assets))
 def test_application_of_every_asset_validates_against_the_crd_schema(asset, cfg, crd_schema):
-    app = build_spark_application(CATALOG[asset], 3, cfg)
+    app = build(asset, 3, cfg)
     jsonschema.Draft4Validator(crd_schema).validate(app)
 
 
 def test_schema_is_strict_so_a_misspelt_field_fails(cfg, crd_schema):
-    app = build_spark_application(CATALOG["flights_bronze"], 1, cfg)
+    app = build("flights_bronze", 1, cfg)
     app["spec"]["driver"]["memmory"] = "1g"
     with pytest.raises(jsonschema.ValidationError, match="memmory"):
         jsonschema.Draft4Validator(crd_schema).validate(app)
 
 
 def test_application_runs_the_asset_version_in_the_kappa_image(cfg):
-    app = build_spark_application(CATALOG["flights_bronze"], 3, cfg)
+    app = build("flights_bronze", 3, cfg)
     assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2" and app["kind"] == "SparkApplication"
     assert app["metadata"]["name"] == "flights-bronze-v3" and app["metadata"]["namespace"] == "data"
     spec = app["spec"]
@@ -102,13 +118,14 @@ def test_application_runs_the_asset_version_in_the_kappa_image(cfg):
 
 
 def test_table_and_checkpoint_are_the_versions_own_paths_on_the_object_store(cfg):
-    app = build_spark_application(CATALOG["flights"], 2, cfg)
+    app = build("flights", 2, cfg)
     for role in ("driver", "executor"):
         env = _env(app["spec"][role])
         assert env["KAPPA_TABLE_PATH"]["value"] == "s3a://lake/warehouse/flights/v2"
         assert env["KAPPA_CHECKPOINT_PATH"]["value"] == "s3a://lake/checkpoints/flights/v2"
+    for role in ("driver", "executor"):  # the writer id is the registry's, never re-derived
+        assert _env(app["spec"][role])["KAPPA_TXN_APP_ID"]["value"] == "kappa-flights-v2-example"
     conf = app["spec"]["sparkConf"]
-    assert conf["spark.sql.streaming.checkpointLocation"] == "s3a://lake/checkpoints/flights/v2"
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio.minio:9000"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
@@ -117,13 +134,14 @@ def test_table_and_checkpoint_are_the_versions_own_paths_on_the_object_store(cfg
 
 
 def test_a_new_version_never_shares_a_checkpoint_with_the_old_one(cfg):
-    v1 = build_spark_application(CATALOG["flights"], 1, cfg)["spec"]["sparkConf"]
-    v2 = build_spark_application(CATALOG["flights"], 2, cfg)["spec"]["sparkConf"]
-    assert v1["spark.sql.streaming.checkpointLocation"] != v2["spark.sql.streaming.checkpointLocation"]
+    v1 = _env(build("flights", 1, cfg)["spec"]["driver"])
+    v2 = _env(build("flights", 2, cfg)["spec"]["driver"])
+    assert v1["KAPPA_CHECKPOINT_PATH"]["value"] != v2["KAPPA_CHECKPOINT_PATH"]["value"]
+    assert v1["KAPPA_TXN_APP_ID"]["value"] != v2["KAPPA_TXN_APP_ID"]["value"]
 
 
 def test_credentials_are_secret_references_never_values(cfg):
-    app = build_spark_application(CATALOG["weather_bronze"], 1, cfg)
+    app = build("weather_bronze", 1, cfg)
     driver, executor = _env(app["spec"]["driver"]), _env(app["spec"]["executor"])
     for env in (driver, executor):
         assert env["AWS_ACCESS_KEY_ID"]["valueFrom"] == {"secretKeyRef": {"name": "lake-keys", "key": "AWS_ACCESS_KEY_ID"}}
@@ -143,22 +161,22 @@ def test_credentials_are_secret_references_never_values(cfg):
 
 
 def test_group_id_prefix_is_inside_the_assets_acl_prefix(cfg):
-    app = build_spark_application(CATALOG["flights_bronze"], 4, cfg)
+    app = build("flights_bronze", 4, cfg)
     prefix = _env(app["spec"]["driver"])["KAPPA_KAFKA_GROUP_ID_PREFIX"]["value"]
     assert prefix == "kappa-flights_bronze-v4-" and prefix.startswith(k8s.group_prefix("flights_bronze"))
     assert not prefix.startswith(k8s.group_prefix("flights"))
 
 
 def test_assets_that_read_no_topic_get_no_kafka_credentials_or_label(cfg):
-    app = build_spark_application(CATALOG["departures_hourly"], 1, cfg)
+    app = build("departures_hourly", 1, cfg)
     text = json.dumps(app)
     assert "sasl" not in text.lower() and "volumes" not in text
     assert k8s.LABEL_KAFKA_CLIENT not in app["metadata"]["labels"]
-    assert build_spark_application(CATALOG["flights"], 1, cfg)["metadata"]["labels"][k8s.LABEL_KAFKA_CLIENT] == "true"
+    assert build("flights", 1, cfg)["metadata"]["labels"][k8s.LABEL_KAFKA_CLIENT] == "true"
 
 
 def test_restart_on_failure_with_backoff_suited_to_streaming(cfg):
-    policy = build_spark_application(CATALOG["flights"], 1, cfg)["spec"]["restartPolicy"]
+    policy = build("flights", 1, cfg)["spec"]["restartPolicy"]
     assert policy == {"type": "OnFailure", "onFailureRetries": 10, "onFailureRetryInterval": 30,
                       "onSubmissionFailureRetries": 5, "onSubmissionFailureRetryInterval": 60}
 
@@ -166,7 +184,7 @@ def test_restart_on_failure_with_backoff_suited_to_streaming(cfg):
 def test_pods_are_restricted_through_the_pod_templates_the_operator_passes_to_spark_submit(cfg):
     # Without the operator's webhook only spec.{driver,executor}.template reaches the pods (see
     # tests/kubernetes/test_pod_security.py for the real API server's admission of them).
-    app = build_spark_application(CATALOG["flights"], 1, cfg)
+    app = build("flights", 1, cfg)
     for role in ("driver", "executor"):
         for field in ("podSecurityContext", "securityContext", "env", "volumeMounts"):
             assert field not in app["spec"][role]
@@ -178,7 +196,7 @@ def test_pods_are_restricted_through_the_pod_templates_the_operator_passes_to_sp
 
 
 def test_default_resources_and_asset_overrides(cfg):
-    app = build_spark_application(CATALOG["flights"], 1, cfg)
+    app = build("flights", 1, cfg)
     assert (app["spec"]["driver"]["cores"], app["spec"]["driver"]["memory"]) == (1, "2g")
     assert (app["spec"]["executor"]["instances"], app["spec"]["executor"]["memory"]) == (1, "2g")
     # an asset YAML's optional `resources` block (kappa.spec.AssetResources) wins
@@ -187,7 +205,7 @@ def test_default_resources_and_asset_overrides(cfg):
         "executor": {"cores": 4, "memory": "8g", "memory_overhead": "1g"},
         "executor_instances": 3,
     })})
-    app = build_spark_application(spec, 1, cfg)
+    app = build(spec, 1, cfg)
     assert app["spec"]["driver"]["cores"] == 2 and app["spec"]["driver"]["memory"] == "3g"
     ex = app["spec"]["executor"]
     assert (ex["cores"], ex["memory"], ex["memoryOverhead"], ex["instances"]) == (4, "8g", "1g", 3)
@@ -195,11 +213,11 @@ def test_default_resources_and_asset_overrides(cfg):
 
 def test_bad_versions_names_and_paths_are_refused(cfg):
     with pytest.raises(ValueError, match="version"):
-        build_spark_application(CATALOG["flights"], 0, cfg)
+        build("flights", 0, cfg)
     with pytest.raises(ValueError, match="63"):
         k8s.application_name("a" * 70, 1)
-    with pytest.raises(ValueError, match="s3a"):
-        KubernetesRunnerConfig(image="x", warehouse="/tmp/warehouse", checkpoints="s3a://b/c")
+    with pytest.raises(Exception, match="warehouse"):  # where data lives is Settings', not the runner's
+        KubernetesRunnerConfig(image="x", warehouse="s3a://b/w")
 
 
 def test_config_from_the_charts_configmap_keys(tmp_path):
@@ -208,21 +226,16 @@ def test_config_from_the_charts_configmap_keys(tmp_path):
     cfg = KubernetesRunnerConfig.from_mapping({
         "KAPPA_RUNNER": "kubernetes",
         "KAPPA_K8S_IMAGE": "img:1",
-        "KAPPA_K8S_WAREHOUSE": "s3a://b/w",
-        "KAPPA_K8S_CHECKPOINTS": "s3a://b/c",
         "KAPPA_K8S_DRIVER_MEMORY": "3g",
         "KAPPA_K8S_EXECUTOR_CORES": "2",
         "KAPPA_K8S_EXECUTOR_INSTANCES": "4",
         "KAPPA_K8S_JARS_DIR": str(tmp_path),
-        "KAPPA_K8S_S3_PATH_STYLE_ACCESS": "true",
         "OTHER": "ignored",
     })
     assert cfg.driver.memory == "3g" and cfg.executor.cores == 2 and cfg.executor_instances == 4
     assert cfg.jars == (f"local://{tmp_path}/delta.jar", f"local://{tmp_path}/kafka.jar")
-    assert cfg.s3_path_style_access is True
     with pytest.raises(Exception, match="imag"):
-        KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGEE": "x", "KAPPA_K8S_WAREHOUSE": "s3a://b/w",
-                                             "KAPPA_K8S_CHECKPOINTS": "s3a://b/c"})
+        KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGEE": "x"})
 
 
 # ------------------------------------------------------------------------------------ outcomes
@@ -308,7 +321,7 @@ class RecordingApi:
 def test_create_get_delete_through_the_custom_objects_api(cfg):
     api = RecordingApi()
     apps = SparkApplications("data", api=api)
-    app = build_spark_application(CATALOG["flights"], 1, cfg)
+    app = build("flights", 1, cfg)
     apps.create(app)
     assert apps.outcome("flights-v1") is Outcome.PENDING
     api.objects["flights-v1"]["status"] = {"applicationState": {"state": "COMPLETED"}}
@@ -330,15 +343,15 @@ def test_other_api_errors_are_raised(cfg):
 
 
 def test_module_does_not_import_dagster():
-    source = Path(k8s.__file__).read_text()
-    assert not re.search(r"^\s*(import|from)\s+dagster", source, re.M)
+    for module in Path(k8s.__file__).parent.glob("*.py"):
+        assert not re.search(r"^\s*(import|from)\s+dagster", module.read_text(), re.M), module
 
 
 # ------------------------------------------------------------------------------ upstream, runner
 
 
 def test_asset_sourced_asset_gets_its_upstream_versions_as_arguments(cfg, crd_schema):
-    app = build_spark_application(CATALOG["departures_hourly"], 4, cfg, upstream={"flights": 3})
+    app = build("departures_hourly", 4, cfg, {"flights": 3})
     jsonschema.Draft4Validator(crd_schema).validate(app)
     assert app["spec"]["arguments"] == ["--asset", "departures_hourly", "--version", "4", "--upstream", "flights=3"]
     # the entrypoint parses exactly these arguments
@@ -346,8 +359,8 @@ def test_asset_sourced_asset_gets_its_upstream_versions_as_arguments(cfg, crd_sc
     args = argument_parser().parse_args(app["spec"]["arguments"])
     assert (args.asset, args.version, args.upstream) == ("departures_hourly", 4, ["flights=3"])
     with pytest.raises(ValueError, match="flights"):
-        build_spark_application(CATALOG["departures_hourly"], 4, cfg, upstream={})
-    kafka_only = build_spark_application(CATALOG["flights"], 2, cfg, upstream={})
+        build("departures_hourly", 4, cfg, {})
+    kafka_only = build("flights", 2, cfg, {})
     assert kafka_only["spec"]["arguments"] == ["--asset", "flights", "--version", "2"]
 
 
@@ -366,7 +379,7 @@ def _runner(cfg, api):
     from kappa.runners.kubernetes import KubernetesRunner
 
     clock = _Clock()
-    return KubernetesRunner(cfg, SparkApplications(cfg.namespace, api=api), poll_s=2, clock=clock, sleep=clock.sleep), clock
+    return KubernetesRunner(cfg, SETTINGS, SparkApplications(cfg.namespace, api=api), poll_s=2, clock=clock, sleep=clock.sleep), clock
 
 
 def test_runner_creates_the_application_and_waits_until_it_runs(cfg, crd_schema):
@@ -375,7 +388,7 @@ def test_runner_creates_the_application_and_waits_until_it_runs(cfg, crd_schema)
     api = KubeApi()
     runner, clock = _runner(cfg, api)
     api.script("departures-hourly-v2", "", "SUBMITTED", "RUNNING")
-    status = runner.start(CATALOG["departures_hourly"], 2, upstream={"flights": 5})
+    status = runner.start(CATALOG["departures_hourly"], _v("departures_hourly", 2, {"flights": 5}))
     assert status.outcome is Outcome.RUNNING and status.created and status.state == "RUNNING"
     assert status.name == "departures-hourly-v2" and status.namespace == "data"
     stored = api.app("departures-hourly-v2")
@@ -384,7 +397,7 @@ def test_runner_creates_the_application_and_waits_until_it_runs(cfg, crd_schema)
                                                                      if k in ("name", "namespace", "labels")}})
     assert stored["spec"]["arguments"][-2:] == ["--upstream", "flights=5"]
     # a second start observes the running application; it never creates a second query
-    again = runner.start(CATALOG["departures_hourly"], 2, upstream={"flights": 5})
+    again = runner.start(CATALOG["departures_hourly"], _v("departures_hourly", 2, {"flights": 5}))
     assert again.outcome is Outcome.RUNNING and not again.created
     assert [c for c in api.calls if c[0] == "create"] == [("create", "departures-hourly-v2")]
     assert runner.outcome("departures_hourly", 2) is Outcome.RUNNING
@@ -397,14 +410,14 @@ def test_runner_wait_is_bounded_and_stops_on_a_terminal_state(cfg):
 
     api = KubeApi()
     runner, clock = _runner(cfg, api)
-    status = runner.start(CATALOG["flights"], 1, timeout_s=120)  # the operator never picks it up
+    status = runner.start(CATALOG["flights"], _v("flights", 1), timeout_s=120)  # the operator never picks it up
     assert status.outcome is Outcome.PENDING and status.state == "" and 120 <= clock.t <= 122
     api.script("flights-v2", "SUBMITTED", "COMPLETED")  # a streaming driver that exited: failed
     clock.t = 0
-    failed = runner.start(CATALOG["flights"], 2)
+    failed = runner.start(CATALOG["flights"], _v("flights", 2))
     assert failed.outcome is Outcome.FAILED and clock.t == 4 and "never completes" in failed.error
     with pytest.raises(ValueError, match="flights"):
-        runner.start(CATALOG["departures_hourly"], 1)  # an asset-sourced asset needs its upstream
+        runner.start(CATALOG["departures_hourly"], _v("departures_hourly", 1, {}))  # an asset-sourced asset needs its upstream
 
 
 def test_runner_observes_an_application_created_concurrently(cfg):
@@ -415,7 +428,7 @@ def test_runner_observes_an_application_created_concurrently(cfg):
             obj = super().get_namespaced_custom_object(group, version, namespace, plural, name, **kw) \
                 if any(k[-1] == name for k in self.objects) else None
             if obj is None:  # someone else creates it between our get and our create
-                body = build_spark_application(CATALOG["flights"], 1, cfg)
+                body = build("flights", 1, cfg)
                 super().create_namespaced_custom_object(group, version, namespace, plural, body)
                 self.set_state(name, "RUNNING")
                 raise ApiException(status=404, reason="Not Found")
@@ -423,6 +436,66 @@ def test_runner_observes_an_application_created_concurrently(cfg):
 
     api = Racing()
     runner, _ = _runner(cfg, api)
-    status = runner.start(CATALOG["flights"], 1)
+    status = runner.start(CATALOG["flights"], _v("flights", 1))
     assert status.outcome is Outcome.RUNNING and not status.created
     assert len(api.objects) == 1
+
+
+# ------------------------------------------------------------------------- gate, entrypoint, catch-up
+
+
+def test_gate_application_runs_kappa_gate_from_the_image_once(cfg, crd_schema):
+    app = k8s.build_gate_application(CATALOG["weather"], _v("weather", 2), cfg, SETTINGS)
+    jsonschema.Draft4Validator(crd_schema).validate(app)
+    assert app["metadata"]["name"] == "weather-v2-gate"
+    spec = app["spec"]
+    assert spec["mainApplicationFile"] == k8s.KAPPA_CLI_FILE and spec["arguments"] == ["gate", "weather", "2"]
+    assert spec["restartPolicy"] == {"type": "Never"}
+    env = _env(spec["driver"])
+    assert env["KAPPA_WAREHOUSE"]["value"] == "s3a://lake/warehouse"  # the registry it records in
+    assert "KAPPA_KAFKA_SASL_JAAS_CONFIG" not in env  # the gate reads tables only
+    assert spec["sparkConf"] == build("weather", 2, cfg)["spec"]["sparkConf"]
+
+
+def test_entrypoint_refuses_paths_or_upstream_that_differ_from_the_registry():
+    from kappa.runners.entrypoint import mismatches
+
+    v = _v("departures_hourly", 3, {"flights": 2})
+    env = {"KAPPA_TABLE_PATH": v.table_path, "KAPPA_CHECKPOINT_PATH": v.checkpoint_path, "KAPPA_TXN_APP_ID": v.txn_app_id}
+    assert mismatches(v, {"flights": 2}, env) == []
+    wrong = mismatches(v, {"flights": 1}, {**env, "KAPPA_TXN_APP_ID": "kappa-departures_hourly-v3"})
+    assert len(wrong) == 2 and "flights" in wrong[0] and "KAPPA_TXN_APP_ID" in wrong[1]
+
+
+def test_catch_up_is_read_from_the_checkpoint_against_the_end_offsets():
+    from kappa.streaming.checkpoint import CatchUpTarget, CheckpointState, remaining
+
+    target = CatchUpTarget(end_offsets={"weather": {"0": 10, "1": 5, "2": 0}})
+    assert remaining(CheckpointState(), target) == 15  # nothing committed: the whole log
+    assert remaining(CheckpointState(), target, {"weather": {"0": 4}}) == 11  # from the recorded log start
+    half = CheckpointState(batch_id=0, offsets={"weather": {"0": 6, "1": 5}})
+    assert remaining(half, target) == 4
+    done = CheckpointState(batch_id=1, offsets={"weather": {"0": 10, "1": 5, "2": 0}})
+    assert remaining(done, target) == 0
+    # an upstream table: Delta's offset (reservoirVersion=v, index=-1) has read everything before v
+    up = CatchUpTarget(upstream_version=4)
+    assert remaining(CheckpointState(), up) == 5
+    assert remaining(CheckpointState(batch_id=2, offsets={"reservoirVersion": 4, "index": -1}), up) == 1
+    assert remaining(CheckpointState(batch_id=3, offsets={"reservoirVersion": 5, "index": -1}), up) == 0
+    assert remaining(CheckpointState(), CatchUpTarget(upstream_version=-1)) == 0  # empty upstream
+
+
+def test_checkpoint_reader_takes_paths_and_file_uris(tmp_path):
+    from kappa.streaming.checkpoint import read_checkpoint
+
+    cp = tmp_path / "cp"
+    (cp / "offsets").mkdir(parents=True)
+    (cp / "commits").mkdir()
+    (cp / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"weather":{"0":7}}\n')
+    (cp / "offsets" / "1").write_text('v1\n{"batchWatermarkMs":0}\n{"weather":{"0":9}}\n')
+    (cp / "commits" / "0").write_text("v1\n{}\n")
+    for location in (cp, f"file://{cp}"):
+        state = read_checkpoint(location)
+        assert (state.batch_id, state.offsets, state.planned_batch_id) == (0, {"weather": {"0": 7}}, 1)
+        assert state.committed_at is not None
+    assert read_checkpoint(f"file://{tmp_path}/missing").batch_id is None

@@ -395,3 +395,28 @@ def ensure_running(settings: Settings, timeout_s: float = 120.0) -> ConnectStatu
         register(settings, name, spec)
     wait_running(settings, list(connectors), timeout_s=timeout_s)
     return status(settings)
+
+
+def wait_snapshot(settings: Settings, timeout_s: float = 300.0) -> dict[str, int]:
+    """Wait until every captured table's changelog holds at least as many records as the table has
+    rows (the connector's initial snapshot writes one per row), so an available-now run that starts
+    next sees every row. Returns topic -> end offset. Raises :class:`CdcError` on timeout."""
+    from kappa.cdc import postgres
+    from kappa.kafka.topics import offsets
+
+    deadline = time.monotonic() + timeout_s
+    for spec in load_connectors(settings.assets_dir).values():
+        for table in spec.tables:
+            topic = spec.topic(table)
+            with postgres.connect(settings) as conn:
+                rows = conn.execute(f'SELECT count(*) FROM "{spec.schema_}"."{table}"').fetchone()[0]
+            while True:
+                end = sum(p.end for p in offsets(settings, [topic]))
+                if end >= rows:
+                    break
+                if time.monotonic() > deadline:
+                    raise CdcError(f"{topic} holds {end:,} records after {timeout_s:.0f} s, fewer than the {rows:,} "
+                                   f"rows of {table}: is the connector running? (`kappa connect status`)")
+                time.sleep(0.5)
+    return {t: sum(p.end for p in offsets(settings, [t])) for s in load_connectors(settings.assets_dir).values()
+            for t in s.topics}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import dagster as dg
@@ -21,6 +20,7 @@ from kappa.streaming.checkpoint import read_checkpoint
 from kappa.dagster.metadata import ProgressLog, gate_check_results, meta_value, result_metadata
 from kappa.dagster.names import LoadOptions, RunMode
 from kappa.delta.registry import Registry
+from kappa.delta.tables import table_rows
 from kappa.errors import KappaError
 from kappa.runners.local import kafka_offsets, records_read
 
@@ -30,15 +30,11 @@ if TYPE_CHECKING:
     from kappa.spec import Catalog
 
 
-def _table_rows(table_path: str) -> tuple[int, int | None]:
-    """(rows, Delta table version) of a table through delta-rs; (0, None) if it does not exist yet.
-    Row counts come from the Parquet footers, no data is scanned."""
-    from deltalake import DeltaTable
+def table_exists(table_path: str, settings) -> bool:
+    """Whether a Delta table has its first commit (any filesystem, :mod:`kappa.storage`)."""
+    from kappa.storage import exists, join
 
-    if not (Path(table_path) / "_delta_log").is_dir():
-        return 0, None
-    table = DeltaTable(table_path)
-    return table.to_pyarrow_dataset().count_rows(), table.version()
+    return exists(join(table_path, "_delta_log"), settings)
 
 
 def _progress_metadata(progress: list[dict], log_start: dict | None = None) -> dict[str, object]:
@@ -91,7 +87,7 @@ def _run_long(options: LoadOptions, name: str, context, settings, kappa, duratio
             timer.cancel()
     version = Registry(settings).latest(name)
     assert version is not None
-    rows, delta_version = _table_rows(version.table_path)
+    rows, delta_version = table_rows(version.table_path)
     # The checkpoint, not the sampled progress reports, says where the query stopped: a batch
     # can start and commit between two samples.
     committed = read_checkpoint(version.checkpoint_path).offsets
@@ -115,44 +111,55 @@ def materialize(
     catalog: "Catalog", options: LoadOptions, name: str, context: dg.AssetExecutionContext,
     config: "StreamingRunConfig", kappa: "KappaResource",
 ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
-    """Body of a streaming asset's op (see module doc). Raises :class:`dagster.Failure` with the
-    library's message for expected errors (a failed query, a changed declaration, …)."""
+    """Body of a streaming asset's op (see module doc), whatever the runner. Raises
+    :class:`dagster.Failure` with the library's message for expected errors (a failed query, a
+    changed declaration, …)."""
+    from kappa.quality import recorded_gate
+
     key = dg.AssetKey(name)
     settings = kappa.settings(assets_dir=str(options.assets_path))
-    spark = None
-    if settings.runner == "kubernetes":
-        from kappa.dagster import kubernetes
-
-        try:
-            yield from kubernetes.materialize(catalog, name, context, kappa, settings)
-        except KappaError as exc:
-            raise dg.Failure(description=str(exc), metadata={"asset": name}) from exc
-        return
     try:
+        runner = kappa.build_runner(settings)
+        detached = getattr(runner, "detached", False)
+        wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
+        gated = False  # a fresh gate runs after a run in this process, not after a detached start
         if key in context.selected_asset_keys:
-            mode = config.mode or (RunMode.continuous if name in options.continuous else RunMode.until_caught_up)
-            context.log.info(f"running {name} ({mode.value})")
+            default = RunMode.continuous if name in options.continuous or detached else RunMode.until_caught_up
+            mode = config.mode or default
+            context.log.info(f"running {name} ({mode.value}) on the {runner.kind} runner")
             if mode == RunMode.until_caught_up:
                 from kappa.runners.local import run_until_caught_up
 
-                spark = kappa.spark(settings)
                 current = Registry(settings).latest(name)
-                rows_before = _table_rows(current.table_path)[0] if current else 0
-                [result] = run_until_caught_up(settings, [name], spark=spark, on_progress=ProgressLog(context))
+                rows_before = table_rows(current.table_path)[0] if current else 0
+                [result] = run_until_caught_up(settings, [name], runner=runner, on_progress=ProgressLog(context),
+                                               timeout_s=kappa.catch_up_timeout_s)
                 version = Registry(settings).version(name, result.version)
-                metadata = {**result_metadata(result, version, rows_before), "mode": mode.value}
+                metadata = {**result_metadata(result, version, rows_before), "mode": mode.value,
+                            "runner": runner.kind}
+                gated = True
+            elif detached:
+                from kappa.dagster import kubernetes
+
+                yield from kubernetes.start_detached(runner, catalog, name, context, settings)
+                version = Registry(settings).latest(name)
+                metadata = None
             else:
                 version, metadata = _run_long(options, name, context, settings, kappa, config.duration_s)
-            yield dg.MaterializeResult(
-                asset_key=key, metadata=metadata,
-                data_version=dg.DataVersion(f"v{version.version}.{metadata['delta_table_version'].value}"),
-            )
+                gated = True
+            if metadata is not None:
+                yield dg.MaterializeResult(
+                    asset_key=key, metadata=metadata,
+                    data_version=dg.DataVersion(f"v{version.version}.{metadata['delta_table_version'].value}"),
+                )
         else:
             version = Registry(settings).latest(name)
             if version is None:
                 raise dg.Failure(description=f"{name} has no version yet: materialize it before running its checks")
-        wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
-        if wanted and not (Path(version.table_path) / "_delta_log").is_dir():
+            gated = not detached
+        if not wanted:
+            return
+        if gated and not table_exists(version.table_path, settings):
             # A long-running query stopped before its first micro-batch committed: nothing to check,
             # and saying so beats a Spark "path does not exist" error.
             for check in wanted:
@@ -161,11 +168,15 @@ def materialize(
                     description=f"{version.name} has no table yet: its query committed no micro-batch",
                     metadata={"version": version.version},
                 )
-        elif wanted:
-            from kappa.quality import run_gate
-
-            report = run_gate(settings, name, version.version, spark=spark or kappa.spark(settings))
+        elif gated:
+            yield from gate_check_results(key, runner.gate(name, version.version), wanted)
+        elif (report := recorded_gate(version)) is not None:
+            context.log.info(f"{name}: reporting the gate recorded for {version.name}")
             yield from gate_check_results(key, report, wanted)
+        else:
+            from kappa.dagster.kubernetes import GATE_NOT_EVALUATED
+
+            context.log.warning(f"{name}: gate checks {wanted} {GATE_NOT_EVALUATED}; they are reported as skipped")
     except KappaError as exc:
         raise dg.Failure(description=str(exc), metadata={"asset": name}) from exc
 

@@ -20,14 +20,12 @@ FAILED / UNKNOWN   ``dg.Failure`` with the operator's error               failed
 (no application)   ``dg.Failure``                                        failed, ERROR
 =================  ====================================================  ==========================
 
-Gate checks are **not evaluated** in this mode: the gate reads the version's table on the object
-store with Spark after the query caught up, and a materialization here only starts the query. The
-op yields no result for them (never a fake pass). Dagster 1.13 accepts that outside Pipes' typed
-event stream: ``dagster/_core/execution/plan/compute.py`` logs "did not yield or return expected
-outputs" (an error only when ``requires_typed_event_stream``), ``plan/active.py`` warns "Blocking
-asset check … emitted no result …; downstream step … will proceed without gating on it", and the
-planned evaluations never get a result. The op also logs which checks were not evaluated and why,
-and the materialization carries ``gate: not evaluated …``.
+A materialization here starts the long-running query (``continuous``, the default on this runner)
+and does not wait for it: the op reports the version's gate checks from the registry when its gate
+ran (the ``replay`` job, an ``until_caught_up`` materialization, ``kappa gate`` in a batch
+SparkApplication), else yields no result for them (never a fake pass) and says so
+(:data:`GATE_NOT_EVALUATED`). An ``until_caught_up`` materialization, like the ``replay`` job,
+waits for catch-up (read from the checkpoint) and runs the gate on the cluster.
 
 Configuration: the ``KAPPA_K8S_*`` keys of the chart's ``kappa-config`` ConfigMap
 (:meth:`KubernetesRunnerConfig.from_mapping`), overridden by ``KappaResource.kubernetes``.
@@ -35,57 +33,29 @@ Configuration: the ``KAPPA_K8S_*`` keys of the chart's ``kappa-config`` ConfigMa
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import dagster as dg
 
-from kappa.config import kubernetes_values
+from kappa.runners.base import Outcome, Runner, RunStatus
 from kappa.streaming.checkpoint import QueryHealth
-from kappa.runners.kubernetes import (
-    AppStatus,
-    KubernetesRunner,
-    KubernetesRunnerConfig,
-    Outcome,
-    SparkApplications,
-    version_path,
-)
+
+AppStatus = RunStatus
 
 if TYPE_CHECKING:
     from kappa.config import Settings
-    from kappa.dagster.resources import KappaResource
     from kappa.spec import Catalog
 
-#: Metadata value of the gate in this mode (on the materialization and in the log).
-GATE_NOT_EVALUATED = "not evaluated: the kubernetes runner only starts the query; the gate needs the caught-up table"
+#: What the log says of gate checks a long-running start could not evaluate.
+GATE_NOT_EVALUATED = ("not evaluated: a long-running start does not wait for catch-up; the gate runs in the "
+                      "replay job or an until_caught_up materialization")
 
-_api_override: list[Any] = []
+def use_kubernetes_api(api: Any):
+    """Kept for tests: :func:`kappa.runners.kubernetes.client.use_kubernetes_api`."""
+    from kappa.runners.kubernetes.client import use_kubernetes_api as use
 
-
-@contextlib.contextmanager
-def use_kubernetes_api(api: Any) -> Iterator[None]:
-    """Make every runner built in this process talk to ``api`` (a ``CustomObjectsApi``-like object)
-    instead of the cluster's. Tests use it: no API server can run on the build machine."""
-    _api_override.append(api)
-    try:
-        yield
-    finally:
-        _api_override.remove(api)
-
-
-def runner_config(kappa: "KappaResource") -> KubernetesRunnerConfig:
-    """``KAPPA_K8S_*`` (read by :func:`kappa.config.kubernetes_values`), then ``kappa.kubernetes``
-    overrides."""
-    values = kubernetes_values()
-    values.update({f"KAPPA_K8S_{k.upper()}": str(v) for k, v in (kappa.kubernetes or {}).items()})
-    return KubernetesRunnerConfig.from_mapping(values)
-
-
-def build_runner(kappa: "KappaResource") -> KubernetesRunner:
-    cfg = runner_config(kappa)
-    api = _api_override[-1] if _api_override else None
-    return KubernetesRunner(cfg, SparkApplications(cfg.namespace, api=api), poll_s=kappa.kubernetes_poll_s)
+    return use(api)
 
 
 # ------------------------------------------------------------------------- the pure mappings
@@ -162,51 +132,44 @@ def materialize_event(status: AppStatus, metadata: dict[str, object]) -> dg.Mate
 # ---------------------------------------------------------------------------------- materialize
 
 
-def materialize(
-    catalog: "Catalog", name: str, context: dg.AssetExecutionContext,
-    kappa: "KappaResource", settings: "Settings",
+def start_detached(
+    runner: Runner, catalog: "Catalog", name: str, context: dg.AssetExecutionContext, settings: "Settings",
 ) -> Iterator[dg.MaterializeResult]:
-    """Body of a streaming asset's op on the kubernetes runner: resolve the version (the registry),
-    start its SparkApplication, report it; gate checks are not evaluated (module doc)."""
+    """A long-running (``continuous``) materialization on a runner whose queries outlive the run
+    (Kubernetes): resolve the version (the registry), start its SparkApplication, report it. The
+    gate needs the caught-up table, which this does not wait for: the checks are reported from the
+    registry when the version's gate ran (``kappa gate`` / the ``replay`` job), else not at all."""
     from kappa.delta.registry import Registry
     from kappa.runners.local import resolve_versions
 
-    key = dg.AssetKey(name)
-    runner = build_runner(kappa)
     registry = Registry(settings)
-    wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
-    if key in context.selected_asset_keys:
-        version = resolve_versions(catalog, [name], registry)[name]
-        spec = catalog[name]
-        context.log.info(f"starting {version.name} as a SparkApplication in {runner.cfg.namespace}")
-        status = runner.start(spec, version.version, version.upstream, timeout_s=kappa.kubernetes_start_timeout_s)
-        if status.outcome is Outcome.RUNNING and version.state != "running":
-            registry.record(name, version.version, "running", mode="kubernetes", application=status.name)
-        elif status.outcome is Outcome.FAILED:
-            registry.record(name, version.version, "failed", error=status.error, application=status.name)
-        metadata: dict[str, object] = {
-            "runner": "kubernetes",
-            "table_path": dg.MetadataValue.path(version_path(runner.cfg.warehouse, name, version.version)),
-            "checkpoint_path": dg.MetadataValue.path(version_path(runner.cfg.checkpoints, name, version.version)),
-            "gate": GATE_NOT_EVALUATED if wanted else "not selected",
-        }
-        if version.upstream:
-            metadata["upstream_versions"] = dg.MetadataValue.json(version.upstream)
-        event = materialize_event(status, metadata)
-        if isinstance(event, dg.AssetObservation):
-            context.log.warning(f"{event.description}; no materialization recorded (materialize again to re-check)")
-            context.log_event(event)
-        else:
-            yield event
-    if wanted:
-        context.log.warning(f"{name}: gate checks {wanted} {GATE_NOT_EVALUATED}; they are reported as skipped")
+    version = resolve_versions(catalog, [name], registry)[name]
+    context.log.info(f"starting {version.name} on the {runner.kind} runner")
+    status = runner.start(catalog[name], version)
+    if status.outcome is Outcome.RUNNING and version.state != "running":
+        registry.record(name, version.version, "running", mode=runner.kind, application=status.name)
+    elif status.outcome is Outcome.FAILED:
+        registry.record(name, version.version, "failed", error=status.error, application=status.name)
+    metadata: dict[str, object] = {
+        "runner": runner.kind,
+        "table_path": dg.MetadataValue.path(version.table_path),
+        "checkpoint_path": dg.MetadataValue.path(version.checkpoint_path),
+    }
+    if version.upstream:
+        metadata["upstream_versions"] = dg.MetadataValue.json(version.upstream)
+    event = materialize_event(status, metadata)
+    if isinstance(event, dg.AssetObservation):
+        context.log.warning(f"{event.description}; no materialization recorded (materialize again to re-check)")
+        context.log_event(event)
+    else:
+        yield event
 
 
 # ------------------------------------------------------------------------------------ observing
 
 
 def observe(
-    settings: "Settings", catalog: "Catalog", runner: KubernetesRunner, names: list[str] | None = None,
+    settings: "Settings", catalog: "Catalog", runner: Runner, names: list[str] | None = None,
 ) -> list[QueryHealth]:
     """``query_health`` of the latest version of every asset in ``names`` (default: all) from its
     SparkApplication's state. Consumer lag is not observed in this mode (the checkpoint is on the

@@ -52,11 +52,10 @@ def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefiniti
         asset, promote = context.op_config["asset"], context.op_config["promote"]
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
-        if settings.runner == "kubernetes":
-            return _replay_on_kubernetes(context, settings, kappa, asset, promote)
         try:
-            report = replay(settings, asset, promote=promote, spark=kappa.spark(settings),
-                            on_progress=ProgressLog(context))
+            report = replay(settings, asset, promote=promote, runner=kappa.build_runner(settings),
+                            on_progress=ProgressLog(context), on_step=context.log.info,
+                            timeout_s=kappa.catch_up_timeout_s)
         except KappaError as exc:  # RetentionError, a failed query, …
             raise dg.Failure(description=str(exc), metadata={"asset": asset}) from exc
 
@@ -81,7 +80,7 @@ def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefiniti
             context.log_event(event_cls(asset_key=dg.AssetKey(r.asset), metadata=md,
                                         description=f"replayed into {r.asset}/v{r.version}"))
         summary = {"versions": dict(report.versions), "promoted": bool(report.promoted),
-                   "seconds": float(report.seconds), "failed_checks": failed}
+                   "seconds": float(report.seconds), "failed_checks": failed, "stopped": list(report.stopped)}
         context.log.info(f"replay of {asset}: {summary}")
         if promote and not report.promoted:
             raise dg.Failure(
@@ -101,38 +100,3 @@ def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefiniti
         replay_op()
 
     return replay_job
-
-
-def _replay_on_kubernetes(context: dg.OpExecutionContext, settings, kappa, asset: str, promote: bool) -> dict:
-    """The replay job on the kubernetes runner (:func:`kappa.runners.kubernetes.replay`): new
-    versions, one new SparkApplication each; promotion only with a recorded passing gate for every
-    new version, and after it the older versions' applications are deleted. Nothing here runs the
-    gate or waits for catch-up, so a fresh replay with ``promote: true`` ends refused (failed run),
-    its applications left running for a later gate and promotion."""
-    from kappa.dagster import kubernetes
-    from kappa.runners.kubernetes import Outcome, replay
-
-    runner = kubernetes.build_runner(kappa)
-    try:
-        report = replay(settings, asset, runner, promote=promote, timeout_s=kappa.kubernetes_start_timeout_s)
-    except KappaError as exc:
-        raise dg.Failure(description=str(exc), metadata={"asset": asset}) from exc
-    for name, status in report.started.items():
-        md = {**kubernetes.status_metadata(status), "replay": True, "promoted": report.promoted,
-              "gate": "passed" if report.gates[name] else
-                      kubernetes.GATE_NOT_EVALUATED if report.gates[name] is None else "failed"}
-        event_cls = dg.AssetMaterialization if report.promoted else dg.AssetObservation
-        context.log_event(event_cls(asset_key=dg.AssetKey(name), metadata=md,
-                                    description=f"replayed into {name}/v{status.version}: {kubernetes.decide(status).description}"))
-    summary = {"versions": dict(report.versions), "promoted": report.promoted, "stopped": list(report.stopped),
-               "applications": {n: s.name for n, s in report.started.items()}, "reason": report.reason}
-    context.log.info(f"replay of {asset} on kubernetes: {summary}")
-    failed = [kubernetes.decide(s).description for s in report.started.values()
-              if s.outcome not in (Outcome.RUNNING, Outcome.PENDING, Outcome.SUSPENDED)]
-    if failed:
-        raise dg.Failure(description="replay started failing SparkApplications:\n" + "\n".join(failed),
-                         metadata={"versions": dg.MetadataValue.json(dict(report.versions))})
-    if promote and not report.promoted:
-        raise dg.Failure(description=f"{report.reason}; the promoted versions are unchanged",
-                         metadata={"versions": dg.MetadataValue.json(dict(report.versions))})
-    return summary

@@ -35,6 +35,8 @@ class KappaResource(dg.ConfigurableResource):
     #: How long a materialization waits for its SparkApplication to run (s), and how often it polls.
     kubernetes_start_timeout_s: float = 120.0
     kubernetes_poll_s: float = 2.0
+    #: How long a run waits for a version to catch up (s); None: as long as it takes.
+    catch_up_timeout_s: float | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "KappaResource":
@@ -51,6 +53,15 @@ class KappaResource(dg.ConfigurableResource):
         # Settings ignores the fields it does not know (the kubernetes_* ones).
         fields = {k: v for k, v in self.model_dump().items() if v is not None}
         return load_settings(**{**fields, **overrides})
+
+    def build_runner(self, settings: Settings):
+        """The runner ``settings.runner`` names (:func:`kappa.runners.base.pick_runner`), with this
+        resource's kubernetes overrides, poll interval and start timeout, and this process's Spark."""
+        from kappa.runners.base import pick_runner
+
+        config = {f"KAPPA_K8S_{k.upper()}": str(v) for k, v in (self.kubernetes or {}).items()}
+        return pick_runner(settings, config=config, poll_s=self.kubernetes_poll_s,
+                           start_timeout_s=self.kubernetes_start_timeout_s)
 
     def spark(self, settings: Settings):
         """The process's SparkSession (created on first use; one JVM per run process, which is why

@@ -32,11 +32,13 @@ def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEv
 
 
 def _observe(settings, catalog: "Catalog", options: LoadOptions, kappa: KappaResource, names: list[str] | None = None):
-    """Local runner: checkpoints and log end offsets. Kubernetes runner: the SparkApplications."""
-    if settings.runner == "kubernetes":
+    """Queries of this process's runner: checkpoints and log end offsets. Queries that outlive the
+    process (a detached runner: Kubernetes): their applications' states."""
+    runner = kappa.build_runner(settings)
+    if getattr(runner, "detached", False):
         from kappa.dagster import kubernetes
 
-        return kubernetes.observe(settings, catalog, kubernetes.build_runner(kappa), names)
+        return kubernetes.observe(settings, catalog, runner, names)
     return observe(settings, catalog, options.stall_after_s, names=names)
 
 

@@ -7,7 +7,8 @@ promotion of several assets (a chain) is atomic: readers see all of it or none o
 transaction log gives atomic commits; see "Delta Lake transaction log protocol").
 
 Event rows: ``asset`` string, ``version`` int, ``event`` string, ``at`` timestamp (UTC), ``details``
-JSON string. Events: ``created``, ``running``, ``caught_up``, ``failed``, ``gate_passed``,
+JSON string. Events: ``created``, ``running``, ``caught_up``, ``stopped`` (a continuous run ended, with its
+metrics), ``failed``, ``gate_passed``,
 ``gate_failed``, ``promoted``, ``retired``.
 
 A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
@@ -28,7 +29,8 @@ import pyarrow as pa
 from kappa.config import Settings, join
 from kappa.errors import KappaError
 
-EVENTS = ("created", "running", "caught_up", "failed", "gate_passed", "gate_failed", "promoted", "retired")
+EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
+          "retired")
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),
@@ -58,8 +60,6 @@ class Version:
     state: str = "created"
     promoted_at: datetime | None = None
     events: list[dict] = field(default_factory=list)
-    #: Upstream asset -> table path, where it is known without the registry (the kubernetes entrypoint).
-    upstream_paths: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -95,6 +95,22 @@ def late_events_path(settings: Settings) -> Path | str:
     """Events that arrived behind their asset's watermark (kept, never silently dropped)."""
     assert settings.warehouse is not None
     return join(settings.warehouse, "_kappa", "late_events")
+
+
+def new_version_details(settings: Settings, asset: str, version: int, fingerprint: str,
+                        upstream: dict[str, int], writer_suffix: str | None = None) -> dict:
+    """THE place a version's locations and writer id are made: ``table_path``
+    (``<warehouse>/<asset>/v<N>``), ``checkpoint_path`` (``<checkpoints>/<asset>/v<N>``) and the
+    idempotent-writer id ``txn_app_id`` (``kappa-<asset>-v<N>-<12 hex>``, unique per version even
+    if a warehouse is reused, Delta's ``txnAppId``). Everything else (runners, the kubernetes
+    entrypoint, the SparkApplication) receives them with the :class:`Version`, never re-derives them."""
+    return {
+        "table_path": str(table_path(settings, asset, version)),
+        "checkpoint_path": str(checkpoint_path(settings, asset, version)),
+        "txn_app_id": f"kappa-{asset}-v{version}-{writer_suffix or uuid.uuid4().hex[:12]}",
+        "fingerprint": fingerprint,
+        "upstream": dict(upstream),
+    }
 
 
 class Registry:
@@ -199,21 +215,16 @@ class Registry:
         ``extra`` (e.g. ``start_offsets``) is kept in the ``created`` event's details."""
         existing = self.versions(asset)
         n = (existing[-1].version + 1) if existing else 1
-        details = {
-            "table_path": str(table_path(self.settings, asset, n)),
-            "checkpoint_path": str(checkpoint_path(self.settings, asset, n)),
-            "txn_app_id": f"kappa-{asset}-v{n}-{uuid.uuid4().hex[:12]}",
-            "fingerprint": fingerprint,
-            "upstream": upstream,
-            **extra,
-        }
+        details = {**new_version_details(self.settings, asset, n, fingerprint, upstream), **extra}
         self._append([{"asset": asset, "version": n, "event": "created", "details": details}])
         return self.version(asset, n)
 
     def promote(self, targets: dict[str, int], reason: str = "promote", **evidence: object) -> None:
         """Point each stable name in ``targets`` at its version, in ONE commit (atomic for a chain).
+        Returns once a running ``kappa serve`` has applied the commit.
 
-        Raises :class:`RegistryError` for an unknown or retired version."""
+        Raises :class:`RegistryError` for an unknown or retired version;
+        :class:`kappa.serve.ServeError` if a running endpoint does not apply it within 30 s."""
         rows = []
         for asset, v in targets.items():
             ver = self.version(asset, v)
@@ -223,6 +234,11 @@ class Registry:
             rows.append({"asset": asset, "version": v, "event": "promoted",
                          "details": {"reason": reason, "previous": previous.version if previous else None, **evidence}})
         self._append(rows)
+        # A running SQL endpoint (`kappa serve`) swaps its views when it sees this commit; wait for
+        # it, so the next query through it reads what was just promoted.
+        from kappa.serve import await_in_step
+
+        await_in_step(self.settings)
 
     def previous_promoted(self, asset: str) -> int | None:
         """The version that was promoted before the current one (the rollback target), or None."""

@@ -60,9 +60,10 @@ import typer
 from kappa.config import Settings, load_settings
 from kappa.errors import KappaError
 from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
-from kappa.harness.delta_log import latest_commit, wait_for_commit
+from kappa.harness.delta_log import duplicate_commits, latest_commit, wait_for_commit
 from kappa.harness.env import IsolatedEnv, isolated_env
-from kappa.harness.truth import check_bronze, check_gold, check_silver, expected_departures, late_ids
+from kappa.harness.truth import (check_bronze, check_gold, check_set_aside, check_silver, expected_departures,
+                                 late_ids)
 
 Mode = Literal["driver", "broker"]
 
@@ -229,9 +230,11 @@ class ChaosOptions:
     settle_timeout_s: float = 300.0
     tail_s: float = 5.0  # ingest keeps flowing this long after the last recovery
     driver_memory: str = "1g"
-    #: silver and gold by default; bronze (add ``flights_bronze``, ``weather_bronze``) is checked too
-    #: when listed, at the price of two more queries on a 2-core machine.
-    assets: list[str] = field(default_factory=lambda: ["flights", "weather", "departures_hourly"])
+    #: bronze, silver and gold; the quarantine and late-events tables are checked whatever is listed.
+    assets: list[str] = field(default_factory=lambda: ["flights_bronze", "flights", "weather", "weather_bronze",
+                                                       "departures_hourly"])
+    #: False (``--no-targets``): recovery times are reported but do not fail the run.
+    enforce_targets: bool = True
     shuffle_partitions: int = 2
     #: Watermark delay of every asset that declares one (silver late-event routing and gold). The
     #: ingest replays 2013 at about one event-hour per wall-clock second, so a partition held back
@@ -392,6 +395,10 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
                 elif name == GOLD:
                     out[name] = check_gold(paths[name], gold_expected(late))
                     out[name]["late_flights_excluded"] = len(gold_input["late"])
+                out[name]["duplicate_commits"] = duplicate_commits(paths[name])
+                out[name]["equal"] = out[name]["equal"] and out[name]["duplicate_commits"] == 0
+            # No bad record is published: quarantine must stay empty; late events once each.
+            out.update(check_set_aside(settings, bad_sent=0))
             return out
 
         deadline = time.monotonic() + opts.settle_timeout_s
@@ -426,12 +433,23 @@ def run_chaos(mode: Mode, base: Settings, opts: ChaosOptions | None = None,
         "all_equal": all(r["equal"] for r in result.values()),
         "seconds": round(time.monotonic() - started, 1),
     })
-    summary["passed"] = (summary["all_equal"] and len(recoveries) == opts.kills == len(kills)
-                         and not ingest.errors and unexpected_exits == 0)
+    summary["targets_enforced"] = opts.enforce_targets
+    summary["passed"] = verdict(summary, opts.kills)
     if summary["passed"] and not opts.keep_state:
         shutil.rmtree(env.root, ignore_errors=True)
         summary["state_dir"] = None
     return summary
+
+
+def verdict(summary: dict, kills_requested: int) -> bool:
+    """Whether a chaos run passed: every table exact (bronze, silver, gold, quarantine, late
+    events: ``all_equal``), every kill recovered, no ingest error, no crash the chaos did not cause,
+    and, unless ``targets_enforced`` is false, every recovery within ``recovery_target_s``."""
+    kills = summary["kills"]
+    recovered = [k for k in kills if k.get("recovery_s") is not None]
+    return bool(summary["all_equal"] and len(recovered) == kills_requested == len(kills)
+                and not summary["ingest_errors"] and summary["unexpected_pipeline_exits"] == 0
+                and (summary["within_target"] or not summary.get("targets_enforced", True)))
 
 
 # --- CLI: `kappa chaos driver|broker` -----------------------------------------------------------
@@ -448,7 +466,10 @@ def _command(mode: Mode):
         seed: int = typer.Option(13, help="Seed of the kill moments and the event disorder."),
         trigger: str = typer.Option("5 seconds", callback=interval_option,
                                     help="Processing-time trigger of every asset."),
-        bronze: bool = typer.Option(False, "--bronze", help="Also run and check the two bronze assets."),
+        bronze: bool = typer.Option(True, "--bronze/--no-bronze", help="Also run and check the two bronze assets."),
+        targets: bool = typer.Option(True, "--targets/--no-targets",
+                                     help="Fail (exit 1) when a recovery misses its target (driver <= 60 s, "
+                                          "broker <= 30 s); --no-targets only reports the times."),
         output: Optional[Path] = typer.Option(None, "--output", help="Also write the JSON summary here."),
         keep_state: bool = typer.Option(False, help="Keep the run's state dir even when it passes."),
     ) -> None:
@@ -456,9 +477,10 @@ def _command(mode: Mode):
 
         err = Console(stderr=True)
         exit_cleanly_on_sigterm()
-        opts = ChaosOptions(kills=kills, limit=limit, rate=rate, seed=seed, trigger=trigger, keep_state=keep_state)
-        if bronze:
-            opts.assets = ["flights_bronze", *opts.assets, "weather_bronze"]
+        opts = ChaosOptions(kills=kills, limit=limit, rate=rate, seed=seed, trigger=trigger, keep_state=keep_state,
+                            enforce_targets=targets)
+        if not bronze:
+            opts.assets = [a for a in opts.assets if a not in BRONZE]
         with Guard():
             summary = run_chaos(mode, load_settings(), opts, say=lambda m: err.print(f"[dim]chaos:[/] {m}",
                                                                                      highlight=False))

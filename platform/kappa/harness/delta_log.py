@@ -51,3 +51,24 @@ def read_delta(path: str, columns: list[str]):
     from deltalake import DeltaTable
 
     return DeltaTable(path).to_pyarrow_table(columns=columns)
+
+
+def txn_commits(table: str | Path) -> "Counter[tuple[str, int]]":
+    """(txnAppId, txnVersion) -> how many commits of the Delta table carry it, read from the ``txn``
+    actions of the JSON commit files in ``_delta_log`` itself (a Delta reader's snapshot keeps only
+    the newest version per app id, so it could not show a micro-batch committed twice)."""
+    import json
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for commit in sorted(Path(table, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                counts[(action["txn"]["appId"], action["txn"]["version"])] += 1
+    return counts
+
+
+def duplicate_commits(table: str | Path) -> int:
+    """Commits beyond the first per (txnAppId, txnVersion): micro-batches appended twice."""
+    return sum(n - 1 for n in txn_commits(table).values())

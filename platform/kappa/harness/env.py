@@ -89,6 +89,8 @@ def isolated_env(
         if path.name == "topics.yaml" or edit is None:
             continue
         doc = yaml.safe_load(path.read_text())
+        if not isinstance(doc, dict) or "name" not in doc:
+            continue  # not an asset declaration (e.g. connectors.yaml)
         edit(doc["name"], doc)
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
     home = root / "home"

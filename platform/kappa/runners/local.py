@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.errors import KappaError
+from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus, catch_up, poll_until
 from kappa.spec import Catalog, SpecError, load_catalog
 
 
@@ -26,29 +26,6 @@ class RunError(KappaError, RuntimeError):
 class LogicChangedError(SpecError):
     """An asset's declaration changed since its current version was created: a new version (a
     replay) is needed, its checkpoint must not be reused with other logic."""
-
-
-@dataclass
-class AssetRunResult:
-    """What one asset version did in one run."""
-
-    asset: str
-    version: int
-    rows: int  # rows in the version's table at the end
-    input_rows: int  # records read by this run
-    quarantined: int  # rows of this version in the quarantine table
-    late_events: int  # rows of this version in the late-events table (behind its watermark)
-    dropped_by_watermark: int  # rows Spark's stateful operators dropped as late
-    seconds: float
-    batches: int
-    delta_version: int | None
-    end_offsets: dict = field(default_factory=dict)  # topic -> partition -> offset (Kafka sources)
-    batch_ms: list[int] = field(default_factory=list)
-    input_rows_per_s: float = 0.0
-    processed_rows_per_s: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
@@ -63,6 +40,21 @@ def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, 
         except TopicError:
             out[topic] = {}
     return out
+
+
+def ensure_source_topics(settings: Settings, catalog: Catalog, names: list[str]) -> list[str]:
+    """Create every declared source topic of ``names`` that does not exist yet (as ``topics.yaml``
+    declares it), so an asset whose producer has not started (a CDC changelog before
+    ``kappa connect start``) runs on an empty log instead of failing. Returns the topics created."""
+    from kappa.kafka.topics import ensure_topics
+
+    wanted = {t: catalog.topics[t] for n in names for t in catalog[n].topics}
+    if not wanted:
+        return []
+    try:
+        return ensure_topics(settings, wanted)
+    except Exception as exc:  # the broker is down: say so, no traceback
+        raise RunError(f"cannot create the source topics at {settings.bootstrap_servers}: {exc}") from None
 
 
 def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> dict[str, Version]:
@@ -169,7 +161,98 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
         processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
+        watermark=((progress[-1] if progress else {}).get("eventTime") or {}).get("watermark"),
+        state_rows=sum(int(op.get("numRowsTotal", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
+        state_bytes=sum(int(op.get("memoryUsedBytes", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
     )
+
+
+class LocalRunner:
+    """The ``local`` runner (:class:`kappa.runners.base.Runner`): queries in this process's Spark.
+
+    ``start(bounded=True)`` starts an available-now query (it reads what is in the log now and
+    stops); ``start(bounded=False)`` a query with the asset's processing-time trigger, whose catch-up
+    is read from its checkpoint like the kubernetes runner's. ``spark``: the session (default:
+    :func:`kappa.streaming.session.spark_session`, created on first use)."""
+
+    kind = "local"
+    #: Queries live in this process.
+    detached = False
+
+    def __init__(self, settings: Settings, *, spark=None, poll_s: float = 1.0, **_ignored):
+        self.settings, self._spark, self.poll_s = settings, spark, poll_s
+        self._running: dict[tuple[str, int], tuple[object, bool, float]] = {}
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from kappa.streaming.session import spark_session
+
+            self._spark = spark_session(self.settings)
+        return self._spark
+
+    def start(self, spec, version: Version, *, bounded: bool = False) -> RunStatus:
+        from kappa.streaming.query import start_query
+
+        key = (spec.name, version.version)
+        if key in self._running and self._running[key][0].query.isActive:
+            return self.status(*key)
+        running = start_query(self.spark, spec, version, self.settings, "available_now" if bounded else "continuous")
+        self._running[key] = (running, bounded, time.monotonic())
+        return RunStatus(asset=spec.name, version=version.version, name=running.query.name or version.name,
+                         namespace="local", outcome=Outcome.RUNNING, state="ACTIVE", created=True)
+
+    def status(self, asset: str, version: int) -> RunStatus:
+        found = self._running.get((asset, version))
+        if found is None:
+            return RunStatus(asset=asset, version=version, name=f"{asset}/v{version}", namespace="local", outcome=None)
+        q = found[0].query
+        exc = None if q.isActive else q.exception()
+        outcome = Outcome.RUNNING if q.isActive else Outcome.FAILED if exc is not None else Outcome.SUCCEEDED
+        return RunStatus(asset=asset, version=version, name=q.name or f"{asset}/v{version}", namespace="local",
+                         outcome=outcome, state="ACTIVE" if q.isActive else "TERMINATED", error=str(exc or ""))
+
+    def wait_until_caught_up(self, spec, version: Version, target, *, timeout_s: float | None = None,
+                             on_progress: ProgressCallback | None = None) -> AssetRunResult:
+        """A bounded (available-now) query: until it ends. A processing-time query: until its
+        checkpoint reached ``target``. Raises :class:`RunError` when the query failed or was not
+        started, or ``timeout_s`` passed."""
+        from kappa.streaming.checkpoint import read_checkpoint, remaining
+
+        found = self._running.get((spec.name, version.version))
+        if found is None:
+            raise RunError(f"{version.name} was not started by this runner")
+        running, bounded, started = found
+        q = running.query
+        start_offsets = (version.last("created") or {}).get("start_offsets") or {}
+
+        def done() -> bool:
+            if on_progress is not None and q.lastProgress:
+                on_progress(spec.name, progress_as_dict(q.lastProgress))
+            if not q.isActive:
+                return True
+            return not bounded and remaining(read_checkpoint(version.checkpoint_path, self.settings),
+                                             target, start_offsets) == 0
+
+        finished = poll_until(done, timeout_s=timeout_s, poll_s=self.poll_s)
+        exc = None if q.isActive else q.exception()
+        if exc is not None:
+            raise RunError(f"{version.name} failed: {exc}")
+        if not finished:
+            raise RunError(f"{version.name} did not catch up within {timeout_s:.0f} s")
+        return _collect(self.spark, self.settings, running, time.monotonic() - started)
+
+    def stop(self, asset: str, version: int) -> bool:
+        found = self._running.pop((asset, version), None)
+        if found is None:
+            return False
+        stop_between_batches([found[0].query])
+        return True
+
+    def gate(self, asset: str, version: int):
+        from kappa.quality import run_gate
+
+        return run_gate(self.settings, asset, version, spark=self.spark)
 
 
 def run_until_caught_up(
@@ -179,48 +262,33 @@ def run_until_caught_up(
     spark=None,
     versions: dict[str, Version] | None = None,
     on_progress: Callable[[str, dict], None] | None = None,
+    runner=None,
+    timeout_s: float | None = None,
 ) -> list[AssetRunResult]:
-    """Run ``names`` (default: every asset) with an available-now trigger until each has processed
-    everything available when it started; upstream levels finish before downstream levels start.
+    """Run ``names`` (default: every asset) until each has caught up with the log as it is now,
+    upstream levels before downstream levels (:func:`kappa.runners.base.catch_up`), on ``runner``
+    (default: :func:`kappa.runners.base.pick_runner` with ``spark``).
 
     ``versions`` overrides which version of an asset runs (replay passes the new versions).
     Raises :class:`RunError` if a query fails, :class:`LogicChangedError` if a declaration changed.
     """
-    from kappa.streaming.query import start_query
-    from kappa.streaming.session import spark_session
-
     catalog = load_catalog(settings.assets_dir)
     names = catalog.topological(names or list(catalog.assets))
-    registry = Registry(settings)
+    ensure_source_topics(settings, catalog, names)
     chosen = dict(versions or {})
     missing = [n for n in names if n not in chosen]
     if missing:
-        chosen.update(resolve_versions(catalog, missing, registry))
-    spark = spark or spark_session(settings)
-    results: list[AssetRunResult] = []
-    for level in catalog.levels(names):
-        started = time.monotonic()
-        running = []
-        for name in level:
-            registry.record(name, chosen[name].version, "running", mode="until-caught-up")
-            running.append(start_query(spark, catalog[name], chosen[name], settings, "available_now"))
-        while any(r.query.isActive for r in running):
-            time.sleep(1.0)
-            if on_progress is not None:
-                for r in running:
-                    if r.query.lastProgress:
-                        on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
-        for r in running:
-            exc = r.query.exception()
-            if exc is not None:
-                registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
-                raise RunError(f"{r.version.name} failed: {exc}")
-        for r in running:
-            result = _collect(spark, settings, r, time.monotonic() - started)
-            metrics = {k: v for k, v in result.to_dict().items() if k not in ("asset", "version")}
-            registry.record(r.spec.name, r.version.version, "caught_up", **metrics)
-            results.append(result)
-    return results
+        chosen.update(resolve_versions(catalog, missing, Registry(settings)))
+    if runner is None:
+        from kappa.runners.base import pick_runner
+
+        runner = pick_runner(settings, spark=spark)
+    try:
+        return catch_up(runner, settings, catalog, names, chosen, on_progress=on_progress, timeout_s=timeout_s)
+    finally:
+        if not getattr(runner, "detached", False):
+            for name in names:  # bounded queries have ended; this only tidies the handles
+                runner.stop(name, chosen[name].version)
 
 
 def run_continuous(
@@ -242,16 +310,27 @@ def run_continuous(
 
     catalog = load_catalog(settings.assets_dir)
     names = catalog.topological(names or list(catalog.assets))
+    ensure_source_topics(settings, catalog, names)
     registry = Registry(settings)
     chosen = resolve_versions(catalog, names, registry)
     spark = spark or spark_session(settings)
     running = []
+    dropped: dict[str, dict[int, int]] = {}  # asset -> batch id -> rows dropped by the watermark
+
+    def tally() -> None:
+        # recentProgress keeps only the newest reports: fold them in at every poll.
+        for r in running:
+            for p in (progress_as_dict(x) for x in r.query.recentProgress if x):
+                dropped.setdefault(r.spec.name, {})[p.get("batchId", -1)] = sum(
+                    op.get("numRowsDroppedByWatermark", 0) for op in p.get("stateOperators", []))
+
     try:
         for name in names:
             registry.record(name, chosen[name].version, "running", mode="continuous")
             running.append(start_query(spark, catalog[name], chosen[name], settings, "continuous"))
         while not stop.is_set():
             stop.wait(poll_s)
+            tally()
             for r in running:
                 if not r.query.isActive:
                     exc = r.query.exception()
@@ -261,6 +340,11 @@ def run_continuous(
                     on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
     finally:
         stop_between_batches([r.query for r in running], grace_s=grace_s)
+        tally()
+        for r in running:  # what the gate's late_rows check reads for a continuously run version
+            registry.record(r.spec.name, r.version.version, "stopped", mode="continuous",
+                            dropped_by_watermark=sum(dropped.get(r.spec.name, {}).values()),
+                            batches=len(dropped.get(r.spec.name, {})))
     return [r.query.name for r in running]
 
 

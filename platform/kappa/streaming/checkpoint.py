@@ -26,6 +26,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
 from kappa.kafka.topics import TopicError
 from kappa.spec import AssetSpec, Catalog
+from kappa.storage import join, list_names, mtime, read_text
 
 
 @dataclass
@@ -41,30 +42,31 @@ class CheckpointState:
     planned_batch_id: int | None = None
 
 
-def _batch_files(folder: Path) -> dict[int, Path]:
-    if not folder.is_dir():
-        return {}
-    return {int(p.name): p for p in folder.iterdir() if p.name.isdigit()}
+def _batch_files(folder: str, settings: Settings | None) -> dict[int, str]:
+    return {int(n): join(folder, n) for n in list_names(folder, settings) if n.isdigit()}
 
 
-def read_checkpoint(checkpoint: str | Path) -> CheckpointState:
-    """Parse ``<checkpoint>/offsets`` and ``<checkpoint>/commits``. Never raises for a missing or
-    half-written checkpoint (a query that has not committed yet is a normal state)."""
-    root = Path(checkpoint)
-    offsets, commits = _batch_files(root / "offsets"), _batch_files(root / "commits")
+def read_checkpoint(checkpoint: str | Path, settings: Settings | None = None) -> CheckpointState:
+    """Parse ``<checkpoint>/offsets`` and ``<checkpoint>/commits`` on any filesystem
+    (:mod:`kappa.storage`: a local path, ``file://`` or ``s3a://``; ``settings`` gives the object
+    store's endpoint). Never raises for a missing or half-written checkpoint (a query that has not
+    committed yet is a normal state)."""
+    root = str(checkpoint)
+    offsets = _batch_files(join(root, "offsets"), settings)
+    commits = _batch_files(join(root, "commits"), settings)
     state = CheckpointState(planned_batch_id=max(offsets) if offsets else None)
     done = sorted(b for b in commits if b in offsets)
     if not done:
         return state
     batch = done[-1]
-    lines = [ln for ln in offsets[batch].read_text().splitlines() if ln.strip()]
+    lines = [ln for ln in read_text(offsets[batch], settings).splitlines() if ln.strip()]
     try:
         source = json.loads(lines[-1]) if len(lines) >= 3 else {}
     except ValueError:
         source = {}
     state.batch_id = batch
     state.offsets = source if isinstance(source, dict) else {}
-    state.committed_at = commits[batch].stat().st_mtime
+    state.committed_at = mtime(commits[batch], settings)
     return state
 
 
@@ -114,9 +116,17 @@ def _kafka_lag(settings: Settings, spec: AssetSpec, committed: dict) -> tuple[di
     return lag, ends
 
 
+def read_through(committed: dict) -> int | None:
+    """The last upstream Delta version a Delta-source checkpoint offset has fully read, or None when
+    nothing is committed. Delta's source offset ``(reservoirVersion, index=-1)`` means "everything
+    before reservoirVersion is read" (delta-io ``DeltaSourceOffset``)."""
+    if "reservoirVersion" not in committed:
+        return None
+    return int(committed["reservoirVersion"]) - (1 if committed.get("index", -1) == -1 else 0)
+
+
 def _delta_behind(registry: Registry, version: Version, spec: AssetSpec, committed: dict) -> int | None:
-    """Upstream Delta versions not yet read. Delta's source offset ``(reservoirVersion, index=-1)``
-    means "everything before reservoirVersion is read" (delta-io ``DeltaSourceOffset``)."""
+    """Upstream Delta versions not yet read."""
     from deltalake import DeltaTable
 
     up = spec.source.asset
@@ -126,10 +136,36 @@ def _delta_behind(registry: Registry, version: Version, spec: AssetSpec, committ
         latest = DeltaTable(registry.version(up, version.upstream[up]).table_path).version()
     except Exception:  # upstream table not written yet
         return None
-    if "reservoirVersion" not in committed:
-        return latest + 1
-    read_through = committed["reservoirVersion"] - (1 if committed.get("index", -1) == -1 else 0)
-    return max(0, latest - read_through)
+    done = read_through(committed)
+    return latest + 1 if done is None else max(0, latest - done)
+
+
+@dataclass(frozen=True)
+class CatchUpTarget:
+    """Where a version counts as caught up.
+
+    ``end_offsets``: Kafka sources, topic -> partition -> log end offset taken when the run (or the
+    replay) started; ``upstream_version``: an upstream-table source, the upstream Delta table
+    version to have read (its version when the upstream caught up; -1: the upstream table is empty)."""
+
+    end_offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    upstream_version: int | None = None
+
+
+def remaining(state: CheckpointState, target: CatchUpTarget, start_offsets: dict | None = None) -> int:
+    """What a checkpoint still has to read to reach ``target``: Kafka records (log end offset minus
+    committed offset, summed over partitions; a partition with nothing committed counts from the
+    version's ``start_offsets``) plus upstream Delta versions. 0 means caught up."""
+    left = 0
+    for topic, parts in target.end_offsets.items():
+        for part, end in parts.items():
+            done = state.offsets.get(topic, {}).get(str(part)) if isinstance(state.offsets.get(topic), dict) else None
+            consumed = int(done) if done is not None else int((start_offsets or {}).get(topic, {}).get(str(part), 0))
+            left += max(0, int(end) - consumed)
+    if target.upstream_version is not None and target.upstream_version >= 0:
+        done = read_through(state.offsets)
+        left += target.upstream_version + 1 if done is None else max(0, target.upstream_version - done)
+    return left
 
 
 def observe(
@@ -152,7 +188,7 @@ def observe(
         version = registry.latest(name)
         if version is None:
             continue
-        cp = read_checkpoint(version.checkpoint_path)
+        cp = read_checkpoint(version.checkpoint_path, settings)
         health = QueryHealth(asset=name, version=version.version, state=version.state, healthy=True,
                              reason="", committed=cp.offsets, committed_batch=cp.batch_id)
         lag_error = None

@@ -42,24 +42,31 @@ def _json_path(name: str) -> str:
     return "$." + name if name.isidentifier() else f"$['{name}']"
 
 
-def reason_column(text: Column, value: Column, parsed: Column, transform: ParseTransform) -> Column:
-    """Why a record is bad, or null when it is good."""
-    fields = transform.fields
+def type_errors(text: Column, types: dict[str, tuple[str, T.DataType]]) -> Column:
+    """``field 'x' is not a valid int: "abc"; …`` for every field of the JSON object ``text`` whose
+    value does not convert to its declared type (name -> (declared type name, Spark type)); an empty
+    string when every present field converts."""
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     wrong_type = []
-    for name, f in fields.items():
+    for name, (type_name, spark_type) in types.items():
         # Spark nulls every field after the first bad one, so test each field on its own.
-        alone = F.from_json(text, T.StructType([T.StructField(name, SPARK_TYPES[f.type])]), opts)
+        alone = F.from_json(text, T.StructType([T.StructField(name, spark_type)]), opts)
         raw = F.get_json_object(text, _json_path(name))
         wrong_type.append(
             F.when(raw.isNotNull() & alone[name].isNull(),
-                   F.concat(F.lit(f"field '{name}' is not a valid {f.type}: "), F.substring(raw, 1, 80)))
+                   F.concat(F.lit(f"field '{name}' is not a valid {type_name}: "), F.substring(raw, 1, 80)))
         )
+    return F.concat_ws("; ", *wrong_type)
+
+
+def reason_column(text: Column, value: Column, parsed: Column, transform: ParseTransform) -> Column:
+    """Why a record is bad, or null when it is good."""
+    fields = transform.fields
     missing = [
         F.when(parsed[name].isNull(), F.lit(name)) for name, f in fields.items() if f.required
     ]
     missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
-    type_detail = F.concat_ws("; ", *wrong_type)
+    type_detail = type_errors(text, {name: (f.type, SPARK_TYPES[f.type]) for name, f in fields.items()})
     future = interval_seconds(transform.max_future)
     event_time = parsed[transform.event_time]
     return (

@@ -13,15 +13,26 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
   batch's earliest event time, so Delta's data skipping reads only recent files) drops events seen
   before. With a ``watermark``, a new event older than (latest event time already in the table -
   delay) goes to the late-events table instead; the watermark of a batch comes from the batches
-  before it, as in Spark's own stateful operators.
+  before it, as in Spark's own stateful operators. The table append is the batch's last write, so a
+  re-run of a batch whose table commit exists is skipped whole: its watermark, recomputed from a
+  table that already holds the batch, would differ.
 * ``window`` (gold): Spark's stateful window aggregation with a watermark in ``update`` output mode;
   each micro-batch's updated windows are upserted with ``MERGE`` on (group-by keys, window_start),
-  so the table always holds every window's current value, including windows still open.
+  so the table always holds every window's current value, including windows still open. The MERGE
+  carries the same transaction id (Delta's ``spark.databricks.delta.write.txnAppId``/``txnVersion``
+  session settings for DML), so a re-run batch is skipped where it already committed.
+
+``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
+of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
+* Session windows, stream–stream joins and sliding windows run in ``append`` mode into Delta's
+  streaming sink: a row is written once, when the watermark makes it final
+  (:mod:`kappa.streaming.windows`, :mod:`kappa.streaming.joins`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,10 +42,14 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from kappa.config import Settings
+from kappa.config import Fault, Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
+from kappa.forget import forgotten_condition
 from kappa.spec import AssetSpec, interval_seconds
+from kappa.streaming.joins import join_frame
+from kappa.storage import local_path
 from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
+from kappa.streaming.windows import sliding_frame, window_frame
 
 TriggerMode = Literal["available_now", "continuous"]
 
@@ -72,18 +87,30 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
             reader = reader.option(f"kafka.{key}", value)
         if src.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
-        return reader.load()
-    upstream = spec.source.asset
-    assert upstream is not None
-    path = version.upstream_paths.get(upstream) or Registry(settings).version(
-        upstream, version.upstream[upstream]).table_path
-    return spark.readStream.format("delta").load(str(path))
+        records = reader.load()
+        # Keys forgotten by `kappa forget` never enter a table again (read once per query start).
+        forgotten = forgotten_condition(settings, list(src.topics))
+        return records if forgotten is None else records.where(~forgotten)
+    assert spec.source.asset is not None
+    return upstream_stream(spark, version, settings, spec.source.asset)
+
+
+def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:
+    """The Delta table of the ``upstream`` asset's version pinned by ``version``, as a stream."""
+    path = Registry(settings).version(upstream, version.upstream[upstream]).table_path
+    # A forget DELETEs rows from the upstream table; a running version keeps its results (the
+    # forget replays the promoted aggregates) instead of failing on the non-append commit.
+    return spark.readStream.format("delta").option("skipChangeCommits", "true").load(str(path))
 
 
 def _ensure_table(spark: SparkSession, path: str, schema) -> str:
     from delta.tables import DeltaTable
 
-    DeltaTable.createIfNotExists(spark).location(path).addColumns(schema).execute()
+    # Delta compares a CREATE TABLE location with the table's qualified path, in which Hadoop writes
+    # a local URI as file:/x; file:///x would be "two different locations". A plain path is the same
+    # table either way.
+    location = str(local_path(path)) if str(path).startswith("file://") else path
+    DeltaTable.createIfNotExists(spark).location(location).addColumns(schema).execute()
     return path
 
 
@@ -105,6 +132,7 @@ class ParseWriter:
         assert spec.transform.parse is not None
         self.spec, self.version = spec, version
         self.transform = spec.transform.parse
+        self.fault, self.anti_join = settings.fault, settings.dedup_anti_join
         self.quarantine = ensure_quarantine_table(spark, settings)
         self.late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
         self.delay_s = interval_seconds(spec.watermark.delay) if spec.watermark else None
@@ -115,6 +143,8 @@ class ParseWriter:
         # batch whose events are all newer than every row in the table.
         self.latest = spark.read.format("delta").load(version.table_path).agg(
             F.max(self.transform.event_time)).first()[0]
+        # The last batch whose table append committed before this query started (None: none).
+        self.committed = committed_txn_version(version.table_path, version.txn_app_id)
 
     def watermark(self):
         """Latest event time of the batches before this one minus the delay (None: none yet)."""
@@ -122,7 +152,14 @@ class ParseWriter:
             return None
         return self.latest - timedelta(seconds=self.delay_s)
 
+    def _at(self, point: str, batch_id: int) -> None:
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, point, batch_id)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.committed is not None and batch_id <= self.committed:
+            # Re-run of a batch whose table append (its last write) committed before a crash.
+            return
         spark = batch.sparkSession
         event_id, event_time = self.transform.event_id, self.transform.event_time
         is_good = F.col("reason").isNull()
@@ -144,10 +181,12 @@ class ParseWriter:
                 F.max(good_time).alias("latest"),
                 F.count_if(is_good & behind).alias("behind"),
             ).first()
+            self._at("before_write", batch_id)
             if stats["bad"]:  # an empty append would still cost a Delta commit
                 bad = parsed.where(~is_good).select(
                     *self._owner(), *_record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
                 self._append(bad, self.quarantine, f"{self.version.txn_app_id}-quarantine", batch_id)
+                self._at("after_quarantine_commit", batch_id)
             if stats["earliest"] is None:
                 return  # no good record in this batch
 
@@ -162,7 +201,7 @@ class ParseWriter:
             # statistics (Delta docs, "Data skipping"), so a micro-batch's cost follows the batch,
             # not the table.
             new = good
-            if self.latest is not None and stats["earliest"] <= self.latest:
+            if self.anti_join and self.latest is not None and stats["earliest"] <= self.latest:
                 seen = (spark.read.format("delta").load(self.version.table_path)
                         .where(F.col(event_time) >= F.lit(stats["earliest"]))
                         .select(F.col(event_id).alias("_seen")))
@@ -176,9 +215,11 @@ class ParseWriter:
                     F.lit(wm).cast("timestamp").alias("watermark"),
                     *_record_columns(), F.current_timestamp().alias("arrived_at"))
                 self._append(late, self.late, f"{self.version.txn_app_id}-late", batch_id)
+                self._at("after_late_commit", batch_id)
                 new = new.where(~behind)
             rows = new.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields])
             self._append(rows, self.version.table_path, self.version.txn_app_id, batch_id)
+            self._at("after_table_commit", batch_id)
             if self.latest is None or stats["latest"] > self.latest:
                 self.latest = stats["latest"]
         finally:
@@ -198,49 +239,66 @@ class ParseWriter:
          .save(path))
 
 
+def committed_txn_version(table_path: str, txn_app_id: str) -> int | None:
+    """The latest ``txnVersion`` the Delta table at ``table_path`` recorded for ``txn_app_id``
+    (its ``txn`` actions), or None (no table, or no such writer yet)."""
+    from deltalake import DeltaTable as RsTable
+
+    uri = re.sub(r"^s3a://", "s3://", str(table_path))
+    if not RsTable.is_deltatable(uri):
+        return None
+    return RsTable(uri).transaction_version(txn_app_id)
+
+
 class UpsertWriter:
     """foreachBatch body that upserts each micro-batch on ``keys`` (MERGE: update matched rows,
-    insert new ones). Idempotent: re-running a batch writes the same values again."""
+    insert new ones), once per (``txn_app_id``, batch id): Delta skips a MERGE whose transaction id
+    it has already committed (Delta docs, "Idempotent writes": the ``txnAppId``/``txnVersion``
+    session settings apply to DML). ``txn_app_id`` None: no transaction id (values are idempotent
+    anyway, only the commit is repeated)."""
 
-    def __init__(self, table_path: str, keys: list[str]):
-        self.table_path, self.keys = table_path, keys
+    def __init__(self, table_path: str, keys: list[str], txn_app_id: str | None = None,
+                 asset: str = "", fault: Fault | None = None):
+        self.table_path, self.keys, self.txn_app_id = table_path, keys, txn_app_id
+        self.asset, self.fault = asset, fault
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
-        spark = batch.sparkSession
+        spark = batch.sparkSession  # the query's own session: its settings do not leak to others
         if not DeltaTable.isDeltaTable(spark, self.table_path):
             batch.limit(0).write.format("delta").mode("append").save(self.table_path)
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
-        (DeltaTable.forPath(spark, self.table_path).alias("t")
-         .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
-         .whenMatchedUpdateAll()
-         .whenNotMatchedInsertAll()
-         .execute())
+        if self.fault is not None:
+            self.fault.hit(self.asset, "before_write", batch_id)
+        if self.txn_app_id is not None:
+            spark.conf.set("spark.databricks.delta.write.txnAppId", self.txn_app_id)
+            spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+        try:
+            (DeltaTable.forPath(spark, self.table_path).alias("t")
+             .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
+             .whenMatchedUpdateAll()
+             .whenNotMatchedInsertAll()
+             .execute())
+        finally:
+            if self.txn_app_id is not None:
+                spark.conf.unset("spark.databricks.delta.write.txnAppId")
+                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        if self.fault is not None:
+            self.fault.hit(self.asset, "after_table_commit", batch_id)
 
 
-def window_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
-    """Event-time window aggregation of ``df``.
+def with_after_batch(writer, asset: str, fault: Fault | None):
+    """``writer`` (a foreachBatch function), stopping at ``after_batch`` when ``fault`` names it:
+    the batch function has returned, Spark has not yet written its commit log entry."""
+    if fault is None or fault.asset != asset:
+        return writer
 
-    Output columns: the group-by columns, ``window_start``, ``window_end`` (timestamps, UTC), then
-    one column per declared aggregation, in declaration order."""
-    w = spec.transform.window
-    assert w is not None and spec.watermark is not None
-    df = df.withWatermark(spec.watermark.column, spec.watermark.delay)
-    if w.type == "tumbling":
-        win = F.window(w.time_column, w.size)
-    elif w.type == "hopping":
-        win = F.window(w.time_column, w.size, w.slide)
-    else:
-        win = F.session_window(w.time_column, w.gap)
-    aggs = [F.expr(expr).alias(name) for name, expr in w.aggregations.items()]
-    grouped = df.groupBy(win.alias("window"), *w.group_by).agg(*aggs)
-    return grouped.select(
-        *w.group_by,
-        F.col("window.start").alias("window_start"),
-        F.col("window.end").alias("window_end"),
-        *w.aggregations.keys(),
-    )
+    def run(batch: DataFrame, batch_id: int) -> None:
+        writer(batch, batch_id)
+        fault.hit(asset, "after_batch", batch_id)
+
+    return run
 
 
 def _load_python_transform(spec: AssetSpec):
@@ -254,13 +312,20 @@ def _load_python_transform(spec: AssetSpec):
     return getattr(module, func)
 
 
-def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec) -> DataFrame:
-    """The output stream for ``raw``, ``window``, ``sql`` and ``python`` transforms."""
+def transformed(spark: SparkSession, df: DataFrame, spec: AssetSpec,
+                version: Version | None = None, settings: Settings | None = None) -> DataFrame:
+    """The output stream for every transform but ``parse`` (``version`` and ``settings`` locate a
+    join's right side)."""
     kind = spec.transform.kind
     if kind == "raw":
         return df.select(*KAFKA_COLUMNS)
     if kind == "window":
         return window_frame(df, spec)
+    if kind == "sliding":
+        return sliding_frame(df, spec)
+    if kind == "join":
+        assert spec.transform.join is not None and version is not None and settings is not None
+        return join_frame(df, upstream_stream(spark, version, settings, spec.transform.join.right.asset), spec)
     if kind == "pattern":
         from kappa.streaming.pattern import pattern_frame
 
@@ -284,7 +349,13 @@ def start_query(
     source = read_source(spark, spec, version, settings)
     if spec.transform.kind == "parse":
         out = source
-        writer = out.writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
+        writer = out.writeStream.foreachBatch(
+            with_after_batch(ParseWriter(spark, spec, version, settings), spec.name, settings.fault))
+    elif spec.transform.kind == "changelog":
+        from kappa.streaming.changelog import ChangelogWriter
+
+        writer = source.writeStream.foreachBatch(
+            with_after_batch(ChangelogWriter(spark, spec, version, settings), spec.name, settings.fault))
     elif spec.transform.kind == "pattern":
         from kappa.streaming.pattern import PatternWriter
 
@@ -292,12 +363,12 @@ def start_query(
         writer = transformed(spark, source, spec).writeStream.outputMode("append").foreachBatch(
             PatternWriter(spark, spec, version, late))
     else:
-        out = transformed(spark, source, spec)
+        out = transformed(spark, source, spec, version, settings)
         if spec.sink_mode == "merge":
-            output_mode = "update" if spec.transform.kind == "window" else "append"
-            writer = out.writeStream.outputMode(output_mode).foreachBatch(
-                UpsertWriter(version.table_path, spec.merge_keys)
-            )
+            output_mode = spec.output_mode
+            writer = out.writeStream.outputMode(output_mode).foreachBatch(with_after_batch(
+                UpsertWriter(version.table_path, spec.merge_keys, version.txn_app_id, spec.name, settings.fault),
+                spec.name, settings.fault))
         else:
             writer = out.writeStream.format("delta").outputMode("append").option("path", version.table_path)
             if spec.sink.partition_by:

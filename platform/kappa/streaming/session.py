@@ -1,4 +1,5 @@
-"""The SparkSession every local query and ``kappa sql`` uses.
+"""The SparkSession every query, gate and ``kappa sql`` uses, and THE Spark configuration
+(:func:`spark_conf`), shared with the SparkApplications of the kubernetes runner.
 
 Extra jars (Kafka source, Delta) come from the Maven-resolved ``build/jars/spark`` through
 ``spark.jars``; nothing is resolved by Ivy at run time. Delta is enabled with its SQL extension and
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from kappa.config import Settings
@@ -17,17 +19,47 @@ from kappa.jvm import java_executable, spark_jars
 _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 
 
-def spark_conf(settings: Settings) -> dict[str, str]:
-    """The Spark configuration Kappa sets, as ``spark.*`` key -> value."""
-    return {
-        "spark.master": settings.spark_master,
+#: Keys only one side can have. The local session names its master, its driver heap and the jars
+#: on this machine; a SparkApplication's master is the cluster (spark-submit sets it), its driver
+#: heap is ``spec.driver.memory`` and its jars are files inside the image (``local://`` URIs, passed
+#: in as ``jars``); spark-submit must not wait for a streaming application to end.
+SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory"})
+APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion"})
+#: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
+#: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
+#: SparkApplication. A path of the machine that rendered the application must never reach a pod.
+MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOptions"})
+IMAGE_LOG4J = "/opt/kappa/venv/lib/python3.11/site-packages/kappa/resources/log4j2.properties"
+IMAGE_WORK_DIR = "/opt/kappa/work"
+
+
+def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[str] | None = None) -> dict[str, str]:
+    """THE Spark configuration of Kappa, as ``spark.*`` key -> string value, for the local
+    session (``application=False``) and for every SparkApplication's ``sparkConf``
+    (``application=True``; :func:`kappa.runners.kubernetes.application.build_spark_application`).
+    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY`, the
+    value of ``spark.jars`` (``jars``; default: the Maven-resolved jars of ``settings.jars_dir``)
+    and the paths of :data:`MACHINE_PATHS` (this machine's vs the image's).
+
+    Shared: Delta's SQL extension and catalog (Delta docs, "Quickstart"), session time zone UTC
+    (event-time windows must not depend on the machine), RocksDB state store (Spark's
+    "Structured Streaming Programming Guide", *RocksDB state store implementation*: state off the
+    JVM heap), Delta auto-compaction and snapshot partitions, and the object-store (s3a) settings
+    (Hadoop-AWS docs; the credentials are the ``AWS_*`` variables, never values in the conf).
+    Kafka security is not Spark configuration: the query passes :meth:`Settings.kafka_client_options`
+    to the Kafka source as ``kafka.*`` options, on both sides, from ``KAPPA_KAFKA_*``.
+    """
+    if application:
+        log4j, warehouse_dir = IMAGE_LOG4J, f"{IMAGE_WORK_DIR}/spark-warehouse"
+    else:
+        log4j, warehouse_dir = str(_LOG4J), str((settings.home or Path(".kappa")) / "spark-warehouse")
+    conf = {
         "spark.app.name": "kappa",
-        "spark.jars": ",".join(str(j) for j in spark_jars(settings)),
+        "spark.jars": ",".join(str(j) for j in (jars if jars is not None else spark_jars(settings))),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.driver.memory": settings.spark_driver_memory,
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass":
@@ -41,12 +73,29 @@ def spark_conf(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": str(settings.delta_snapshot_partitions),
         # Stop queries cleanly on JVM shutdown and don't keep a Hive metastore around.
         "spark.sql.catalogImplementation": "in-memory",
-        "spark.sql.warehouse.dir": str((settings.home or Path(".kappa")) / "spark-warehouse"),
+        "spark.sql.warehouse.dir": warehouse_dir,
         # A larger thread stack: Spark matches long exception messages with java.util.regex when a
         # query is stopped mid-batch, which overflows the default 1 MB stack of its stream thread.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_LOG4J} -Xss8m",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        # The object store (s3a://). Harmless where tables are local; identical on both sides.
+        "spark.hadoop.fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+        # AWS SDK v2 (Hadoop 3.4): read AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the environment.
+        "spark.hadoop.fs.s3a.aws.credentials.provider":
+            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
+        "spark.hadoop.fs.s3a.path.style.access": str(settings.s3_path_style_access).lower(),
+        # Delta's S3 log store allows a single writer per table; each version has exactly one
+        # query, which is what makes that safe.
+        "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
     }
+    if settings.s3_endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+    if application:
+        conf["spark.kubernetes.submission.waitAppCompletion"] = "false"
+    else:
+        conf["spark.master"] = settings.spark_master
+        conf["spark.driver.memory"] = settings.spark_driver_memory
+    return conf
 
 
 def spark_session(settings: Settings):
@@ -63,6 +112,11 @@ def spark_session(settings: Settings):
     # Everything is on this machine; don't let Spark pick a routable interface.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        # Launched by spark-submit (a SparkApplication's driver): the configuration came with the
+        # submission (the same spark_conf, application=True); setting it again would override the
+        # cluster's master with local[*].
+        return builder.getOrCreate()
     for key, value in spark_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -1,0 +1,94 @@
+"""dbt over the promoted tables: ``kappa dbt build`` (or any dbt command) from the repo root.
+
+The dbt project lives in ``dbt/`` (dbt-core 1.11, dbt-spark 1.11). It connects with
+``method: thrift`` to ``kappa serve``, so dbt reads the same catalog BI tools query: each source is
+the stable name of a promoted table, and a promotion or rollback is what the next dbt run reads.
+Marts are Delta tables under ``<warehouse>/_dbt/<model>`` (readable without Spark through
+:func:`kappa.tables.open`).
+
+Why Thrift and not ``method: session``: a session would start a second Spark driver inside dbt with
+its own in-memory catalog, so its marts would be invisible to the endpoint BI tools use, and every
+dbt invocation would pay a JVM start; through the endpoint, dbt's models appear to BI tools as soon
+as they are built and the endpoint's warm driver runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kappa.config import Settings
+from kappa.errors import KappaError
+
+
+def project_dir(settings: Settings) -> Path:
+    """``<project>/dbt``: the dbt project (and its ``profiles.yml``)."""
+    return settings.project_dir / "dbt"
+
+
+def dbt_executable() -> str:
+    """The ``dbt`` of this interpreter's environment (the project venv), not whatever is on PATH."""
+    return str(Path(sys.executable).with_name("dbt"))
+
+
+def dbt_env(settings: Settings, host: str, port: int) -> dict[str, str]:
+    """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read."""
+    from kappa.serve import marts_root
+
+    return {
+        "KAPPA_SERVE_HOST": host,
+        "KAPPA_SERVE_PORT": str(port),
+        "KAPPA_DBT_LOCATION_ROOT": str(marts_root(settings)),
+        "DBT_PROFILES_DIR": str(project_dir(settings)),
+        "DBT_PROJECT_DIR": str(project_dir(settings)),
+        "DBT_TARGET_PATH": str(target_dir(settings)),
+        "DBT_LOG_PATH": str((settings.home or Path(".kappa")) / "dbt" / "logs"),
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+    }
+
+
+def ensure_endpoint(settings: Settings, port: int | None = None):
+    """The running ``kappa serve`` of this state dir, started (on ``port``, default 10000) if it
+    is not running. Raises :class:`kappa.serve.ServeError` if it cannot start."""
+    from kappa import serve
+
+    st = serve.status(settings)
+    if st.up:
+        return st
+    return serve.start(settings, port=port or serve.DEFAULT_PORT)
+
+
+def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:
+    """Run ``dbt ARGS`` (e.g. ``["build"]``) against the endpoint (started if needed); returns the
+    finished process (dbt's exit status: 0 ok, 1 a model or test failed, 2 an error)."""
+    st = ensure_endpoint(settings, port)
+    env = {**os.environ, **dbt_env(settings, st.host, st.port)}
+    return subprocess.run([dbt_executable(), *args], env=env, cwd=project_dir(settings), text=True,
+                          capture_output=capture)
+
+
+def target_dir(settings: Settings) -> Path:
+    """Where dbt writes its artifacts (``manifest.json``, ``run_results.json``)."""
+    return (settings.home or Path(".kappa")) / "dbt" / "target"
+
+
+def manifest(settings: Settings) -> Path:
+    """``manifest.json`` of the dbt project, re-parsed (``dbt parse``, no connection needed) when
+    any file of the project is newer than it. Raises :class:`DbtError` with dbt's output when the
+    project does not parse."""
+    path = target_dir(settings) / "manifest.json"
+    project = project_dir(settings)
+    newest = max((p.stat().st_mtime for p in project.rglob("*") if p.is_file()), default=0.0)
+    if path.exists() and path.stat().st_mtime >= newest:
+        return path
+    env = {**os.environ, **dbt_env(settings, "127.0.0.1", 10000)}
+    done = subprocess.run([dbt_executable(), "parse", "--quiet"], env=env, cwd=project, text=True, capture_output=True)
+    if done.returncode != 0 or not path.exists():
+        raise DbtError(f"dbt parse of {project} failed:\n{done.stdout}{done.stderr}")
+    return path
+
+
+class DbtError(KappaError, RuntimeError):
+    """The dbt project does not parse, or a dbt command failed; dbt's own output says where."""

@@ -1,0 +1,55 @@
+"""The dbt project in ``dbt/`` as Dagster assets (dagster-dbt).
+
+* Every dbt model and seed is an asset in group ``analytics``; a dbt source is the streaming asset
+  of the same stable name (``meta.dagster.asset_key`` in ``dbt/models/staging/__sources.yml``), so
+  the lineage runs ``topic/flights`` -> ``flights`` -> ``stg_kappa__flights`` ->
+  ``carrier_daily_performance``.
+* dbt's data tests are asset checks of the model they test (dagster-dbt's default).
+* Every model has the ``eager`` automation condition: when an upstream asset is materialized — a
+  streaming asset's promotion or rollback, reported by the ``kappa_registry`` sensor — the
+  automation sensor runs ``dbt build`` on the affected models.
+* A run runs ``dbt build`` against ``kappa serve`` (started if it is not running): see
+  :mod:`kappa.analytics` for why dbt talks to the endpoint rather than a session of its own.
+"""
+
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
+
+from kappa.analytics import dbt_env, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
+from kappa.config import Settings
+from kappa.dagster.resources import KappaResource
+
+GROUP = "analytics"
+
+
+class KappaDbtTranslator(DagsterDbtTranslator):
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
+        return GROUP
+
+    def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]) -> dg.AutomationCondition | None:
+        # A promotion (or rollback) of an upstream table is a materialization of its stable-name
+        # asset; eager() rebuilds the models below it once, and not while a run is in progress.
+        return dg.AutomationCondition.eager()
+
+
+def build_dbt_definitions(settings: Settings) -> dg.Definitions:
+    """The dbt models, seeds and tests as assets and checks, plus the ``dbt`` resource."""
+    translator = KappaDbtTranslator(settings=DagsterDbtTranslatorSettings(enable_asset_checks=True))
+
+    @dbt_assets(manifest=manifest(settings), dagster_dbt_translator=translator, name="dbt_models",
+                pool="kappa_dbt")
+    def dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource, kappa: KappaResource):
+        run_settings = kappa.settings()
+        endpoint = ensure_endpoint(run_settings)
+        # dbt reads its connection and mart location from the environment (dbt/profiles.yml).
+        os.environ.update(dbt_env(run_settings, endpoint.host, endpoint.port))
+        yield from dbt.cli(["build"], context=context).stream()
+
+    dbt = DbtCliResource(project_dir=str(project_dir(settings)), profiles_dir=str(project_dir(settings)),
+                         target_path=target_dir(settings), dbt_executable=dbt_executable())
+    return dg.Definitions(assets=[dbt_models], resources={"dbt": dbt})

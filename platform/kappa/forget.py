@@ -1,0 +1,354 @@
+"""``kappa forget``: delete one record key of a topic from every table derived from it, keep it out
+of every later run and replay, and from the log where Kafka allows.
+
+The request list is a Delta table ``<warehouse>/_kappa/forgotten`` (written with delta-rs), an
+append-only event log like the registry: rows ``request_id`` string, ``topic`` string, ``key``
+``key_sha256`` string (SHA-256 of the record key's bytes, hex: the list itself must not hold
+the key it removes everywhere else), ``event`` string, ``at`` timestamp (UTC), ``reason`` string,
+``details`` JSON string. Events: ``requested``, then one per step done: ``located`` (the key's
+offsets and event ids in the log), ``deleted`` (rows deleted per table), ``replayed`` (aggregate
+versions recomputed and promoted), ``vacuumed`` (files removed), ``log`` (tombstone, retention
+report or ``deleteRecords``), ``done``.
+
+Every step is idempotent (a DELETE that finds nothing deletes nothing, a VACUUM with nothing to
+remove removes nothing, a tombstone twice is one tombstone), and a step recorded as done is not run
+again, so ``kappa forget`` run again after a crash resumes where it stopped.
+
+What a forget does to each kind of table (DDIA ch. 11, "Limitations of immutability": deletion in
+an immutable log means rewriting history, not hiding it):
+
+* every version of every ``raw`` table reading the topic (rows with that ``key``), of every
+  ``parse`` table reading it (rows whose event id the key's records carry), and the quarantine and
+  late-events tables (``topic``, ``key``): Delta ``DELETE``;
+* the promoted version of every table derived from those (aggregates: windows, SQL, Python): a
+  replay into a new version over the cleaned upstream, gated and promoted (the old versions keep
+  aggregate values only, never the key's rows);
+* ``VACUUM … RETAIN 0 HOURS`` on every table it deleted from, so the Parquet files that held the rows
+  are gone. **Time travel to a Delta version before the forget is gone too** (those versions'
+  files no longer exist). Delta's JSON log keeps per-file min/max statistics of removed files until
+  log retention (``delta.logRetentionDuration``, 30 days) cleans it up;
+* every query started after the request drops the key's records as it reads the topic
+  (:func:`forgotten_condition`), so a replay never brings them back. A query already running keeps
+  its plan: restart it (``kappa run`` does, every run).
+
+The log itself: a compacted topic gets a tombstone (the key with a null value; compaction then
+removes the earlier records, Kafka docs "Log Compaction"). A delete-retention topic keeps the
+records until retention removes them; the report says when (never, for ``retention.ms = -1``).
+``truncate_log`` deletes the log prefix up to the key's last offset in each partition with Kafka's
+``DeleteRecords`` (every record before it, of every key, is lost: replays then refuse, as they do
+after retention).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from kappa.config import Settings, join
+from kappa.errors import KappaError
+
+STEPS = ("located", "deleted", "replayed", "vacuumed", "log", "done")
+
+_SCHEMA = pa.schema([
+    ("request_id", pa.string()),
+    ("topic", pa.string()),
+    ("key_sha256", pa.string()),
+    ("event", pa.string()),
+    ("at", pa.timestamp("us", tz="UTC")),
+    ("reason", pa.string()),
+    ("details", pa.string()),
+])
+
+
+class ForgetError(KappaError, RuntimeError):
+    """A forget request that cannot be carried out (unknown topic, empty key or reason)."""
+
+
+def forgotten_path(settings: Settings) -> Path | str:
+    """``<warehouse>/_kappa/forgotten``: the forget requests and their steps."""
+    assert settings.warehouse is not None
+    return join(settings.warehouse, "_kappa", "forgotten")
+
+
+def key_hash(key: bytes) -> str:
+    """SHA-256 of a record key, hex (what the forgotten list keeps)."""
+    import hashlib
+
+    return hashlib.sha256(key).hexdigest()
+
+
+def _uri(settings: Settings) -> str:
+    return re.sub(r"^s3a://", "s3://", str(forgotten_path(settings)))
+
+
+@dataclass
+class Request:
+    """One forget request folded from its events: step name -> details of the step done."""
+
+    request_id: str
+    topic: str
+    key_sha256: str
+    reason: str
+    requested_at: datetime
+    steps: dict[str, dict] = field(default_factory=dict)
+    key: str | None = None  # the key itself, only while a forget runs (never stored)
+
+    @property
+    def state(self) -> str:
+        return "done" if "done" in self.steps else "in progress"
+
+
+def requests(settings: Settings) -> list[Request]:
+    """Every forget request, oldest first, with the steps done so far."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(_uri(settings)):
+        return []
+    rows = sorted(DeltaTable(_uri(settings)).to_pyarrow_table().to_pylist(), key=lambda r: r["at"])
+    out: dict[str, Request] = {}
+    for r in rows:
+        if r["event"] == "requested":
+            out[r["request_id"]] = Request(r["request_id"], r["topic"], r["key_sha256"], r["reason"], r["at"])
+        elif r["request_id"] in out:
+            out[r["request_id"]].steps[r["event"]] = json.loads(r["details"] or "{}")
+    return list(out.values())
+
+
+def forgotten_keys(settings: Settings, topics: list[str]) -> dict[str, list[str]]:
+    """topic -> SHA-256 (hex) of the record keys forgotten on it, for ``topics`` (a request counts
+    from the moment it is recorded, whatever its later steps)."""
+    found: dict[str, list[str]] = {}
+    for r in requests(settings):
+        if r.topic in topics:
+            found.setdefault(r.topic, []).append(r.key_sha256)
+    return found
+
+
+def forgotten_condition(settings: Settings, topics: list[str]):
+    """A Spark Column over Kafka records (``topic``, ``key``), true for a forgotten record; None
+    when nothing is forgotten on ``topics``."""
+    from pyspark.sql import functions as F
+
+    cond = None
+    for topic, keys in forgotten_keys(settings, topics).items():
+        c = (F.col("topic") == F.lit(topic)) & F.sha2(F.col("key"), 256).isin(keys)
+        cond = c if cond is None else cond | c
+    return cond
+
+
+def _record(settings: Settings, req: Request, event: str, details: dict | None = None) -> None:
+    from deltalake import write_deltalake
+
+    row = {"request_id": req.request_id, "topic": req.topic, "key_sha256": req.key_sha256, "event": event,
+           "at": datetime.now(timezone.utc), "reason": req.reason, "details": json.dumps(details or {}, default=str)}
+    path = forgotten_path(settings)
+    if isinstance(path, Path):
+        path.mkdir(parents=True, exist_ok=True)
+    write_deltalake(_uri(settings), pa.Table.from_pylist([row], schema=_SCHEMA), mode="append")
+    req.steps[event] = details or {}
+
+
+@dataclass
+class ForgetReport:
+    request: Request
+    seconds: float
+    ran: list[str]  # steps run by this call (the others were done before)
+
+
+def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_log: bool = False,
+           spark=None, on_step=None) -> ForgetReport:
+    """Forget ``key`` on ``topic`` (see the module doc), resuming an unfinished request for the same
+    topic and key. ``on_step(step, details)`` is called after each step this call runs.
+
+    Raises :class:`ForgetError` for an unknown topic or an empty key or reason;
+    :class:`kappa.runners.local.RunError` if a replay fails."""
+    from kappa.spec import load_catalog
+
+    if not key:
+        raise ForgetError("--key must not be empty")
+    if not reason.strip():
+        raise ForgetError("--reason must say why (it is kept with the request)")
+    catalog = load_catalog(settings.assets_dir)
+    if topic not in catalog.topics:
+        raise ForgetError(f"unknown topic {topic!r}: not in {settings.assets_dir}/topics.yaml")
+    started = time.monotonic()
+    digest = key_hash(key.encode())
+    # One request per (topic, key): asking again resumes it, or does nothing when it is done (but a
+    # --truncate-log not done before).
+    req = next((r for r in requests(settings) if (r.topic, r.key_sha256) == (topic, digest)), None)
+    if req is None:
+        req = Request(uuid.uuid4().hex[:12], topic, digest, reason, datetime.now(timezone.utc))
+        _record(settings, req, "requested")
+    req.key = key
+    from kappa.streaming.session import spark_session
+
+    spark = spark or spark_session(settings)
+    ran: list[str] = []
+    direct = [n for n in catalog.topological() if topic in catalog[n].topics]
+    derived = [n for n in catalog.topological([d for n in direct for d in catalog.downstream(n)])
+               if n not in direct]
+
+    def step(name: str, fn) -> None:
+        if name in req.steps and not (name == "log" and truncate_log and "truncated" not in req.steps["log"]):
+            return
+        details = fn()
+        _record(settings, req, name, details)
+        ran.append(name)
+        if on_step is not None:
+            on_step(name, details)
+
+    step("located", lambda: _locate(spark, settings, catalog, topic, key, direct))
+    step("deleted", lambda: _delete(spark, settings, catalog, req, direct))
+    step("replayed", lambda: _replay(spark, settings, catalog, derived))
+    step("vacuumed", lambda: _vacuum(spark, req.steps["deleted"]))
+    step("log", lambda: _log(settings, catalog, req, truncate_log))
+    step("done", lambda: {})
+    return ForgetReport(request=req, seconds=round(time.monotonic() - started, 1), ran=ran)
+
+
+def _locate(spark, settings: Settings, catalog, topic: str, key: str, direct: list[str]) -> dict:
+    """The key's last offset per partition and, per parse asset, the event ids its records carry:
+    one batch read of the topic (kept in the request, so a later step needs no log)."""
+    from pyspark.sql import functions as F
+
+    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest"))
+    for k, v in settings.kafka_client_options().items():
+        reader = reader.option(f"kafka.{k}", v)
+    mine = reader.load().where(F.col("key") == F.lit(key.encode())).cache()
+    last = {str(r["partition"]): int(r["last"]) for r in
+            mine.groupBy("partition").agg(F.max("offset").alias("last")).collect()}
+    ids: dict[str, list[str]] = {}
+    for name in direct:
+        parse = catalog[name].transform.parse
+        if parse is not None:
+            col = F.get_json_object(F.col("value").cast("string"), f"$.{parse.event_id}")
+            ids[name] = sorted({r[0] for r in mine.select(col).collect() if r[0] is not None})
+    records = mine.count()
+    mine.unpersist()
+    return {"records": records, "last_offsets": last, "event_ids": ids}
+
+
+def _version_paths(settings: Settings, asset: str) -> list[str]:
+    from kappa.delta.registry import Registry
+
+    return [v.table_path for v in Registry(settings).versions(asset)]
+
+
+def _delete_where(spark, path: str, cond) -> int:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return 0
+    table = DeltaTable.forPath(spark, path)
+    table.delete(cond)
+    metrics = table.history(1).select("operation", "operationMetrics").first()
+    return int((metrics["operationMetrics"] or {}).get("numDeletedRows", 0)) if metrics["operation"] == "DELETE" else 0
+
+
+def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:
+    """DELETE the key's rows from every version of the tables reading the topic, and from the
+    quarantine and late-events tables. Returns table path -> rows deleted."""
+    from pyspark.sql import functions as F
+
+    from kappa.delta.registry import late_events_path, quarantine_path
+
+    key = F.lit(req.key.encode())
+    deleted: dict[str, int] = {}
+    for name in direct:
+        spec = catalog[name]
+        if spec.transform.kind == "raw":
+            cond = (F.col("topic") == req.topic) & (F.col("key") == key)
+        elif spec.transform.parse is not None:
+            ids = req.steps["located"]["event_ids"].get(name, [])
+            if not ids:
+                continue
+            cond = F.col(spec.transform.parse.event_id).isin(ids)
+        else:
+            continue
+        for path in _version_paths(settings, name):
+            deleted[path] = _delete_where(spark, path, cond)
+    for path in (str(quarantine_path(settings)), str(late_events_path(settings))):
+        deleted[path] = _delete_where(spark, path, (F.col("topic") == req.topic) & (F.col("key") == key))
+    return {"tables": deleted, "rows": sum(deleted.values())}
+
+
+def _replay(spark, settings: Settings, catalog, derived: list[str]) -> dict:
+    """Replay every promoted table derived from the cleaned ones into a new version and promote it
+    (one replay per chain head: a replay carries its downstream chain). Returns asset -> new version."""
+    from kappa.delta.registry import Registry
+    from kappa.promotion import replay
+
+    registry = Registry(settings)
+    done: dict[str, dict] = {}
+    covered: set[str] = set()
+    for name in derived:
+        if name in covered or registry.promoted(name) is None:
+            continue
+        report = replay(settings, name, promote=True, spark=spark)
+        covered.update(report.versions)
+        for asset, v in report.versions.items():
+            done[asset] = {"version": v, "previous": report.previous.get(asset), "promoted": report.promoted,
+                           "failed": [c.name for c in report.gates[asset].failed]}
+    return done
+
+
+def _vacuum(spark, deleted: dict) -> dict:
+    """VACUUM RETAIN 0 HOURS every table the forget deleted from. Returns path -> files removed."""
+    from delta.tables import DeltaTable
+
+    # Delta refuses a retention below 7 days unless told the caller knows no reader or writer needs
+    # the old files (Delta docs, "Remove files no longer referenced by a Delta table").
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    out = {}
+    try:
+        for path, rows in deleted["tables"].items():
+            if rows and DeltaTable.isDeltaTable(spark, path):
+                # With deletion vectors a DELETE only marks rows deleted in the old files: rewrite
+                # those files first (Delta docs, "REORG TABLE … APPLY (PURGE)").
+                props = DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {}
+                if props.get("delta.enableDeletionVectors") == "true":
+                    spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
+                before = sum(1 for _ in Path(path).rglob("*.parquet")) if not re.match(r"^\w+://", path) else None
+                DeltaTable.forPath(spark, path).vacuum(0)
+                after = sum(1 for _ in Path(path).rglob("*.parquet")) if before is not None else None
+                out[path] = (before - after) if before is not None else "vacuumed"
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    return {"files_removed": out}
+
+
+def _log(settings: Settings, catalog, req: Request, truncate: bool) -> dict:
+    """Tombstone on a compacted topic; otherwise report retention; ``truncate``: DeleteRecords up to
+    just after the key's last offset in each partition holding it."""
+    from confluent_kafka import TopicPartition
+
+    from kappa.ingest.producer import produce
+    from kappa.kafka.topics import admin
+
+    spec = catalog.topics[req.topic]
+    out: dict = {}
+    if spec.compacted:
+        produce(settings, req.topic, [(req.key.encode(), None, None)])
+        out["tombstone"] = True
+    elif spec.retention_ms < 0:
+        out["retention"] = "unlimited: the records stay in the log (kept out of every table by the forgotten list)"
+    else:
+        out["retention"] = (f"retention.ms={spec.retention_ms}: the records are gone from the log by "
+                            f"{datetime.now(timezone.utc).timestamp() + spec.retention_ms / 1000:.0f} (epoch s) at the latest"
+                            f" (plus the segment roll time)")
+    if truncate:
+        last = req.steps["located"]["last_offsets"]
+        parts = [TopicPartition(req.topic, int(p), off + 1) for p, off in last.items()]
+        if parts:
+            for tp, fut in admin(settings).delete_records(parts).items():
+                fut.result()
+        out["truncated"] = {p: off + 1 for p, off in last.items()}
+    return out

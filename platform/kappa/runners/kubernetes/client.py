@@ -1,0 +1,94 @@
+"""Kappa's SparkApplications through the official ``kubernetes`` client (``CustomObjectsApi``)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
+from kappa.runners.kubernetes.states import Outcome, outcome_of
+
+
+_api_override: list[Any] = []
+
+
+@contextlib.contextmanager
+def use_kubernetes_api(api: Any) -> Iterator[None]:
+    """Make every :class:`SparkApplications` built without an ``api`` in this process talk to
+    ``api`` (a ``CustomObjectsApi``-like object) instead of the cluster's. Tests use it."""
+    _api_override.append(api)
+    try:
+        yield
+    finally:
+        _api_override.remove(api)
+
+
+class SparkApplications:
+    """Create, get, delete and list Kappa's SparkApplications in one namespace, through the official
+    ``kubernetes`` client's ``CustomObjectsApi``. Only the verbs the chart's Role grants Dagster are
+    used (create, get, watch, delete), nothing cluster-wide.
+
+    ``api``: a ``kubernetes.client.CustomObjectsApi``; by default one built from the in-cluster
+    service account, else the local kubeconfig.
+    """
+
+    def __init__(self, namespace: str, api: Any | None = None):
+        self.namespace = namespace
+        self._api = api if api is not None else (_api_override[-1] if _api_override else None)
+
+    @property
+    def api(self) -> Any:
+        if self._api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            self._api = client.CustomObjectsApi()
+        return self._api
+
+    def create(self, app: Mapping[str, Any]) -> dict:
+        return self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, dict(app))
+
+    def get(self, name: str) -> dict | None:
+        """The application, or None if it does not exist (HTTP 404)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete(self, name: str) -> bool:
+        """Stop a version's query by deleting its application (the operator deletes the pods).
+        Returns False if it did not exist."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def outcome(self, name: str, *, streaming: bool = True) -> Outcome | None:
+        """:func:`outcome_of` the named application; None if it does not exist."""
+        app = self.get(name)
+        return None if app is None else outcome_of(app, streaming=streaming)
+
+    def watch(self, name: str, timeout_s: int = 60) -> Iterable[Outcome]:
+        """Yield the outcome of the named application each time the operator changes it, for at most
+        ``timeout_s`` seconds (a ``watch`` request filtered to that one object)."""
+        from kubernetes import watch
+
+        w = watch.Watch()
+        for event in w.stream(
+            self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
+            field_selector=f"metadata.name={name}", timeout_seconds=timeout_s,
+        ):
+            yield outcome_of(event["object"])

@@ -1,0 +1,88 @@
+"""The kubernetes runner's own settings (``KAPPA_K8S_*``): what runs where, not where data lives.
+
+Where data lives (warehouse, checkpoints, the registry, the object store's endpoint) and how to
+reach Kafka (bootstrap servers, security) are :class:`kappa.config.Settings`, the same values the
+local runner and the Dagster code location use; the SparkApplications get them from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kappa.spec import AssetResources, AssetSpec, Resources
+
+
+class KubernetesRunnerConfig(BaseModel):
+    """Everything the runner needs that is neither in the asset YAML nor in
+    :class:`kappa.config.Settings`. The Helm chart's ``kappa-config`` ConfigMap carries the same
+    values as ``KAPPA_K8S_*`` environment variables; the secrets are *names* of existing
+    Kubernetes Secrets, never their contents.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = "kappa"
+    image: str
+    image_pull_policy: str = "IfNotPresent"
+    spark_version: str = "4.1.3"
+    #: Driver service account (created by the spark-operator chart in the job namespace).
+    service_account: str = "kappa-spark"
+    #: The Strimzi Kafka cluster name; its CA certificate Secret is ``<cluster>-cluster-ca-cert``.
+    kafka_cluster: str = "kappa"
+    object_store_secret: str = "kappa-object-store"
+    object_store_access_key_key: str = "AWS_ACCESS_KEY_ID"
+    object_store_secret_key_key: str = "AWS_SECRET_ACCESS_KEY"
+    #: ``spark.jars``: the Maven-resolved jars inside the image (``local://`` URIs).
+    jars: tuple[str, ...] = ()
+    driver: Resources = Resources(cores=1, memory="2g")
+    executor: Resources = Resources(cores=1, memory="2g")
+    executor_instances: int = Field(1, ge=1)
+    #: Operator retries after a driver failure; the wait grows linearly (attempt x interval), see
+    #: spark-operator ``pkg/util/sparkapplication.go`` ``TimeUntilNextRetryDue``. 10 x 30 s spans
+    #: ~27 minutes of broker or object-store outage before the application is reported failed.
+    on_failure_retries: int = Field(10, ge=0)
+    on_failure_retry_interval_s: int = Field(30, ge=1)
+    on_submission_failure_retries: int = Field(5, ge=0)
+    on_submission_failure_retry_interval_s: int = Field(60, ge=1)
+    #: Extra ``sparkConf`` entries (win over :func:`kappa.streaming.session.spark_conf`).
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, str], prefix: str = "KAPPA_K8S_") -> "KubernetesRunnerConfig":
+        """A config from flat string settings such as the chart's ``kappa-config`` ConfigMap
+        (``KAPPA_K8S_IMAGE``, ``KAPPA_K8S_DRIVER_MEMORY`` …); keys without ``prefix`` are ignored.
+        ``JARS_DIR`` lists the image's jars into ``jars`` (see :meth:`with_jars_from`). The caller
+        passes the mapping (``kappa.config`` reads the environment). Raises
+        ``pydantic.ValidationError`` naming a bad or unknown key."""
+        flat = {k[len(prefix):].lower(): v for k, v in values.items() if k.startswith(prefix)}
+        fields: dict[str, Any] = {}
+        for role in ("driver", "executor"):
+            sub = {k[len(role) + 1:]: flat.pop(k) for k in list(flat) if k.startswith(f"{role}_") and k != "executor_instances"}
+            if sub:
+                fields[role] = Resources.model_validate(sub)
+        jars_dir = flat.pop("jars_dir", None)
+        if "spark_conf" in flat:
+            fields["spark_conf"] = dict(
+                kv.split("=", 1) for kv in flat.pop("spark_conf").split(",") if "=" in kv
+            )
+        fields.update(flat)
+        if jars_dir:
+            return cls.with_jars_from(Path(jars_dir), image_dir=jars_dir, **fields)
+        return cls.model_validate(fields)
+
+    @classmethod
+    def with_jars_from(cls, jars_dir: Path, image_dir: str = "/opt/kappa/jars/spark", **fields: Any) -> "KubernetesRunnerConfig":
+        """A config whose ``jars`` are the ``*.jar`` files of ``jars_dir`` as ``local://`` URIs under
+        ``image_dir``. Inside the Kappa image (where Dagster's code location runs) ``jars_dir`` *is*
+        ``image_dir``, so the list is exactly what the image holds."""
+        names = sorted(p.name for p in Path(jars_dir).glob("*.jar"))
+        return cls(jars=tuple(f"local://{image_dir.rstrip('/')}/{n}" for n in names), **fields)
+
+
+def asset_resources(spec: AssetSpec) -> AssetResources:
+    """The asset's ``resources`` block (empty when the YAML declares none)."""
+    return spec.resources or AssetResources()

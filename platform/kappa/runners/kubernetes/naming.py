@@ -1,0 +1,67 @@
+"""Kubernetes names of Kappa's objects, shared by the chart generator and the runner so ACLs,
+Secrets and SparkApplications line up.
+
+=========================  ==============================================  ==========================
+what                       name                                            example (``flights_bronze``)
+=========================  ==============================================  ==========================
+KafkaUser and its Secret   ``kappa-asset-<name, _ -> ->``                  ``kappa-asset-flights-bronze``
+consumer-group prefix      ``kappa-<name>-`` (ACL, prefix pattern)         ``kappa-flights_bronze-``
+group id prefix of v<N>    ``kappa-<name>-v<N>-``                          ``kappa-flights_bronze-v3-``
+SparkApplication           ``<name, _ -> ->>-v<N>``                        ``flights-bronze-v3``
+gate SparkApplication      ``<name, _ -> ->>-v<N>-gate``                   ``flights-bronze-v3-gate``
+=========================  ==============================================  ==========================
+
+Asset names match ``[a-z][a-z0-9_]*`` (no ``-``), so the ``-`` that ends a group prefix cannot be part
+of another asset's name: the prefix ACL of ``flights`` does not cover ``flights_bronze``'s groups.
+"""
+
+from __future__ import annotations
+
+GROUP = "sparkoperator.k8s.io"
+VERSION = "v1beta2"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "SparkApplication"
+PLURAL = "sparkapplications"
+
+#: Label every Kappa-created SparkApplication carries (selectors, NetworkPolicies, clean-up).
+LABEL_ASSET = "kappa.dev/asset"
+LABEL_VERSION = "kappa.dev/version"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_KAFKA_CLIENT = "kappa.dev/kafka-client"
+COMPONENT = "streaming-asset"
+GATE_COMPONENT = "gate"
+
+_K8S_NAME_MAX = 63
+
+
+def dns_name(asset: str) -> str:
+    """``flights_bronze`` -> ``flights-bronze`` (Kubernetes names allow no ``_``)."""
+    return asset.replace("_", "-")
+
+
+def kafka_user_name(asset: str) -> str:
+    """The KafkaUser (and the Secret Strimzi's user operator writes) of one streaming asset."""
+    return f"kappa-asset-{dns_name(asset)}"
+
+
+def group_prefix(asset: str) -> str:
+    """The consumer-group prefix one asset may use (a ``prefix`` ACL); ends in ``-``, which no asset
+    name contains, so one asset's prefix never covers another's groups."""
+    return f"kappa-{asset}-"
+
+
+def _checked(name: str) -> str:
+    if len(name) > _K8S_NAME_MAX:
+        raise ValueError(f"SparkApplication name {name!r} is longer than {_K8S_NAME_MAX} characters")
+    return name
+
+
+def application_name(asset: str, version: int) -> str:
+    """``flights_bronze``, 3 -> ``flights-bronze-v3``. Raises ``ValueError`` if longer than 63
+    characters (the operator derives Service names from it, which are DNS labels)."""
+    return _checked(f"{dns_name(asset)}-v{version}")
+
+
+def gate_application_name(asset: str, version: int) -> str:
+    """``flights_bronze``, 3 -> ``flights-bronze-v3-gate``: the batch application that runs the gate."""
+    return _checked(f"{dns_name(asset)}-v{version}-gate")

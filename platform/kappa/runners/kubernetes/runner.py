@@ -1,0 +1,235 @@
+"""The ``kubernetes`` runner: one asset version runs as one long-running SparkApplication; its gate
+as one batch SparkApplication. Implements :class:`kappa.runners.base.Runner`.
+
+Catch-up is read from the version's checkpoint on the object store
+(:func:`kappa.streaming.checkpoint.read_checkpoint` through ``pyarrow.fs``) against the target the
+caller took when the run started (the log end offsets), polling until it is reached: no sleeping
+for a guessed time. The application's state is read on every poll, so a failed driver ends the
+wait with the operator's message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus
+from kappa.runners.kubernetes.application import build_gate_application, build_spark_application
+from kappa.runners.kubernetes.client import SparkApplications
+from kappa.runners.kubernetes.config import KubernetesRunnerConfig
+from kappa.runners.kubernetes.naming import application_name, gate_application_name
+from kappa.runners.kubernetes.states import error_message, outcome_of, state_of
+
+if TYPE_CHECKING:
+    from kappa.config import Settings
+    from kappa.delta.registry import Version
+    from kappa.quality import GateReport
+    from kappa.spec import AssetSpec
+    from kappa.streaming.checkpoint import CatchUpTarget
+
+#: Kept for callers of the earlier name.
+AppStatus = RunStatus
+
+
+class KubernetesRunner:
+    """Start, observe and stop asset versions as SparkApplications (one per version).
+
+    ``start`` is idempotent: an existing application of the version is observed, never replaced
+    (its checkpoint is the version's; a second query on it must never run). Waiting polls ``get``
+    every ``poll_s`` seconds (the chart's Role grants get; a poll needs no list permission) for at
+    most ``start_timeout_s`` seconds: the operator submits within seconds, but pulling the image
+    onto a fresh node can take a minute or two, hence the 120 s default.
+
+    Example::
+
+        runner = KubernetesRunner.from_settings(settings)      # KAPPA_K8S_* from the environment
+        status = runner.start(catalog["flights"], registry.version("flights", 2))
+        status.outcome  # Outcome.RUNNING, or PENDING if still starting after 120 s
+        runner.stop("flights", 1)
+    """
+
+    kind = "kubernetes"
+    #: Queries outlive the process that started them (the cluster runs them).
+    detached = True
+
+    def __init__(
+        self,
+        cfg: KubernetesRunnerConfig,
+        settings: "Settings",
+        apps: SparkApplications | None = None,
+        *,
+        poll_s: float = 2.0,
+        start_timeout_s: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.cfg, self.settings = cfg, settings
+        self.apps = apps or SparkApplications(cfg.namespace)
+        self.poll_s, self.start_timeout_s, self._clock, self._sleep = poll_s, start_timeout_s, clock, sleep
+
+    @classmethod
+    def from_settings(
+        cls, settings: "Settings", *, config: KubernetesRunnerConfig | Mapping[str, str] | None = None,
+        api: Any | None = None, poll_s: float = 2.0, start_timeout_s: float = 120.0, **_ignored: Any,
+    ) -> "KubernetesRunner":
+        """A runner for ``settings`` (warehouse, checkpoints, Kafka) with ``config`` (default:
+        ``KAPPA_K8S_*``, read by :func:`kappa.config.kubernetes_values`); ``api``: a
+        ``CustomObjectsApi``-like object (default: the cluster's)."""
+        from kappa.config import kubernetes_values
+
+        if not isinstance(config, KubernetesRunnerConfig):
+            config = KubernetesRunnerConfig.from_mapping({**kubernetes_values(), **(config or {})})
+        return cls(config, settings, SparkApplications(config.namespace, api=api), poll_s=poll_s,
+                   start_timeout_s=start_timeout_s)
+
+    # -- status -----------------------------------------------------------------------------------
+    def _status(self, asset: str, version: int, name: str, app: Mapping[str, Any] | None,
+                created: bool = False, streaming: bool = True) -> RunStatus:
+        outcome = None if app is None else outcome_of(app, streaming=streaming)
+        return RunStatus(
+            asset=asset, version=version, name=name, namespace=self.apps.namespace,
+            outcome=outcome, state=state_of(app) if app is not None else "",
+            error=error_message(app) if outcome in (Outcome.FAILED, Outcome.RETRYING, Outcome.UNKNOWN) else "",
+            created=created,
+        )
+
+    def status(self, asset: str, version: int) -> RunStatus:
+        name = application_name(asset, version)
+        return self._status(asset, version, name, self.apps.get(name))
+
+    def outcome(self, asset: str, version: int) -> Outcome | None:
+        return self.status(asset, version).outcome
+
+    # -- start / stop -----------------------------------------------------------------------------
+    def _create_and_wait(self, asset: str, version: int, name: str, body: Callable[[], dict],
+                         timeout_s: float, streaming: bool) -> RunStatus:
+        from kubernetes.client.exceptions import ApiException
+
+        app = self.apps.get(name)
+        created = False
+        if app is None:
+            try:
+                app = self.apps.create(body())
+                created = True
+            except ApiException as exc:
+                if exc.status != 409:  # 409: someone created it since our get; observe theirs
+                    raise
+                app = self.apps.get(name)
+        deadline = self._clock() + timeout_s
+        while True:
+            status = self._status(asset, version, name, app, created, streaming)
+            if status.outcome is None or status.outcome is Outcome.RUNNING or status.outcome.terminal:
+                return status
+            if self._clock() >= deadline:
+                return status
+            self._sleep(self.poll_s)
+            app = self.apps.get(name)
+
+    def start(self, spec: "AssetSpec", version: "Version", *, bounded: bool = False,
+              timeout_s: float | None = None) -> RunStatus:
+        """Create the version's SparkApplication unless it exists, then wait until it is RUNNING or
+        terminal (FAILED, SUCCEEDED) or ``timeout_s`` (default ``start_timeout_s``) passed; returns
+        the last status seen. ``bounded`` changes nothing: the application is a long-running query
+        and catch-up is read from its checkpoint. Raises ``ValueError`` when the version record
+        misses upstream versions, ``ApiException`` for API errors other than a creation race (409)."""
+        name = application_name(spec.name, version.version)
+        return self._create_and_wait(
+            spec.name, version.version, name,
+            lambda: build_spark_application(spec, version, self.cfg, self.settings),
+            self.start_timeout_s if timeout_s is None else timeout_s, streaming=True)
+
+    def stop(self, asset: str, version: int) -> bool:
+        """Stop the version's query by deleting its application; False if there was none. Its
+        table and checkpoint stay."""
+        return self.apps.delete(application_name(asset, version))
+
+    # -- catch-up ---------------------------------------------------------------------------------
+    def wait_until_caught_up(
+        self, spec: "AssetSpec", version: "Version", target: "CatchUpTarget", *,
+        timeout_s: float | None = None, on_progress: ProgressCallback | None = None,
+    ) -> AssetRunResult:
+        """Poll the version's checkpoint (and its application's state) every ``poll_s`` seconds
+        until :func:`~kappa.streaming.checkpoint.remaining` is 0. Raises
+        :class:`kappa.runners.local.RunError` when the application failed (with the operator's
+        message), disappeared, or ``timeout_s`` passed."""
+        from kappa.runners.local import RunError
+        from kappa.streaming.checkpoint import read_checkpoint, remaining
+
+        started = self._clock()
+        start_offsets = (version.last("created") or {}).get("start_offsets") or {}
+        last_batch = None
+        while True:
+            status = self.status(spec.name, version.version)
+            if status.outcome is None:
+                raise RunError(f"{version.name}: its SparkApplication {status.namespace}/{status.name} does not exist")
+            if status.outcome in (Outcome.FAILED, Outcome.SUCCEEDED):
+                raise RunError(f"{version.name} failed (SparkApplication {status.namespace}/{status.name}, "
+                               f"state {status.state}): {status.error or 'no message from the operator'}")
+            cp = read_checkpoint(version.checkpoint_path, self.settings)
+            left = remaining(cp, target, start_offsets)
+            if on_progress is not None and cp.batch_id is not None and cp.batch_id != last_batch:
+                last_batch = cp.batch_id
+                on_progress(spec.name, {"batchId": cp.batch_id, "numInputRows": 0, "remaining": left,
+                                        "committed": cp.offsets})
+            if left == 0:
+                return checkpoint_result(self.settings, spec, version, cp, self._clock() - started)
+            if timeout_s is not None and self._clock() - started >= timeout_s:
+                raise RunError(f"{version.name} did not catch up within {timeout_s:.0f} s: {left} to read "
+                               f"(SparkApplication {status.namespace}/{status.name} is {status.state or 'NEW'})")
+            self._sleep(self.poll_s)
+
+    # -- the gate ---------------------------------------------------------------------------------
+    def gate(self, asset: str, version: int, *, timeout_s: float = 1800.0) -> "GateReport":
+        """Run the gate as a batch SparkApplication (``kappa gate ASSET VERSION`` in the image),
+        wait until it ends, then return the report it recorded in the registry. A leftover gate
+        application of the version is deleted first (a gate is re-run by re-creating it). Raises
+        :class:`kappa.runners.local.RunError` when the job ended without recording a result."""
+        from kappa.delta.registry import Registry
+        from kappa.quality import recorded_gate
+        from kappa.runners.local import RunError
+        from kappa.spec import load_catalog
+
+        registry = Registry(self.settings)
+        spec = load_catalog(self.settings.assets_dir)[asset]
+        record = registry.version(asset, version)
+        before = len([e for e in record.events if e["event"] in ("gate_passed", "gate_failed")])
+        name = gate_application_name(asset, version)
+        self.apps.delete(name)
+        deadline = self._clock() + timeout_s
+        status = self._create_and_wait(asset, version, name,
+                                       lambda: build_gate_application(spec, record, self.cfg, self.settings),
+                                       self.start_timeout_s, streaming=False)
+        while status.outcome is not None and not status.outcome.terminal and self._clock() < deadline:
+            self._sleep(self.poll_s)
+            status = self._status(asset, version, name, self.apps.get(name), streaming=False)
+        record = registry.version(asset, version)
+        gated = [e for e in record.events if e["event"] in ("gate_passed", "gate_failed")]
+        if len(gated) <= before:
+            raise RunError(f"the gate of {record.name} (SparkApplication {status.namespace}/{name}) recorded no "
+                           f"result: state {status.state or 'missing'}: {status.error or 'no message from the operator'}")
+        return recorded_gate(record)
+
+
+def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version", cp, seconds: float) -> AssetRunResult:
+    """An :class:`AssetRunResult` read without Spark: rows and Delta version of the table through
+    delta-rs, records read from the checkpoint's committed offsets minus the version's start offsets,
+    quarantined and late rows of this version from the shared tables."""
+    from kappa.delta.registry import late_events_path, quarantine_path
+    from kappa.delta.tables import count_of, table_rows
+
+    rows, delta_version = table_rows(version.table_path)
+    start = (version.last("created") or {}).get("start_offsets") or {}
+    kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
+    read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
+    quarantined = late = 0
+    if spec.transform.kind == "parse":
+        quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version)
+        late = count_of(str(late_events_path(settings)), spec.name, version.version)
+    return AssetRunResult(
+        asset=spec.name, version=version.version, rows=rows, input_rows=read if spec.topics else 0,
+        quarantined=quarantined, late_events=late, dropped_by_watermark=0, seconds=round(seconds, 2),
+        batches=(cp.batch_id + 1) if cp.batch_id is not None else 0, delta_version=delta_version,
+        end_offsets=kafka,
+        input_rows_per_s=round(read / seconds, 1) if seconds > 0 and spec.topics else 0.0,
+    )

@@ -1,0 +1,329 @@
+"""The SQL endpoint: Spark's Thrift JDBC/ODBC server (HiveServer2 protocol) over promoted tables.
+
+``kappa serve`` starts one long-lived Spark driver that runs ``HiveThriftServer2`` (it ships in the
+pyspark package's jars) and keeps the catalog in step with the promotion registry:
+
+* every asset with a promoted version is a view named after the asset (its stable name),
+  ``SELECT * FROM delta.`<warehouse>/<asset>/v<N>```; ``quarantine`` and ``late_events`` too;
+* the dbt marts (Delta tables under ``<warehouse>/_dbt/``) are registered as tables when the
+  endpoint starts, so they survive a restart of it (while it runs, dbt itself creates them in its
+  catalog);
+* a background loop polls the registry's Delta version every :data:`POLL_S` seconds and, when it
+  moved, replaces the views; the registry version it has applied is written to the state file.
+  :meth:`kappa.delta.registry.Registry.promote` waits for that acknowledgement, so once a promotion
+  or rollback returns, the next query through the endpoint reads the new version.
+
+Any HiveServer2 client connects: ``beeline -u jdbc:hive2://127.0.0.1:10000/default``, PyHive,
+dbt-spark (``method: thrift``), JDBC/ODBC BI tools. Authentication is NONE (SASL PLAIN with any
+user name) and the server binds to 127.0.0.1: it is a local developer endpoint. State (pid file,
+state JSON, the server's log) lives in ``<KAPPA_HOME>/serve``.
+
+Sources: Spark docs, "Distributed SQL Engine" (Thrift JDBC/ODBC server, ``hive.server2.thrift.*``);
+Delta docs, "Table batch reads and writes" (``delta.`path``` identifiers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from kappa.config import Settings, join
+from kappa.errors import KappaError
+from kappa.delta.registry import Registry, late_events_path, quarantine_path
+
+DEFAULT_PORT = 10000  # HiveServer2's registered port
+DEFAULT_HOST = "127.0.0.1"
+#: Seconds between two looks at the registry's Delta version.
+POLL_S = 0.25
+
+
+class ServeError(KappaError, RuntimeError):
+    """The SQL endpoint cannot be started, stopped or reached; the message says why."""
+
+
+@dataclass
+class ServeStatus:
+    up: bool
+    host: str
+    port: int
+    jdbc_url: str
+    pid: int | None
+    state_dir: str
+    log_file: str
+    #: The registry's Delta version the endpoint's catalog reflects (None before the first sync).
+    registry_version: int | None = None
+    #: Stable name -> Delta path of every relation the endpoint serves.
+    tables: dict[str, str] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def jdbc_url(host: str, port: int) -> str:
+    return f"jdbc:hive2://{host}:{port}/default"
+
+
+def beeline_path() -> str:
+    """Hive's ``beeline`` shell as the pyspark package ships it (needs Java)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.origin is not None
+    return str(Path(spec.origin).parent / "bin" / "beeline")
+
+
+def marts_root(settings: Settings) -> Path | str:
+    """``<warehouse>/_dbt``: where dbt writes its marts (dbt-spark ``location_root``)."""
+    assert settings.warehouse is not None
+    return join(settings.warehouse, "_dbt")
+
+
+def _paths(settings: Settings) -> dict[str, Path]:
+    assert settings.home is not None
+    d = settings.home / "serve"
+    return {"dir": d, "pid": d / "serve.pid", "state": d / "state.json", "log": d / "serve.log"}
+
+
+def _read_state(settings: Settings) -> dict:
+    try:
+        return json.loads(_paths(settings)["state"].read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_state(settings: Settings, state: dict) -> None:
+    path = _paths(settings)["state"]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)  # atomic: a reader never sees half a file
+
+
+def running_pid(settings: Settings) -> int | None:
+    from kappa.kafka.broker import _pid_alive
+
+    pid_file = _paths(settings)["pid"]
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if _pid_alive(pid):
+        return pid
+    pid_file.unlink(missing_ok=True)
+    return None
+
+
+def status(settings: Settings) -> ServeStatus:
+    """Whether this state dir's endpoint runs and answers, where, and what it serves."""
+    state = _read_state(settings)
+    pid = running_pid(settings)
+    host, port = state.get("host", DEFAULT_HOST), int(state.get("port", DEFAULT_PORT))
+    paths = _paths(settings)
+    return ServeStatus(
+        up=pid is not None and bool(state.get("ready")) and state.get("pid") == pid,
+        host=host, port=port, jdbc_url=jdbc_url(host, port), pid=pid, state_dir=str(paths["dir"]),
+        log_file=str(paths["log"]), registry_version=state.get("registry_version"), tables=state.get("tables"),
+    )
+
+
+def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, timeout_s: float = 180.0) -> ServeStatus:
+    """Start the endpoint in the background and wait until it accepts connections with every
+    promoted table registered. Raises :class:`ServeError` if it already runs, the port is taken,
+    or it exits or is not ready within ``timeout_s`` seconds (with the tail of its log)."""
+    from kappa.kafka.broker import _log_tail, _terminate, port_in_use
+
+    paths = _paths(settings)
+    pid = running_pid(settings)
+    if pid is not None:
+        st = status(settings)
+        raise ServeError(f"kappa serve already runs (pid {pid}) at {st.jdbc_url}; `kappa serve stop` stops it")
+    if port_in_use(port, host):
+        raise ServeError(f"port {port} is already in use on {host}; choose another with `kappa serve --port P`")
+    paths["dir"].mkdir(parents=True, exist_ok=True)
+    paths["state"].unlink(missing_ok=True)
+    env = {**os.environ, "KAPPA_PROJECT_DIR": str(settings.project_dir), "KAPPA_HOME": str(settings.home),
+           "KAPPA_WAREHOUSE": str(settings.warehouse), "KAPPA_CHECKPOINTS": str(settings.checkpoints),
+           "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_JARS_DIR": str(settings.jars_dir),
+           "KAPPA_SPARK_DRIVER_MEMORY": settings.spark_driver_memory}
+    with open(paths["log"], "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kappa.serve", "--host", host, "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,  # Ctrl-C in the calling shell must not stop the endpoint
+        )
+    paths["pid"].write_text(str(proc.pid))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            paths["pid"].unlink(missing_ok=True)
+            raise ServeError(f"kappa serve exited with code {proc.returncode} while starting; last lines of "
+                             f"{paths['log']}:\n{_log_tail(paths['log'])}")
+        st = status(settings)
+        if st.up:
+            return st
+        time.sleep(0.3)
+    _terminate(proc.pid, grace_s=10)
+    paths["pid"].unlink(missing_ok=True)
+    raise ServeError(f"kappa serve was not ready within {timeout_s:.0f} s; last lines of {paths['log']}:\n"
+                     f"{_log_tail(paths['log'])}")
+
+
+def stop(settings: Settings, grace_s: float = 30.0) -> int:
+    """Stop the endpoint (SIGTERM, SIGKILL after ``grace_s`` s); returns its pid. Raises
+    :class:`ServeError` when it is not running."""
+    from kappa.kafka.broker import _terminate
+
+    pid = running_pid(settings)
+    if pid is None:
+        raise ServeError(f"kappa serve is not running (state dir {_paths(settings)['dir']})")
+    _terminate(pid, grace_s)
+    _paths(settings)["pid"].unlink(missing_ok=True)
+    _paths(settings)["state"].unlink(missing_ok=True)
+    return pid
+
+
+def await_in_step(settings: Settings, timeout_s: float = 30.0) -> bool:
+    """Wait until a running endpoint has applied the registry as it is now (called after every
+    promotion commit); returns False at once when no endpoint runs. Raises :class:`ServeError` if
+    it runs but has not caught up within ``timeout_s`` seconds."""
+    if running_pid(settings) is None or not _read_state(settings).get("ready"):
+        return False
+    target = registry_version(settings)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        applied = _read_state(settings).get("registry_version")
+        if applied is not None and target is not None and applied >= target:
+            return True
+        if running_pid(settings) is None:
+            return False
+        time.sleep(0.05)
+    raise ServeError(f"kappa serve has not applied registry version {target} within {timeout_s:.0f} s; "
+                     f"see {_paths(settings)['log']}")
+
+
+def registry_version(settings: Settings) -> int | None:
+    """The registry table's current Delta version, or None when it does not exist yet."""
+    from deltalake import DeltaTable
+
+    uri = Registry(settings).uri
+    return DeltaTable(uri).version() if DeltaTable.is_deltatable(uri) else None
+
+
+# --- the server process --------------------------------------------------------------------------
+def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
+    """(views, tables): stable name -> Delta path of every promoted asset plus ``quarantine`` and
+    ``late_events`` (views), and every dbt mart under :func:`marts_root` (tables)."""
+    views = {asset: v.table_path for asset, v in Registry(settings).promoted_all().items()}
+    for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
+        if (Path(path) / "_delta_log").is_dir():
+            views[name] = str(path)
+    tables = {}
+    root = Path(marts_root(settings))
+    if root.is_dir():
+        tables = {p.name: str(p) for p in sorted(root.iterdir()) if (p / "_delta_log").is_dir()}
+    return views, tables
+
+
+def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
+    """Kappa's Spark configuration plus the Thrift server's. Delta's jars also go on the driver's
+    class path: the Thrift server's handler threads resolve the session catalog
+    (``DeltaCatalog``) through the application class loader, which ``spark.jars`` does not reach."""
+    from kappa.jvm import spark_jars
+    from kappa.streaming.session import spark_conf
+
+    conf = spark_conf(settings)
+    conf.update({
+        "spark.app.name": "kappa-serve",
+        "spark.driver.extraClassPath": ":".join(str(j) for j in spark_jars(settings)),
+        "spark.hadoop.hive.server2.thrift.bind.host": host,
+        "spark.hadoop.hive.server2.thrift.port": str(port),
+        "spark.hadoop.hive.server2.transport.mode": "binary",
+        "spark.hadoop.hive.server2.authentication": "NONE",
+        # The Thrift server's execution metastore (Hive's scratch state) stays under KAPPA_HOME.
+        "spark.hadoop.hive.exec.scratchdir": str(_paths(settings)["dir"] / "scratch"),
+        "spark.hadoop.hive.exec.local.scratchdir": str(_paths(settings)["dir"] / "scratch-local"),
+        "spark.sql.hive.thriftServer.async": "true",
+    })
+    return conf
+
+
+def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool = False) -> dict[str, str]:
+    """Make the catalog's views equal the promoted tables; with ``marts`` (at start-up only, so
+    it never races a running ``dbt build`` creating the same table) also register the dbt marts.
+    Returns name -> path served. ``CREATE OR REPLACE VIEW`` swaps a view in one catalog call, so a
+    query sees the old version or the new one, never no table."""
+    views, tables = served_relations(settings)
+    for name, path in views.items():
+        if applied.get(name) != path:
+            spark.sql(f"CREATE OR REPLACE VIEW default.`{name}` AS SELECT * FROM delta.`{path}`")
+    for name in set(applied) - set(views) - set(tables):
+        spark.sql(f"DROP VIEW IF EXISTS default.`{name}`")
+    if marts:
+        existing = {r.tableName for r in spark.sql("SHOW TABLES IN default").collect() if not r.isTemporary}
+        for name, path in tables.items():
+            if name not in existing and name not in views:
+                spark.sql(f"CREATE TABLE IF NOT EXISTS default.`{name}` USING delta LOCATION '{path}'")
+    return {**tables, **views}
+
+
+def serve_forever(settings: Settings, host: str, port: int) -> None:
+    """The endpoint's process: a Spark driver running HiveThriftServer2 until SIGTERM."""
+    from pyspark.sql import SparkSession
+
+    from kappa.jvm import java_executable
+
+    java_executable()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    for key, value in server_conf(settings, host, port).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+
+    version = registry_version(settings)
+    applied = sync_catalog(spark, settings, {}, marts=True)
+    jvm = spark.sparkContext._jvm
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
+        spark._jsparkSession.sqlContext())
+    state = {"pid": os.getpid(), "host": host, "port": port, "ready": True, "registry_version": version,
+             "tables": applied}
+    _write_state(settings, state)
+    print(f"kappa serve: {jdbc_url(host, port)} serving {', '.join(sorted(applied)) or 'nothing yet'}", flush=True)
+    try:
+        while not stopping:
+            time.sleep(POLL_S)
+            current = registry_version(settings)
+            if current != state["registry_version"]:
+                applied = sync_catalog(spark, settings, applied)
+                state.update(registry_version=current, tables=applied)
+                _write_state(settings, state)
+                print(f"kappa serve: registry v{current}: {json.dumps(applied)}", flush=True)
+    finally:
+        server.stop()
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from kappa.config import load_settings
+
+    parser = argparse.ArgumentParser(prog="python -m kappa.serve")
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    args = parser.parse_args(argv)
+    serve_forever(load_settings(), args.host, args.port)
+
+
+if __name__ == "__main__":
+    main()

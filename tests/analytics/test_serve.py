@@ -1,0 +1,81 @@
+"""`kappa serve` (the Spark Thrift Server) and `kappa.tables` over promoted tables, on real parts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from .conftest import hive_count, kappa
+
+pytestmark = pytest.mark.integration
+
+
+def test_serve_status_gives_host_port_and_jdbc_url(served):
+    settings, port = served
+    status = json.loads(kappa(settings, "serve", "status", "--format", "json").stdout)
+    assert status["up"] and status["host"] == "127.0.0.1" and status["port"] == port
+    assert status["jdbc_url"] == f"jdbc:hive2://127.0.0.1:{port}/default"
+    assert {"flights", "weather", "departures_hourly", "quarantine"} <= set(status["tables"])
+
+
+def test_a_second_serve_on_the_same_state_is_refused_clearly(served):
+    settings, port = served
+    again = kappa(settings, "serve", "--port", str(port))
+    assert again.returncode == 1 and "already runs" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_query_through_serve_returns_the_promoted_count_and_follows_a_rollback(served):
+    """A promotion and a rollback are visible to the very next query, without a restart."""
+    from kappa.delta.registry import Registry
+
+    from ..integration.helpers import table
+
+    settings, port = served
+    registry = Registry(settings)
+    v1 = registry.promoted("flights")
+    rows_v1 = len(table(settings, "flights", v1.version))
+    assert hive_count(port, "flights") == rows_v1
+
+    # v2: the same table with its first 100 rows only (a real Delta table, registered and promoted)
+    from deltalake import DeltaTable, write_deltalake
+
+    v2 = registry.create_version("flights", v1.fingerprint, v1.upstream, reason="test")
+    write_deltalake(v2.table_path, DeltaTable(v1.table_path).to_pyarrow_table().slice(0, 100))
+    registry.record("flights", v2.version, "gate_passed", checks=[])
+    promoted = kappa(settings, "promote", "flights", str(v2.version))
+    assert promoted.returncode == 0, promoted.stderr
+    assert hive_count(port, "flights") == 100
+
+    rolled = kappa(settings, "rollback", "flights")
+    assert rolled.returncode == 0, rolled.stderr
+    assert hive_count(port, "flights") == rows_v1
+
+
+def test_tables_open_reads_the_promoted_version_without_spark(served, tmp_path):
+    """`kappa.tables.open` in a process that never imports pyspark, read with DuckDB."""
+    import subprocess
+
+    settings, _ = served
+    code = f"""
+import sys, duckdb, kappa.tables
+from kappa.config import load_settings
+s = load_settings(home={str(settings.home)!r}, assets_dir={str(settings.assets_dir)!r})
+flights = kappa.tables.open("flights", s)
+dataset = flights.to_pyarrow_dataset()
+with duckdb.connect() as con:
+    n = con.sql("SELECT count(*) FROM dataset").fetchall()[0][0]
+print(n, kappa.tables.path("flights", s), "pyspark" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.split()
+    from kappa.delta.registry import Registry
+
+    from ..integration.helpers import table
+
+    promoted = Registry(settings).promoted("flights")
+    assert int(out[0]) == len(table(settings, "flights", promoted.version))
+    assert out[1] == promoted.table_path
+    assert out[2] == "False"

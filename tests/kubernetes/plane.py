@@ -1,0 +1,73 @@
+"""Helpers of the tests against the local control plane (fixtures: conftest.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "helm"))
+
+from helmtools import CHART, helm  # noqa: E402
+
+from kappa import cluster  # noqa: E402
+
+TOOLS = ROOT / "build" / "tools"
+__all__ = ["CHART", "ROOT", "TOOLS", "helm", "helm_on", "kappa_namespace", "kubectl_run", "wait_for",
+           "ensure_cluster_tools"]
+
+
+def ensure_cluster_tools() -> None:
+    """Build the control plane's binaries and the CRDs through make (stamps keep it quick)."""
+    needed = [TOOLS / "bin" / n for n in (*cluster.PROCESSES, "kubectl", "helm")]
+    if all(p.exists() for p in needed) and list(TOOLS.glob("strimzi-*/crds/*.yaml")):
+        return
+    proc = subprocess.run(["make", "-s", "cluster-tools"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"`make cluster-tools` failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+
+
+def kubectl_run(plane: cluster.ClusterStatus, *args: str, stdin: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess:
+    """`kubectl` (the pinned build) against the plane."""
+    proc = subprocess.run([str(TOOLS / "bin" / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
+                          input=stdin, capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+def helm_on(plane: cluster.ClusterStatus, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`helm` (the pinned build) against the plane."""
+    return helm(*args, f"--kubeconfig={plane.kubeconfig}", check=check)
+
+
+def kappa_namespace(plane: cluster.ClusterStatus, name: str, *values: str) -> str:
+    """Create namespace ``name`` from the kappa chart's own Namespace template (Pod Security
+    ``restricted`` labels), as tools/deploy.sh does, plus the drivers' service account that the
+    spark-operator chart creates there in a real deployment."""
+    args = ["template", "kappa", str(CHART), "-n", name, "--show-only", "templates/000-Namespace.yaml"]
+    for v in values:
+        args += ["-f", v]
+    args += ["--set", "namespace.create=true"]  # a scenario may leave the namespace to deploy.sh
+    kubectl_run(plane, "apply", "--server-side", "-f", "-", stdin=helm(*args).stdout)
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "kappa-spark", "namespace": name}}
+    kubectl_run(plane, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(sa))
+    return name
+
+
+def wait_for(what: str, check, timeout_s: float = 60.0, every_s: float = 0.25):
+    """Poll ``check()`` until it returns something truthy (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")

@@ -1,0 +1,51 @@
+"""The gate's quarantine_rate and late_rows read what a version did from its checkpoint and its
+registry events, whatever ran it; with nothing to measure they say "not evaluated", never passed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kappa.config import load_settings
+from kappa.delta.registry import Registry
+from kappa.quality import late_rows, quarantine_rate, records_read_by
+from kappa.spec import load_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _commit_batch(checkpoint: str, batch: int, offsets_line: str) -> None:
+    root = Path(checkpoint)
+    (root / "offsets").mkdir(parents=True, exist_ok=True)
+    (root / "commits").mkdir(parents=True, exist_ok=True)
+    (root / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{offsets_line}\n')
+    (root / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+def test_records_read_come_from_the_checkpoint_minus_the_recorded_log_start(tmp_path):
+    settings = load_settings(project_dir=REPO, home=tmp_path)
+    reg = Registry(settings)
+    v = reg.create_version("flights", "f", {}, start_offsets={"flights": {"0": 10, "1": 0}})
+    assert records_read_by(v) == 0
+    _commit_batch(v.checkpoint_path, 0, '{"flights":{"0":50,"1":30}}')
+    _commit_batch(v.checkpoint_path, 1, '{"flights":{"0":110,"1":90}}')
+    Path(v.checkpoint_path, "offsets", "2").write_text('v1\n{}\n{"flights":{"0":999,"1":999}}\n')  # planned only
+    assert records_read_by(v) == (110 - 10) + 90
+
+
+def test_nothing_read_or_reported_is_not_evaluated_and_not_passed(tmp_path):
+    settings = load_settings(project_dir=REPO, home=tmp_path)
+    spec = load_catalog(settings.assets_dir)["flights"]
+    v = Registry(settings).create_version("flights", "f", {})
+    q = quarantine_rate(None, settings, spec, v)
+    assert (q.evaluated, q.passed) == (False, False) and "NOT EVALUATED" in q.describe()
+    late = late_rows(v)
+    assert (late.evaluated, late.passed) == (False, False)
+
+
+def test_late_rows_counts_continuous_runs_too(tmp_path):
+    settings = load_settings(project_dir=REPO, home=tmp_path)
+    reg = Registry(settings)
+    reg.create_version("departures_hourly", "f", {})
+    reg.record("departures_hourly", 1, "stopped", mode="continuous", dropped_by_watermark=3)
+    late = late_rows(reg.version("departures_hourly", 1))
+    assert (late.evaluated, late.passed, late.observed) == (True, False, 3)

@@ -1,0 +1,74 @@
+# The local Kubernetes control plane for tests: real kube-apiserver (on kine/SQLite), kube-controller-
+# manager, kube-scheduler, kwok nodes and the real Spark operator controller, no containers. Included
+# by the Makefile after tools/k8s.mk (uses its GO, GO_ENV, K8S_TOOLS). Built once into build/tools/bin
+# behind stamp files that name the version; versions: tools/versions.env and helm/upstream.env.
+#
+#   make cluster-tools   build the binaries (cold: ~15 min on 2 busy cores; then seconds)
+#   make cluster-up      kappa cluster start  (state under .kappa/cluster, kubeconfig .kappa/cluster/kubeconfig)
+#   make cluster-down    kappa cluster stop
+
+CLUSTER_GO_ENV := GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+
+.PHONY: cluster-tools cluster-up cluster-down cluster-status
+
+# The version the binaries report (/version, `kubectl version`), set as Kubernetes' own build does
+# (hack/lib/version.sh): without it they say v0.0.0-master and Helm refuses the kappa chart's
+# kubeVersion (>=1.33.0-0).
+K8S_MINOR := $(word 2,$(subst ., ,$(KUBERNETES_VERSION)))
+K8S_VERSION_LDFLAGS := $(foreach pkg,k8s.io/component-base/version k8s.io/client-go/pkg/version,\
+	-X $(pkg).gitVersion=$(KUBERNETES_VERSION) -X $(pkg).gitMajor=1 -X $(pkg).gitMinor=$(K8S_MINOR) \
+	-X $(pkg).gitTreeState=clean)
+
+# k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the staging modules with local
+# paths): tools/go/kubernetes is a wrapper module that pins them to the published v0.x releases.
+$(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION): tools/go/kubernetes/go.mod tools/go/kubernetes/go.sum
+	@command -v $(GO) >/dev/null || { echo "Go is required to build kube-apiserver (go not found)"; exit 1; }
+	@grep -q 'k8s.io/kubernetes $(KUBERNETES_VERSION)$$' tools/go/kubernetes/go.mod || \
+		{ echo "tools/go/kubernetes/go.mod does not require k8s.io/kubernetes $(KUBERNETES_VERSION) (tools/versions.env)"; exit 1; }
+	mkdir -p $(K8S_TOOLBIN)
+	cd tools/go/kubernetes && $(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install -ldflags '$(K8S_VERSION_LDFLAGS)' ./cmd/...
+	touch $@
+
+$(K8S_TOOLS)/.kine-$(KINE_VERSION):
+	mkdir -p $(K8S_TOOLBIN)
+	$(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install github.com/k3s-io/kine@$(KINE_VERSION)
+	touch $@
+
+# kwok does nothing without Stages: its module's "fast" node and pod stages and the node heartbeat
+# (a Lease, so the node lifecycle controller keeps the node Ready) are copied next to it.
+KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+	pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
+$(K8S_TOOLS)/.kwok-$(KWOK_VERSION):
+	mkdir -p $(K8S_TOOLBIN)
+	$(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	dir=$$($(CLUSTER_GO_ENV) $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) \
+		| python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
+	rm -rf $(K8S_TOOLS)/kwok-stages && mkdir -p $(K8S_TOOLS)/kwok-stages && \
+	for f in $(KWOK_STAGES); do cp $$dir/kustomize/stage/$$f $(K8S_TOOLS)/kwok-stages/; done && chmod u+w $(K8S_TOOLS)/kwok-stages/*
+	touch $@
+
+# The operator's `controller` command; its module's CRDs and chart are copied next to it (tools/deploy.sh
+# installs that chart when the chart repository cannot be reached).
+$(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION): tools/go/spark-operator/go.mod tools/go/spark-operator/go.sum
+	@grep -qE 'github.com/kubeflow/spark-operator/v2 v$(SPARK_OPERATOR_VERSION)( // indirect)?$$' tools/go/spark-operator/go.mod || \
+		{ echo "tools/go/spark-operator/go.mod does not require spark-operator v$(SPARK_OPERATOR_VERSION) (helm/upstream.env)"; exit 1; }
+	mkdir -p $(K8S_TOOLBIN)
+	cd tools/go/spark-operator && $(CLUSTER_GO_ENV) $(GO) build -o $(K8S_TOOLBIN)/spark-operator github.com/kubeflow/spark-operator/v2/cmd/operator
+	dir=$$(cd tools/go/spark-operator && $(CLUSTER_GO_ENV) $(GO) list -m -f '{{.Dir}}' github.com/kubeflow/spark-operator/v2) && \
+	rm -rf $(SPARK_OP_DIR)/crds $(SPARK_OP_DIR)/chart && mkdir -p $(SPARK_OP_DIR)/crds && \
+	cp $$dir/config/crd/bases/*.yaml $(SPARK_OP_DIR)/crds/ && \
+	cp -r $$dir/charts/spark-operator-chart $(SPARK_OP_DIR)/chart && chmod -R u+w $(SPARK_OP_DIR)/chart $(SPARK_OP_DIR)/crds
+	touch $@
+
+cluster-tools: $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION) $(K8S_TOOLS)/.kine-$(KINE_VERSION) \
+	$(K8S_TOOLS)/.kwok-$(KWOK_VERSION) $(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION) \
+	$(STRIMZI_DIR)/.crds $(K8S_TOOLS)/.helm-$(HELM_VERSION)
+
+cluster-up: cluster-tools | $(VENV)/.installed
+	$(BIN)/kappa cluster start
+
+cluster-down: | $(VENV)/.installed
+	$(BIN)/kappa cluster stop
+
+cluster-status: | $(VENV)/.installed
+	$(BIN)/kappa cluster status
