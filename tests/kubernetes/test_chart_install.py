@@ -42,6 +42,12 @@ def test_helm_install_of_every_scenario_is_accepted_by_the_api_server(plane, kub
         topics = yaml.safe_load(kubectl("get", "kafkatopics", "-n", ns, "-o", "yaml").stdout)["items"]
         expected = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(rendered) if d and d["kind"] == "KafkaTopic")
         assert sorted(t["metadata"]["name"] for t in topics) == expected and expected
+        # The SQL endpoint's pod was admitted by Pod Security "restricted" (a refused pod would
+        # leave the Deployment unavailable and `--wait` would have timed out) and runs on kwok.
+        pods = yaml.safe_load(kubectl("get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=sql-endpoint",
+                                      "-o", "yaml").stdout)["items"]
+        assert [p["status"]["phase"] for p in pods] == ["Running"]
+        assert pods[0]["spec"]["securityContext"]["runAsNonRoot"] is True
     finally:
         helm_on(plane, "uninstall", "kappa", "-n", ns, check=False)
 
