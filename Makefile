@@ -42,7 +42,7 @@ demo: install
 	$(BIN)/kappa demo
 
 test: install k8s-validate chromium cluster-tools
-	$(BIN)/pytest -m "not heavy"
+	$(BIN)/pytest -m "not heavy" --durations=30
 
 # The tests marked heavy (see README, Tests): long fault sweeps and tests not yet proven in CI.
 test-heavy: install cluster-tools

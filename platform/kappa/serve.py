@@ -31,12 +31,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kappa import processes
 from kappa.config import Settings, join
 from kappa.errors import KappaError
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
@@ -164,18 +164,8 @@ def _write_state(settings: Settings, state: dict) -> None:
 
 
 def running_pid(settings: Settings) -> int | None:
-    from kappa.kafka.broker import _pid_alive
-
-    pid_file = _paths(settings)["pid"]
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if _pid_alive(pid):
-        return pid
-    pid_file.unlink(missing_ok=True)
-    return None
-
+    """The endpoint's pid if its process is alive, else None (a stale pid file is removed)."""
+    return processes.running_pid(_paths(settings)["pid"])
 
 def status(settings: Settings) -> ServeStatus:
     """Whether this state dir's endpoint runs and answers, where, and what it serves."""
@@ -198,7 +188,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if it already
     runs, the port is taken, the password file or the authentication jar is missing or malformed,
     or it exits or is not ready within ``timeout_s`` seconds (with the tail of its log)."""
-    from kappa.kafka.broker import _log_tail, _terminate, port_in_use
+    from kappa.kafka.broker import port_in_use
 
     password_file = password_file or settings.serve_password_file
     if password_file is not None:
@@ -221,38 +211,21 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     env.pop("KAPPA_SERVE_PASSWORD_FILE", None)
     if password_file is not None:
         env["KAPPA_SERVE_PASSWORD_FILE"] = str(password_file)
-    with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kappa.serve", "--host", host, "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True,  # Ctrl-C in the calling shell must not stop the endpoint
-        )
-    paths["pid"].write_text(str(proc.pid))
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            paths["pid"].unlink(missing_ok=True)
-            raise ServeError(f"kappa serve exited with code {proc.returncode} while starting; last lines of "
-                             f"{paths['log']}:\n{_log_tail(paths['log'])}")
-        st = status(settings)
-        if st.up:
-            return st
-        time.sleep(0.3)
-    _terminate(proc.pid, grace_s=10)
-    paths["pid"].unlink(missing_ok=True)
-    raise ServeError(f"kappa serve was not ready within {timeout_s:.0f} s; last lines of {paths['log']}:\n"
-                     f"{_log_tail(paths['log'])}")
+    # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
+    proc = processes.spawn([sys.executable, "-m", "kappa.serve", "--host", host, "--port", str(port)],
+                           paths["log"], paths["pid"], env=env)
+    processes.wait_ready(proc, lambda: status(settings).up, what="kappa serve", log=paths["log"],
+                         timeout_s=timeout_s, error=ServeError, pid_file=paths["pid"], poll_s=0.3, grace_s=10)
+    return status(settings)
 
 
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
     """Stop the endpoint (SIGTERM, SIGKILL after ``grace_s`` s); returns its pid. Raises
     :class:`ServeError` when it is not running."""
-    from kappa.kafka.broker import _terminate
-
     pid = running_pid(settings)
     if pid is None:
         raise ServeError(f"kappa serve is not running (state dir {_paths(settings)['dir']})")
-    _terminate(pid, grace_s)
+    processes.terminate(pid, grace_s)
     _paths(settings)["pid"].unlink(missing_ok=True)
     _paths(settings)["state"].unlink(missing_ok=True)
     return pid
