@@ -36,7 +36,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
@@ -46,6 +45,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kappa import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
 
@@ -122,21 +122,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie still answers kill(0)
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _write_pki(pki: Path) -> None:
@@ -221,17 +206,10 @@ def _wait(what: str, check, timeout_s: float, procs: dict[str, subprocess.Popen]
         for name, p in procs.items():
             if p.poll() is not None:
                 raise ClusterError(f"{name} exited with status {p.returncode} while waiting for {what}; "
-                                   f"its log ({logs / (name + '.log')}):\n{_tail(logs / (name + '.log'))}")
+                                   f"its log ({logs / (name + '.log')}):\n{processes.log_tail(logs / (name + '.log'))}")
         if time.monotonic() > deadline:
             raise ClusterError(f"timed out after {timeout_s:.0f} s waiting for {what}; logs in {logs}")
         time.sleep(0.2)
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _load_state(d: Path) -> dict:
@@ -249,7 +227,7 @@ def status(settings: Settings) -> ClusterStatus:
     answers ``/readyz``."""
     d = state_dir(settings)
     state = _load_state(d)
-    pids = {name: (pid if _alive(pid) else None) for name, pid in (state.get("pids") or {}).items()}
+    pids = {name: (pid if processes.pid_alive(pid) else None) for name, pid in (state.get("pids") or {}).items()}
     server = state.get("server", "")
     up = bool(pids) and all(pids.get(n) for n in PROCESSES)
     if up:
@@ -431,22 +409,10 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
     stopped: dict[str, int] = {}
     for name in reversed(PROCESSES):
         pid = pids.get(name)
-        if not _alive(pid):
+        if not processes.pid_alive(pid):
             continue
-        try:
-            os.killpg(pid, signal.SIGTERM)  # its own session: the operator's spark-submit children too
-        except ProcessLookupError:
-            continue
-        deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
-            time.sleep(0.1)
-        if _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        _reap(pid)
+        # its own session: the operator's spark-submit children too
+        processes.terminate(pid, timeout_s, group=True)
         stopped[name] = pid
     if state:
         state["pids"] = {}
@@ -454,8 +420,3 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
     return stopped
 
 
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

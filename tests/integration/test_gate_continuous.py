@@ -23,8 +23,7 @@ from kappa.streaming.checkpoint import read_checkpoint
 from ..conftest import REPO
 from .helpers import renamed
 
-# heavy: not in `make test` until it has passed on an idle machine in the integrated state (README, Tests)
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+pytestmark = pytest.mark.integration
 
 KAPPA = str(Path(sys.executable).parent / "kappa")
 GOOD = 1_900

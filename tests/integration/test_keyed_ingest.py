@@ -79,12 +79,6 @@ def _stable_port(avoid: set[int] = frozenset()) -> int:
             return port
 
 
-@pytest.mark.heavy  # documents a known bug (xfail): it cannot fail, so CI does not spend a broker kill on it
-@pytest.mark.xfail(strict=False, reason=(
-    "open defect found by this test: after a SIGKILL of the single local broker during "
-    "`kappa ingest --limit 20000 --rate 2000`, the restarted log held 365 duplicate flights "
-    "event_ids (2026-11-22, loaded machine) although the producer is idempotent (acks=all); "
-    "not yet diagnosed (librdkafka epoch bump after UNKNOWN_PRODUCER_ID on an unclean restart?)"))
 def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
     """A private broker (the shared one must not die), killed with SIGKILL while `kappa ingest` is
     publishing, then restarted: the ingest finishes and the log holds each event_id once."""

@@ -14,9 +14,6 @@ State lives under ``<KAPPA_HOME>/connect``: ``worker.properties``, ``log4j2.prop
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +23,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kappa import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
 from kappa.jvm import jar_dir, java_executable
@@ -173,17 +171,8 @@ logger.reflections.level = ERROR
 
 
 def running_pid(settings: Settings) -> int | None:
-    from kappa.kafka.broker import _pid_alive
-
-    pid_file = _paths(settings)["pid"]
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if _pid_alive(pid):
-        return pid
-    pid_file.unlink(missing_ok=True)
-    return None
+    """The worker's pid if its process is alive, else None (a stale pid file is removed)."""
+    return processes.running_pid(_paths(settings)["pid"])
 
 
 def _request(settings: Settings, method: str, path: str, body: dict | None = None, timeout_s: float = 10.0):
@@ -209,13 +198,6 @@ def _reachable(settings: Settings) -> bool:
         return code == 200
     except OSError:
         return False
-
-
-def _log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no worker log)"
 
 
 def connector_status(settings: Settings, name: str) -> dict:
@@ -272,24 +254,11 @@ def start(settings: Settings, timeout_s: float = 120.0, register_connectors: boo
     paths["config"].write_text(_worker_properties(settings))
     paths["log4j"].write_text(_LOG4J.format(log=paths["log"]))
     jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms128m", "-Xmx768m", "-XX:+UseG1GC"]
-    with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(
-            [java, *jvm_opts, "-cp", classpath, "org.apache.kafka.connect.cli.ConnectDistributed", str(paths["config"])],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )
-    paths["pid"].write_text(str(proc.pid))
     deadline = time.monotonic() + timeout_s
-    while not _reachable(settings):
-        if proc.poll() is not None:
-            paths["pid"].unlink(missing_ok=True)
-            raise CdcError(f"the Connect worker exited with code {proc.returncode} while starting; last lines of "
-                           f"{paths['log']}:\n{_log_tail(paths['log'])}")
-        if time.monotonic() > deadline:
-            _terminate(proc.pid, 5)
-            paths["pid"].unlink(missing_ok=True)
-            raise CdcError(f"the Connect worker did not answer within {timeout_s:.0f} s; last lines of "
-                           f"{paths['log']}:\n{_log_tail(paths['log'])}")
-        time.sleep(0.5)
+    proc = processes.spawn([java, *jvm_opts, "-cp", classpath, "org.apache.kafka.connect.cli.ConnectDistributed",
+                            str(paths["config"])], paths["log"], paths["pid"])
+    processes.wait_ready(proc, lambda: _reachable(settings), what="the Connect worker", log=paths["log"],
+                         timeout_s=timeout_s, error=CdcError, pid_file=paths["pid"])
     if register_connectors:
         for name, spec in connectors.items():
             register(settings, name, spec)
@@ -341,45 +310,23 @@ def wait_running(settings: Settings, names: list[str], timeout_s: float = 60.0) 
             time.sleep(0.5)
 
 
-def _terminate(pid: int, grace_s: float) -> None:
-    from kappa.kafka.broker import _pid_alive
-
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid):
-            return
-        time.sleep(0.2)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
     """Stop the worker cleanly (SIGTERM: it commits its offsets and leaves the group; SIGKILL after
     ``grace_s`` seconds); returns its pid. Raises :class:`CdcError` when it is not running."""
     pid = running_pid(settings)
     if pid is None:
         raise CdcError(f"the Connect worker is not running (state dir {settings.connect_dir})")
-    _terminate(pid, grace_s)
+    processes.terminate(pid, grace_s)
     _paths(settings)["pid"].unlink(missing_ok=True)
     return pid
 
 
 def kill(settings: Settings) -> int:
     """SIGKILL the worker (fault injection). Raises :class:`CdcError` when it is not running."""
-    from kappa.kafka.broker import _pid_alive
-
     pid = running_pid(settings)
     if pid is None:
         raise CdcError("the Connect worker is not running")
-    os.kill(pid, signal.SIGKILL)
-    while _pid_alive(pid):
-        time.sleep(0.05)
+    processes.kill(pid)
     _paths(settings)["pid"].unlink(missing_ok=True)
     return pid
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kappa import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
 
@@ -161,13 +162,6 @@ def status(settings: Settings) -> PostgresStatus:
     )
 
 
-def _log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no server log)"
-
-
 def start(settings: Settings, timeout_s: float = 60.0) -> PostgresStatus:
     """Initialise the cluster on first use, start the server, and create the database.
 
@@ -213,12 +207,12 @@ def start(settings: Settings, timeout_s: float = 60.0) -> PostgresStatus:
                              "-w", "-t", str(int(timeout_s)), "start"], user, timeout_s=timeout_s + 10)
     if started.returncode != 0:
         raise CdcError(f"PostgreSQL did not start ({started.stdout.strip()} {started.stderr.strip()}); last lines of "
-                       f"{paths['log']}:\n{_log_tail(paths['log'])}")
+                       f"{paths['log']}:\n{processes.log_tail(paths['log'])}")
     deadline = time.monotonic() + timeout_s
     while not _reachable(settings):
         if time.monotonic() > deadline:
             raise CdcError(f"PostgreSQL does not answer at {settings.postgres_host}:{settings.postgres_port}; "
-                           f"last lines of {paths['log']}:\n{_log_tail(paths['log'])}")
+                           f"last lines of {paths['log']}:\n{processes.log_tail(paths['log'])}")
         time.sleep(0.2)
     _create_database(settings)
     return status(settings)

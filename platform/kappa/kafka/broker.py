@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -19,6 +17,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kappa import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
 from kappa.jvm import jar_dir, java_executable
@@ -54,36 +53,10 @@ def _paths(settings: Settings) -> dict[str, Path]:
     }
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) still answers kill(0); read its state.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def running_pid(settings: Settings) -> int | None:
     """The pid of this state dir's broker if its process is alive, else None (stale pid files are
     removed)."""
-    pid_file = _paths(settings)["pid"]
-    if not pid_file.exists():
-        return None
-    try:
-        pid = int(pid_file.read_text().strip())
-    except ValueError:
-        pid_file.unlink(missing_ok=True)
-        return None
-    if _pid_alive(pid):
-        return pid
-    pid_file.unlink(missing_ok=True)
-    return None
+    return processes.running_pid(_paths(settings)["pid"])
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
@@ -180,12 +153,6 @@ def _reachable(settings: Settings, timeout_s: float) -> bool:
         return False
 
 
-def _log_tail(path: Path, lines: int = 15) -> str:
-    if not path.exists():
-        return "(no broker log)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
 def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
     """Start the broker and wait until it answers a metadata request.
 
@@ -225,47 +192,12 @@ def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
         if fmt.returncode != 0:
             raise BrokerError(f"formatting the KRaft log dir failed:\n{fmt.stdout}{fmt.stderr}")
 
-    with open(paths["log"], "ab") as log:
-        proc = subprocess.Popen(
-            [java, *jvm_opts, "-cp", classpath, "kafka.Kafka", str(paths["config"])],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C in the calling shell must not kill the broker
-        )
-    paths["pid"].write_text(str(proc.pid))
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            paths["pid"].unlink(missing_ok=True)
-            raise BrokerError(
-                f"the broker exited with code {proc.returncode} while starting; last lines of "
-                f"{paths['log']}:\n{_log_tail(paths['log'])}"
-            )
-        if _reachable(settings, timeout_s=1.0):
-            return status(settings)
-        time.sleep(0.5)
-    _terminate(proc.pid, grace_s=5)
-    paths["pid"].unlink(missing_ok=True)
-    raise BrokerError(
-        f"the broker did not become ready within {timeout_s:.0f} s; last lines of {paths['log']}:\n"
-        f"{_log_tail(paths['log'])}"
-    )
-
-
-def _terminate(pid: int, grace_s: float) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid):
-            return
-        time.sleep(0.2)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    # start_new_session (in spawn): Ctrl-C in the calling shell must not kill the broker
+    proc = processes.spawn([java, *jvm_opts, "-cp", classpath, "kafka.Kafka", str(paths["config"])],
+                           paths["log"], paths["pid"])
+    processes.wait_ready(proc, lambda: _reachable(settings, timeout_s=1.0), what="the broker", log=paths["log"],
+                         timeout_s=timeout_s, error=BrokerError, pid_file=paths["pid"])
+    return status(settings)
 
 
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
@@ -274,7 +206,7 @@ def stop(settings: Settings, grace_s: float = 30.0) -> int:
     pid = running_pid(settings)
     if pid is None:
         raise BrokerError(f"the local broker is not running (state dir {settings.broker_dir})")
-    _terminate(pid, grace_s)
+    processes.terminate(pid, grace_s)
     _paths(settings)["pid"].unlink(missing_ok=True)
     return pid
 
@@ -285,9 +217,7 @@ def kill(settings: Settings) -> int:
     pid = running_pid(settings)
     if pid is None:
         raise BrokerError("the local broker is not running")
-    os.kill(pid, signal.SIGKILL)
-    while _pid_alive(pid):
-        time.sleep(0.05)
+    processes.kill(pid)
     _paths(settings)["pid"].unlink(missing_ok=True)
     return pid
 
