@@ -725,6 +725,9 @@ DEMO_SAMPLES: dict[str, tuple[str, str]] = {
     "plane_sessions": ("Longest aircraft sessions (session windows, gap 12 hours)", """
         SELECT tailnum, session_start, session_end, departures, total_dep_delay_min
         FROM plane_sessions ORDER BY departures DESC, tailnum, session_start LIMIT 5"""),
+    "origin_load": ("Flights with the most departures from their origin in the hour up to them (sliding window, 60 minutes)", """
+        SELECT event_id, origin, event_time, departures_last_60min
+        FROM origin_load ORDER BY departures_last_60min DESC, event_time, event_id LIMIT 5"""),
 }
 
 
