@@ -18,7 +18,8 @@ COPY jvm/ jvm/
 COPY tools/image/pom.xml tools/image/pom.xml
 RUN mvn -q -B -s jvm/settings.xml -f jvm/spark/pom.xml dependency:copy-dependencies \
  && mvn -q -B -s jvm/settings.xml -f tools/image/pom.xml dependency:copy-dependencies \
- && ls build/jars/spark
+ && mvn -q -B -s jvm/settings.xml -f jvm/serve-auth/pom.xml package \
+ && ls build/jars/spark build/jars/serve/kappa-serve-auth.jar
 
 FROM ${PYTHON_IMAGE} AS python
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -42,6 +43,7 @@ RUN apt-get update \
  && useradd --system --uid 185 --gid 185 --home-dir /opt/kappa --shell /usr/sbin/nologin spark
 COPY --from=python /opt/kappa/venv /opt/kappa/venv
 COPY --from=jars /src/build/jars/spark /opt/kappa/jars/spark
+COPY --from=jars /src/build/jars/serve /opt/kappa/jars/serve
 COPY --from=spark /opt/entrypoint.sh /opt/decom.sh /opt/
 COPY assets/ /opt/kappa/assets/
 # The SparkApplications' mainApplicationFile (must be a file): a streaming version runs

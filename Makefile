@@ -30,7 +30,13 @@ build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml jv
 	$(MVN) -f jvm/connect/pom.xml dependency:copy-dependencies
 	touch $@
 
-install: $(VENV)/.installed build/jars/.resolved
+# The SQL endpoint's password check (HiveServer2 CUSTOM authentication, `kappa serve --auth`).
+SERVE_AUTH_JAR := build/jars/serve/kappa-serve-auth.jar
+$(SERVE_AUTH_JAR): jvm/serve-auth/pom.xml $(shell find jvm/serve-auth/src -name '*.java') jvm/settings.xml
+	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
+	$(MVN) -f jvm/serve-auth/pom.xml package
+
+install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR)
 
 demo: install
 	$(BIN)/kappa demo

@@ -12,7 +12,8 @@
 #   tools/deploy.sh [-f my-kappa-values.yaml ...]      extra args go to the kappa chart
 #
 # Environment: NAMESPACE (default kappa), HELM and KUBECTL (default build/tools/bin/{helm,kubectl} if
-# built, else from PATH), DRY_RUN=1 prints the commands without running them.
+# built, else from PATH), DRY_RUN=1 prints the commands without running them, OFFLINE=1 never asks
+# a chart repository (as if none could be reached: the substitutions below).
 #
 # Offline (a chart repository cannot be reached, e.g. against `make cluster-up`'s local control plane):
 # Strimzi's operator chart is replaced by its CRDs (from Strimzi's generator, `make tools`), so Kafka
@@ -30,6 +31,7 @@ kubectl() { "$KUBECTL" "$@"; }
 # reachable CHART REPO VERSION: whether the chart can be fetched (always "yes" in a dry run).
 reachable() {
   [ "${DRY_RUN:-0}" = 1 ] && return 0
+  [ "${OFFLINE:-0}" = 1 ] && return 1
   timeout 30 "$HELM" show chart "$1" --repo "$2" --version "$3" >/dev/null 2>&1
 }
 

@@ -33,11 +33,15 @@ def dbt_executable() -> str:
     return str(Path(sys.executable).with_name("dbt"))
 
 
-def dbt_env(settings: Settings, host: str, port: int) -> dict[str, str]:
-    """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read."""
+def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, str] | None = None) -> dict[str, str]:
+    """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read. With ``credentials``
+    (user, password) dbt uses the profile's ``serve_auth`` target (HiveServer2 CUSTOM, SASL PLAIN)."""
     from kappa.serve import marts_root
 
+    auth = {"DBT_TARGET": "serve"} if credentials is None else {
+        "DBT_TARGET": "serve_auth", "KAPPA_SERVE_USER": credentials[0], "KAPPA_SERVE_PASSWORD": credentials[1]}
     return {
+        **auth,
         "KAPPA_SERVE_HOST": host,
         "KAPPA_SERVE_PORT": str(port),
         "KAPPA_DBT_LOCATION_ROOT": str(marts_root(settings)),
@@ -63,8 +67,10 @@ def ensure_endpoint(settings: Settings, port: int | None = None):
 def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:
     """Run ``dbt ARGS`` (e.g. ``["build"]``) against the endpoint (started if needed); returns the
     finished process (dbt's exit status: 0 ok, 1 a model or test failed, 2 an error)."""
+    from kappa.serve import client_credentials
+
     st = ensure_endpoint(settings, port)
-    env = {**os.environ, **dbt_env(settings, st.host, st.port)}
+    env = {**os.environ, **dbt_env(settings, st.host, st.port, client_credentials(settings, st))}
     return subprocess.run([dbt_executable(), *args], env=env, cwd=project_dir(settings), text=True,
                           capture_output=capture)
 

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from enum import Enum
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -421,6 +422,10 @@ def serve_start(
     port: int = typer.Option(10000, "--port", help="HiveServer2 port (binary transport)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     timeout: float = typer.Option(300.0, help="Seconds to wait for the endpoint to answer."),
+    auth: Optional[Path] = typer.Option(
+        None, "--auth", metavar="PASSWORD_FILE",
+        help="Only the users of this file log in (one `user:password` per line; HiveServer2 CUSTOM "
+             "authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password."),
 ) -> None:
     """Start the endpoint in the background: every promoted table under its stable name, kept in
     step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
@@ -430,10 +435,11 @@ def serve_start(
 
     with Guard():
         with console.status("starting the Spark Thrift Server…"):
-            st = serve.start(load_settings(), port=port, host=host, timeout_s=timeout)
+            st = serve.start(load_settings(), port=port, host=host, timeout_s=timeout, password_file=auth)
         console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "
                       f"{', '.join(sorted(st.tables or {})) or 'nothing promoted yet'}; log: {st.log_file}")
-        console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, no password)")
+        login = (f"user and password from {st.password_file}" if st.auth == "CUSTOM" else "no password")
+        console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})")
 
 
 @serve_app.command("status")
@@ -447,7 +453,7 @@ def serve_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format",
             print(st.to_json())
         else:
             state = "[green]up[/]" if st.up else "[red]down[/]"
-            console.print(f"kappa serve {state} at {st.jdbc_url} (pid {st.pid or '-'}); tables: "
+            console.print(f"kappa serve {state} at {st.jdbc_url} (pid {st.pid or '-'}, {st.auth} authentication); tables: "
                           f"{', '.join(sorted(st.tables or {})) or '-'}")
 
 
@@ -719,6 +725,9 @@ DEMO_SAMPLES: dict[str, tuple[str, str]] = {
     "plane_sessions": ("Longest aircraft sessions (session windows, gap 12 hours)", """
         SELECT tailnum, session_start, session_end, departures, total_dep_delay_min
         FROM plane_sessions ORDER BY departures DESC, tailnum, session_start LIMIT 5"""),
+    "origin_load": ("Flights with the most departures from their origin in the hour up to them (sliding window, 60 minutes)", """
+        SELECT event_id, origin, event_time, departures_last_60min
+        FROM origin_load ORDER BY departures_last_60min DESC, event_time, event_id LIMIT 5"""),
 }
 
 
@@ -812,7 +821,8 @@ def _demo_analysts(settings):
     built = run_dbt(settings, ["build"])
     if built.returncode != 0:
         fail(f"dbt build failed (exit {built.returncode}); its log: {settings.home}/dbt/logs/dbt.log")
-    console.print("[bold]Connect a BI tool[/] (HiveServer2 / Spark Thrift protocol, no password):")
+    login = f"a user and password of {endpoint.password_file}" if endpoint.auth == "CUSTOM" else "no password"
+    console.print(f"[bold]Connect a BI tool[/] (HiveServer2 / Spark Thrift protocol, {login}):")
     console.print(f"  JDBC URL  {endpoint.jdbc_url}   (Hive JDBC driver; ODBC: Spark/Hive driver, host "
                   f"{endpoint.host}, port {endpoint.port})")
     console.print(f"  tables    the promoted streams by stable name and the dbt marts "

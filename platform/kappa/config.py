@@ -24,6 +24,10 @@ variable                       meaning                                         d
 ``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
 ``KAPPA_POSTGRES_USER``        its user / password                              ``kappa`` / ``kappa``
 ``KAPPA_CONNECT_PORT``         the local Kafka Connect worker's REST port       ``58083``
+``KAPPA_SERVE_PASSWORD_FILE``  ``kappa serve`` checks logins against this file  none (no password)
+                               (``user:password`` lines, see :mod:`kappa.serve`)
+``KAPPA_SERVE_USER``           user / password ``kappa dbt`` logs in with       the file's first user
+``KAPPA_SERVE_PASSWORD``       when the endpoint checks passwords
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
 ``KAPPA_FAULT``                ``<asset>:<point>:<batch_id>``: exit there      none
@@ -179,6 +183,12 @@ class Settings(BaseSettings):
     postgres_user: str = "kappa"
     postgres_password: str = "kappa"
     connect_port: int = 58083
+
+    #: ``kappa serve``'s password file (HiveServer2 CUSTOM authentication); None = no password.
+    serve_password_file: Path | None = None
+    #: The login of Kappa's own endpoint clients (``kappa dbt``) when the endpoint checks passwords.
+    serve_user: str | None = None
+    serve_password: str | None = None
 
     #: S3-compatible endpoint of the object store (MinIO, Ceph…); None = AWS S3's own endpoint.
     s3_endpoint: str | None = None

@@ -14,9 +14,13 @@ pyspark package's jars) and keeps the catalog in step with the promotion registr
   or rollback returns, the next query through the endpoint reads the new version.
 
 Any HiveServer2 client connects: ``beeline -u jdbc:hive2://127.0.0.1:10000/default``, PyHive,
-dbt-spark (``method: thrift``), JDBC/ODBC BI tools. Authentication is NONE (SASL PLAIN with any
-user name) and the server binds to 127.0.0.1: it is a local developer endpoint. State (pid file,
-state JSON, the server's log) lives in ``<KAPPA_HOME>/serve``.
+dbt-spark (``method: thrift``), JDBC/ODBC BI tools. By default authentication is NONE (SASL PLAIN,
+any user name and password) and the server binds to 127.0.0.1: a local developer endpoint. With a
+password file (``kappa serve --auth FILE`` or ``KAPPA_SERVE_PASSWORD_FILE``; one ``user:password``
+per line) it is HiveServer2's CUSTOM authentication with :data:`AUTH_CLASS` (``jvm/serve-auth``),
+which refuses any other user or password; the Kubernetes chart always runs it so, with the file
+mounted from a Secret. State (pid file, state JSON, the server's log) lives in
+``<KAPPA_HOME>/serve``.
 
 Sources: Spark docs, "Distributed SQL Engine" (Thrift JDBC/ODBC server, ``hive.server2.thrift.*``);
 Delta docs, "Table batch reads and writes" (``delta.`path``` identifiers).
@@ -41,6 +45,9 @@ DEFAULT_PORT = 10000  # HiveServer2's registered port
 DEFAULT_HOST = "127.0.0.1"
 #: Seconds between two looks at the registry's Delta version.
 POLL_S = 0.25
+#: HiveServer2 CUSTOM authentication provider checking ``user:password`` lines of the file named by
+#: ``KAPPA_SERVE_PASSWORD_FILE`` (jvm/serve-auth; the jar is build/jars/serve/kappa-serve-auth.jar).
+AUTH_CLASS = "dev.kappa.serve.PasswordFileAuthenticator"
 
 
 class ServeError(KappaError, RuntimeError):
@@ -60,6 +67,10 @@ class ServeStatus:
     registry_version: int | None = None
     #: Stable name -> Delta path of every relation the endpoint serves.
     tables: dict[str, str] | None = None
+    #: HiveServer2 authentication: ``NONE`` (any user) or ``CUSTOM`` (the password file).
+    auth: str = "NONE"
+    #: The password file the endpoint checks logins against (``CUSTOM`` only).
+    password_file: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -76,6 +87,54 @@ def beeline_path() -> str:
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None
     return str(Path(spec.origin).parent / "bin" / "beeline")
+
+
+def read_password_file(path: Path | str) -> dict[str, str]:
+    """User -> password from a password file: one ``user:password`` per line (the password is
+    everything after the first colon), blank lines and ``#`` comments ignored; the format
+    :data:`AUTH_CLASS` reads. Raises :class:`ServeError` naming the file (and line) when it is
+    missing, unreadable, malformed or holds no user."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise ServeError(f"{path}: cannot read the password file ({err.strerror or err})") from err
+    users: dict[str, str] = {}
+    for n, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user or not password:
+            raise ServeError(f"{path}: line {n} is not `user:password`")
+        users[user] = password
+    if not users:
+        raise ServeError(f"{path}: no `user:password` line")
+    return users
+
+
+def auth_jar(settings: Settings) -> Path:
+    """``build/jars/serve/kappa-serve-auth.jar`` (the :data:`AUTH_CLASS`). Raises
+    :class:`ServeError` when it has not been built."""
+    assert settings.jars_dir is not None
+    jar = settings.jars_dir / "serve" / "kappa-serve-auth.jar"
+    if not jar.is_file():
+        raise ServeError(f"{jar} is missing: build it with `make install` "
+                         f"(mvn -s jvm/settings.xml -f jvm/serve-auth/pom.xml package)")
+    return jar
+
+
+def client_credentials(settings: Settings, st: "ServeStatus") -> tuple[str, str] | None:
+    """(user, password) a Kappa client (``kappa dbt``) logs in with: ``KAPPA_SERVE_USER`` and
+    ``KAPPA_SERVE_PASSWORD`` when set, else the first user of the endpoint's password file; None
+    when the endpoint needs no password."""
+    if st.auth != "CUSTOM":
+        return None
+    if settings.serve_user and settings.serve_password:
+        return settings.serve_user, settings.serve_password
+    if st.password_file is None:
+        raise ServeError("kappa serve checks passwords but its password file is unknown: set "
+                         "KAPPA_SERVE_USER and KAPPA_SERVE_PASSWORD")
+    return next(iter(read_password_file(st.password_file).items()))
 
 
 def marts_root(settings: Settings) -> Path | str:
@@ -118,15 +177,24 @@ def status(settings: Settings) -> ServeStatus:
         up=pid is not None and bool(state.get("ready")) and state.get("pid") == pid,
         host=host, port=port, jdbc_url=jdbc_url(host, port), pid=pid, state_dir=str(paths["dir"]),
         log_file=str(paths["log"]), registry_version=state.get("registry_version"), tables=state.get("tables"),
+        auth=state.get("auth", "NONE"), password_file=state.get("password_file"),
     )
 
 
-def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, timeout_s: float = 180.0) -> ServeStatus:
+def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, timeout_s: float = 180.0,
+          password_file: Path | str | None = None) -> ServeStatus:
     """Start the endpoint in the background and wait until it accepts connections with every
-    promoted table registered. Raises :class:`ServeError` if it already runs, the port is taken,
+    promoted table registered. With ``password_file`` (default ``settings.serve_password_file``)
+    only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if it already
+    runs, the port is taken, the password file or the authentication jar is missing or malformed,
     or it exits or is not ready within ``timeout_s`` seconds (with the tail of its log)."""
     from kappa.kafka.broker import port_in_use
 
+    password_file = password_file or settings.serve_password_file
+    if password_file is not None:
+        password_file = Path(password_file).resolve()
+        read_password_file(password_file)
+        auth_jar(settings)
     paths = _paths(settings)
     pid = running_pid(settings)
     if pid is not None:
@@ -140,6 +208,9 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
            "KAPPA_WAREHOUSE": str(settings.warehouse), "KAPPA_CHECKPOINTS": str(settings.checkpoints),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_JARS_DIR": str(settings.jars_dir),
            "KAPPA_SPARK_DRIVER_MEMORY": settings.spark_driver_memory}
+    env.pop("KAPPA_SERVE_PASSWORD_FILE", None)
+    if password_file is not None:
+        env["KAPPA_SERVE_PASSWORD_FILE"] = str(password_file)
     # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
     proc = processes.spawn([sys.executable, "-m", "kappa.serve", "--host", host, "--port", str(port)],
                            paths["log"], paths["pid"], env=env)
@@ -205,18 +276,31 @@ def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]
 def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     """Kappa's Spark configuration plus the Thrift server's. Delta's jars also go on the driver's
     class path: the Thrift server's handler threads resolve the session catalog
-    (``DeltaCatalog``) through the application class loader, which ``spark.jars`` does not reach."""
+    (``DeltaCatalog``) through the application class loader, which ``spark.jars`` does not reach.
+
+    With ``settings.serve_password_file``: ``hive.server2.authentication=CUSTOM`` with
+    :data:`AUTH_CLASS` (its jar on the driver's class path). Hive instantiates the provider from a
+    fresh ``HiveConf``, which reads JVM system properties but not Spark's ``spark.hadoop.*``, so the
+    class is also given as a ``-D`` option of the driver."""
     from kappa.jvm import spark_jars
     from kappa.streaming.session import spark_conf
 
     conf = spark_conf(settings)
+    class_path = [str(j) for j in spark_jars(settings)]
+    auth = "NONE"
+    if settings.serve_password_file is not None:
+        auth = "CUSTOM"
+        class_path.append(str(auth_jar(settings)))
+        conf["spark.hadoop.hive.server2.custom.authentication.class"] = AUTH_CLASS
+        conf["spark.driver.extraJavaOptions"] = (conf.get("spark.driver.extraJavaOptions", "")
+                                                 + f" -Dhive.server2.custom.authentication.class={AUTH_CLASS}").strip()
     conf.update({
         "spark.app.name": "kappa-serve",
-        "spark.driver.extraClassPath": ":".join(str(j) for j in spark_jars(settings)),
+        "spark.driver.extraClassPath": ":".join(class_path),
         "spark.hadoop.hive.server2.thrift.bind.host": host,
         "spark.hadoop.hive.server2.thrift.port": str(port),
         "spark.hadoop.hive.server2.transport.mode": "binary",
-        "spark.hadoop.hive.server2.authentication": "NONE",
+        "spark.hadoop.hive.server2.authentication": auth,
         # The Thrift server's execution metastore (Hive's scratch state) stays under KAPPA_HOME.
         "spark.hadoop.hive.exec.scratchdir": str(_paths(settings)["dir"] / "scratch"),
         "spark.hadoop.hive.exec.local.scratchdir": str(_paths(settings)["dir"] / "scratch-local"),
@@ -245,12 +329,17 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
 
 
 def serve_forever(settings: Settings, host: str, port: int) -> None:
-    """The endpoint's process: a Spark driver running HiveThriftServer2 until SIGTERM."""
+    """The endpoint's process, in the foreground (``python -m kappa.serve``; what the Kubernetes
+    Deployment runs): a Spark driver running HiveThriftServer2 until SIGTERM. Raises
+    :class:`ServeError` when the password file is malformed."""
     from pyspark.sql import SparkSession
 
     from kappa.jvm import java_executable
 
     java_executable()
+    if settings.serve_password_file is not None:
+        read_password_file(settings.serve_password_file)  # fail now, naming the file, not at the first login
+    _paths(settings)["dir"].mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
@@ -268,10 +357,13 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     jvm = spark.sparkContext._jvm
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
         spark._jsparkSession.sqlContext())
+    password_file = settings.serve_password_file
     state = {"pid": os.getpid(), "host": host, "port": port, "ready": True, "registry_version": version,
-             "tables": applied}
+             "tables": applied, "auth": "CUSTOM" if password_file else "NONE",
+             "password_file": str(password_file) if password_file else None}
     _write_state(settings, state)
-    print(f"kappa serve: {jdbc_url(host, port)} serving {', '.join(sorted(applied)) or 'nothing yet'}", flush=True)
+    print(f"kappa serve: {jdbc_url(host, port)} ({state['auth']} authentication) serving "
+          f"{', '.join(sorted(applied)) or 'nothing yet'}", flush=True)
     try:
         while not stopping:
             time.sleep(POLL_S)

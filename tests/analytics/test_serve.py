@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from .conftest import hive_count, kappa
+from .conftest import SERVE_PASSWORD, SERVE_USER, hive_count, kappa
 
 pytestmark = pytest.mark.integration
 
@@ -18,6 +18,29 @@ def test_serve_status_gives_host_port_and_jdbc_url(served):
     assert status["up"] and status["host"] == "127.0.0.1" and status["port"] == port
     assert status["jdbc_url"] == f"jdbc:hive2://127.0.0.1:{port}/default"
     assert {"flights", "weather", "departures_hourly", "quarantine"} <= set(status["tables"])
+    assert status["auth"] == "CUSTOM" and status["password_file"] == str(settings.home / "serve-passwords")
+
+
+def test_only_a_user_of_the_password_file_with_its_password_logs_in(served):
+    """HiveServer2 CUSTOM authentication with Kappa's password-file provider (jvm/serve-auth)."""
+    from pyhive import hive
+    from thrift.transport.TTransport import TTransportException
+
+    settings, port = served
+    for user, password in ((SERVE_USER, "wrong"), (SERVE_USER, SERVE_PASSWORD + "x"), ("mallory", SERVE_PASSWORD),
+                           (SERVE_USER, SERVE_PASSWORD.split(":")[0])):
+        with pytest.raises(TTransportException, match="(?i)authentication|sasl|error"):
+            hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM")
+    assert hive_count(port, "flights") > 0  # the right one: rows
+
+
+def test_serve_refuses_a_malformed_password_file_naming_file_and_line(served, tmp_path):
+    settings, port = served
+    bad = tmp_path / "passwords"
+    bad.write_text("analyst:ok\nno-colon-here\n")
+    refused = kappa(settings, "serve", "--port", str(port), "--auth", str(bad))
+    assert refused.returncode == 1 and f"{bad}: line 2 is not `user:password`" in refused.stderr.replace("\n", "")
+    assert "Traceback" not in refused.stderr
 
 
 def test_a_second_serve_on_the_same_state_is_refused_clearly(served):

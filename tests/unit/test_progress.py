@@ -27,3 +27,12 @@ def test_kafka_offsets_take_the_last_report_and_skip_other_sources():
     assert kafka_offsets(PROGRESS) == {"t": {"0": 110, "1": 210}}
     assert kafka_offsets(PROGRESS, "startOffset") == {"t": {"0": 100, "1": 200}}
     assert kafka_offsets([]) == {}
+
+
+def test_only_sparks_python_connect_back_timeout_restarts_a_query():
+    from kappa.runners.local import restartable
+
+    # the message a bounded run got from origin_load under load (Spark 4.1.3)
+    assert restartable("origin_load/v1 failed: Python worker failed to connect back.\n=== Streaming Query ===")
+    assert not restartable("[TASK_WRITE_FAILED] Task failed while writing rows ... Cannot convert Row into dict.")
+    assert not restartable("[STREAM_FAILED] Query [id = 1] terminated with exception: Connection refused")

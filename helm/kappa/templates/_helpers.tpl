@@ -52,6 +52,9 @@ strimzi.io/cluster: {{ .Values.kafka.name }}
 {{- if has "controller" .roles }}{{ $controllers = add1 $controllers }}{{ end -}}
 {{- if has "broker" .roles }}{{ $brokers = add1 $brokers }}{{ end -}}
 {{- end -}}
+{{- if and .Values.serve.enabled .Values.networkPolicy.enabled (empty .Values.networkPolicy.serveClientPodLabels) -}}
+{{- fail "networkPolicy.serveClientPodLabels must name at least one label: an empty selector would open the SQL endpoint to every pod of the namespace" -}}
+{{- end -}}
 {{- if or (eq $controllers 0) (eq $brokers 0) -}}
 {{- fail "kafka.nodePools: KRaft needs at least one pool with the controller role and one with the broker role" -}}
 {{- end -}}

@@ -21,6 +21,7 @@ import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
 
 from kappa.analytics import dbt_env, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
+from kappa.serve import client_credentials
 from kappa.config import Settings
 from kappa.dagster.resources import KappaResource
 
@@ -47,7 +48,8 @@ def build_dbt_definitions(settings: Settings) -> dg.Definitions:
         run_settings = kappa.settings()
         endpoint = ensure_endpoint(run_settings)
         # dbt reads its connection and mart location from the environment (dbt/profiles.yml).
-        os.environ.update(dbt_env(run_settings, endpoint.host, endpoint.port))
+        os.environ.update(dbt_env(run_settings, endpoint.host, endpoint.port,
+                                  client_credentials(run_settings, endpoint)))
         yield from dbt.cli(["build"], context=context).stream()
 
     dbt = DbtCliResource(project_dir=str(project_dir(settings)), profiles_dir=str(project_dir(settings)),

@@ -8,6 +8,7 @@ running with its processing-time trigger until ``stop`` is set (the CLI sets it 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Callable
@@ -17,6 +18,28 @@ from kappa.delta.registry import Registry, Version, late_events_path, quarantine
 from kappa.errors import KappaError
 from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus, catch_up, poll_until
 from kappa.spec import Catalog, SpecError, load_catalog
+
+
+_log = logging.getLogger(__name__)
+
+#: Spark's error when a Python process it started on the driver did not connect back in time. A
+#: ``transformWithState`` query in Python (the ``sliding`` and ``pattern`` kinds) starts one when
+#: its first micro-batch is planned (``StreamingPythonRunner``, through
+#: ``PythonWorkerFactory.createSimpleWorker``), which waits a fixed 10 s (``Selector.select(10000)``
+#: in Spark 4.1.3; no Spark setting changes it). The interpreter imports PySpark from
+#: ``pyspark.zip`` (no cached bytecode), ~2.5 s on this 2-core machine under load 19; under load 35+
+#: it missed the 10 s. The query fails before it writes anything, so restarting it from its
+#: checkpoint is safe (exactly what a restart after a crash does).
+PYTHON_CONNECT_BACK = "Python worker failed to connect back"
+#: How many times a bounded run restarts a query that failed with :data:`PYTHON_CONNECT_BACK`.
+CONNECT_BACK_RESTARTS = 2
+
+
+def restartable(error: str) -> bool:
+    """True when a failed query's error is Spark's Python connect-back timeout
+    (:data:`PYTHON_CONNECT_BACK`): the one failure :meth:`LocalRunner.wait_until_caught_up`
+    restarts. Any other failure is the asset's or the data's and is raised."""
+    return PYTHON_CONNECT_BACK in error
 
 
 class RunError(KappaError, RuntimeError):
@@ -219,14 +242,15 @@ class LocalRunner:
         started, or ``timeout_s`` passed."""
         from kappa.streaming.checkpoint import read_checkpoint, remaining
 
-        found = self._running.get((spec.name, version.version))
+        key = (spec.name, version.version)
+        found = self._running.get(key)
         if found is None:
             raise RunError(f"{version.name} was not started by this runner")
         running, bounded, started = found
-        q = running.query
         start_offsets = (version.last("created") or {}).get("start_offsets") or {}
 
         def done() -> bool:
+            q = running.query
             if on_progress is not None and q.lastProgress:
                 on_progress(spec.name, progress_as_dict(q.lastProgress))
             if not q.isActive:
@@ -234,8 +258,18 @@ class LocalRunner:
             return not bounded and remaining(read_checkpoint(version.checkpoint_path, self.settings),
                                              target, start_offsets) == 0
 
-        finished = poll_until(done, timeout_s=timeout_s, poll_s=self.poll_s)
-        exc = None if q.isActive else q.exception()
+        for attempt in range(CONNECT_BACK_RESTARTS + 1):
+            finished = poll_until(done, timeout_s=timeout_s, poll_s=self.poll_s)
+            q = running.query
+            exc = None if q.isActive else q.exception()
+            if exc is None or not restartable(str(exc)) or attempt == CONNECT_BACK_RESTARTS:
+                break
+            _log.warning("%s: %s (Spark waits 10 s for it); restarting the query from its checkpoint (%d/%d)",
+                         version.name, PYTHON_CONNECT_BACK, attempt + 1, CONNECT_BACK_RESTARTS)
+            self._running.pop(key, None)
+            self.start(spec, version, bounded=bounded)
+            running = self._running[key][0]
+            self._running[key] = (running, bounded, started)
         if exc is not None:
             raise RunError(f"{version.name} failed: {exc}")
         if not finished:

@@ -91,10 +91,13 @@ class SlidingProcessor(StatefulProcessor):
     timer at (latest time + size) clears the group's state.
 
     In rows: the group-by columns, ``event_id``, ``_t_ms`` (event time, epoch ms).
-    Out rows: the group-by columns, ``event_id``, ``_t_ms``, the count."""
+    Out rows: ``out_names`` = the group-by columns, ``event_id``, ``_t_ms``, the count (PySpark's
+    row-based ``transformWithState`` reads output rows by field name: a positional ``Row`` fails
+    with ``CANNOT_CONVERT_TYPE``)."""
 
-    def __init__(self, size_ms: int):
+    def __init__(self, size_ms: int, out_names: list[str]):
         self.size_ms = size_ms
+        self.out_names = list(out_names)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -130,7 +133,7 @@ class SlidingProcessor(StatefulProcessor):
         hist = np.array([r[0] for r in self.history.get()] if self.history.exists() else [], dtype=np.int64)
         emit, counts, hist = sliding_counts(pend_ms, hist, wm, self.size_ms)
         for i, c in zip(np.flatnonzero(emit), counts):
-            yield Row(*key, ids[i], int(pend_ms[i]), int(c))
+            yield Row(**dict(zip(self.out_names, (*key, ids[i], int(pend_ms[i]), int(c)))))
         left = np.flatnonzero(~emit)
         if len(left):
             self.pending.put([(ids[i], int(pend_ms[i])) for i in left])
@@ -174,7 +177,7 @@ def sliding_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
         + [T.StructField("event_id", T.StringType()), T.StructField("_t_ms", T.LongType()),
            T.StructField(sl.output, T.LongType())])
     result = inp.groupBy(*keys).transformWithState(
-        SlidingProcessor(size_ms), out_schema, outputMode="Append", timeMode="EventTime")
+        SlidingProcessor(size_ms, out_schema.fieldNames()), out_schema, outputMode="Append", timeMode="EventTime")
     cols = {"event_id": F.col("event_id"), sl.time_column: F.timestamp_millis("_t_ms").alias(sl.time_column),
             **{k: F.col(k) for k in keys}}
     return result.select(*[cols[c] for c in sl.out_columns[:-1]], F.col(sl.output))
