@@ -18,8 +18,9 @@ What a forget does to each kind of table (DDIA ch. 11, "Limitations of immutabil
 an immutable log means rewriting history, not hiding it):
 
 * every version of every ``raw`` table reading the topic (rows with that ``key``), of every
-  ``parse`` table reading it (rows whose event id the key's records carry), and the quarantine and
-  late-events tables (``topic``, ``key``): Delta ``DELETE``;
+  ``parse`` table reading it (rows whose event id the key's records carry), of every ``pattern``
+  table derived from them (matches whose ``event_ids`` hold one of those ids), and the quarantine
+  and late-events tables (``topic``, ``key``; a pattern's late rows by event id): Delta ``DELETE``;
 * the promoted version of every table derived from those (aggregates: windows, SQL, Python): a
   replay into a new version over the cleaned upstream, gated and promoted (the old versions keep
   aggregate values only, never the key's rows);
@@ -275,8 +276,23 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str])
             continue
         for path in _version_paths(settings, name):
             deleted[path] = _delete_where(spark, path, cond)
-    for path in (str(quarantine_path(settings)), str(late_events_path(settings))):
-        deleted[path] = _delete_where(spark, path, (F.col("topic") == req.topic) & (F.col("key") == key))
+    # A pattern's matches name the events they are made of (``event_ids``), and its late rows
+    # (which carry no Kafka coordinates) their event id: every version loses the matches and
+    # late rows holding one of the key's events.
+    ids = sorted({i for found in req.steps["located"]["event_ids"].values() for i in found})
+    patterns = [n for n in catalog.topological({d for n in direct for d in catalog.downstream(n)})
+                if catalog[n].transform.kind == "pattern"]
+    if ids:
+        for name in patterns:
+            for path in _version_paths(settings, name):
+                deleted[path] = _delete_where(spark, path, F.arrays_overlap(
+                    F.col("event_ids"), F.array(*[F.lit(i) for i in ids])))
+    late = (F.col("topic") == req.topic) & (F.col("key") == key)
+    if ids and patterns:
+        late = late | (F.col("asset").isin(patterns) & F.col("event_id").isin(ids))
+    deleted[str(quarantine_path(settings))] = _delete_where(
+        spark, str(quarantine_path(settings)), (F.col("topic") == req.topic) & (F.col("key") == key))
+    deleted[str(late_events_path(settings))] = _delete_where(spark, str(late_events_path(settings)), late)
     return {"tables": deleted, "rows": sum(deleted.values())}
 
 

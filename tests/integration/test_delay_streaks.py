@@ -16,7 +16,12 @@ one setup):
 3. **Late rows.** A departure behind the watermark of an aircraft already released past it cannot
    be matched in order: it lands in the late-events table and ``late_rows`` counts it. Three
    departures behind the watermark of an aircraft never seen before are no loss: they are matched
-   in order, as a replay would match them."""
+   in order, as a replay would match them.
+4. **Forget.** ``kappa forget`` of that first aircraft removes its match from every version and its
+   late row from the late-events table; the replay it promotes equals v2 without the aircraft.
+
+A second test kills ``kappa run`` (``KAPPA_FAULT``) right after the pattern committed the matches of
+a micro-batch, before Spark's commit log: the re-run batch is skipped by Delta, nothing twice."""
 
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import dataclasses
 import json
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,14 +37,17 @@ import pytest
 from deltalake import DeltaTable
 
 from kappa.delta.registry import Registry, late_events_path
+from kappa.forget import forget
+from kappa.harness.delta_log import duplicate_commits
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.promotion import promote, replay
 from kappa.quality import late_events_of, late_rows
 from kappa.runners.local import resolve_versions, run_until_caught_up
 from kappa.spec import load_catalog
-from kappa.streaming.query import start_query
+from kappa.streaming.query import committed_txn_version, start_query
 
-from .helpers import assert_streaks_equal, expected_delay_streaks, renamed, table
+from .helpers import assert_streaks_equal, expected_delay_streaks, ingest, renamed, table
+from .test_fault_points import _kappa_run
 
 pytestmark = pytest.mark.integration
 
@@ -71,11 +80,11 @@ def _split(events, cut_ms: int):
 
 def _edits(name: str, doc: dict) -> None:
     """A 1-second trigger (several micro-batches while data arrives), and a silver that keeps
-    events up to 2 days behind, so rows behind the pattern's 2-hour watermark reach it (with the
+    events up to 30 days behind, so rows behind the pattern's 2-hour watermark reach it (with the
     shipped YAML silver sets them aside first; the slice itself has none)."""
     doc["trigger"] = {"processing_time": "1 second"}
     if name == "flights":
-        doc["watermark"]["delay"] = "48 hours"
+        doc["watermark"]["delay"] = "30 days"
 
 
 def _departure(template: bytes, event_id: str, tailnum: str, at: pd.Timestamp) -> tuple[bytes, bytes, int]:
@@ -151,11 +160,12 @@ def test_delay_streaks_survive_a_stop_mid_stream_replay_into_v2_equal_and_name_l
     assert caught["state_rows"] == results["delay_streaks"].state_rows
     took["gates and replay"], t0 = time.monotonic() - t0, time.monotonic()
 
-    # 3. Rows behind v2's watermark: one of an aircraft released past it, three of a new one.
+    # 3. Rows behind v2's watermark: one of an aircraft released past it (N13975, which has a
+    # match too), three of a new one.
     wm = pd.Timestamp(caught["watermark"]).tz_convert("UTC")
     flights = table(settings, "flights")
     t = pd.to_datetime(flights.event_time, utc=True)
-    ref = flights[(t < wm - pd.Timedelta(minutes=30)) & flights.dep_time.notna() & flights.tailnum.notna()
+    ref = flights[(t < wm - pd.Timedelta(minutes=30)) & flights.dep_time.notna() & (flights.tailnum == "N13975")
                   ].sort_values("event_time").iloc[-1]  # its tailnum was released past it
     ref_time = pd.Timestamp(ref.event_time).tz_convert("UTC")
     (log,) = [e for e in events if e.topic.startswith("flights")]
@@ -182,9 +192,52 @@ def test_delay_streaks_survive_a_stop_mid_stream_replay_into_v2_equal_and_name_l
     check = late_rows(Registry(settings).version("delay_streaks", 2),
                       late_events_of(spark, settings, "delay_streaks", 2))
     assert (check.passed, check.observed, check.details["late_events"]) == (False, 1, 1)
-    took["late rows"] = time.monotonic() - t0
+    took["late rows"], t0 = time.monotonic() - t0, time.monotonic()
+
+    # 4. Forgetting N13975 (the flights topic's record key is the tailnum): its match leaves every
+    # version, its late row the late-events table, and the replay into v3 equals v2 without it.
+    ids = set(flights.event_id[flights.tailnum == "N13975"]) | {"late-1"}
+    assert "N13975" in set(after.tailnum)
+    forget(settings, f"flights_{suffix}", "N13975", "test: a data subject request", spark=spark)
+    reg = Registry(settings)
+    assert reg.promoted("delay_streaks").version == 3
+    for v in (1, 2, 3):
+        rows = table(settings, "delay_streaks", v)
+        assert "N13975" not in set(rows.tailnum), v
+        assert not ids & {i for e in rows.event_ids for i in e}, v
+    assert_streaks_equal(table(settings, "delay_streaks", 3), after[after.tailnum != "N13975"])
+    assert DeltaTable(str(late_events_path(settings))).to_pandas().empty
+    took["forget"] = time.monotonic() - t0
 
     print(f"\npart one: watermark {wm1}, {state_rows} state rows; stopped mid-stream at watermark "
           f"{stopped_at} with {partial} matches written; {len(v1)} after the restart "
           f"({caught['state_rows']} state rows, as the replay's); late-1 named at watermark {row.watermark}; "
           "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in took.items()))
+
+
+FAULT_SLICE = 3_000  # flights (to 2013-01-05): 2 matches written by the end
+
+
+def test_a_kill_after_the_pattern_committed_its_matches_writes_nothing_twice(make_env):
+    """``KAPPA_FAULT`` kills ``kappa run`` (SIGKILL of its process group) right after
+    ``delay_streaks`` committed micro-batch 1 (the first whose watermark releases events, so it
+    writes matches), before Spark wrote that batch's commit log. The next run re-runs batch 1 from
+    the checkpoint (over the same offsets, from the state of batch 0), Delta skips its append (same
+    ``txnAppId``/``txnVersion``), and the table ends exact with one commit per batch."""
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=FAULT_SLICE)
+    done, killed_s = _kappa_run(settings, "delay_streaks:after_table_commit:1", assets=tuple(ASSETS))
+    assert done.returncode in (137, -9), f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert "KAPPA_FAULT: delay_streaks batch 1 at after_table_commit" in done.stderr
+    v = Registry(settings).latest("delay_streaks")
+    assert committed_txn_version(v.table_path, v.txn_app_id) == 1
+    assert not (Path(v.checkpoint_path) / "commits" / "1").exists()
+    written = len(table(settings, "delay_streaks"))
+    assert written > 0  # batch 1 did write matches before the kill
+
+    done, restart_s = _kappa_run(settings, None, assets=tuple(ASSETS))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert duplicate_commits(v.table_path) == 0
+    expected, latest = expected_delay_streaks(FAULT_SLICE)
+    assert_streaks_equal(table(settings, "delay_streaks"), _emitted(expected, latest))
+    print(f"\nkilled after {written} matches committed ({killed_s:.0f} s); restart {restart_s:.0f} s")

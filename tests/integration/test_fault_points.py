@@ -95,7 +95,8 @@ def fault_env(tmp_path_factory, broker_settings):
     return settings, events, stream, [r[3] for r in held], bad
 
 
-def _kappa_run(settings, fault: str | None, timeout: float = 900) -> tuple[subprocess.CompletedProcess, float]:
+def _kappa_run(settings, fault: str | None, timeout: float = 900,
+               assets: tuple[str, ...] = ("flights", "departures_hourly")) -> tuple[subprocess.CompletedProcess, float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
     env.update({
         "KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(settings.home), "KAPPA_ASSETS_DIR": str(settings.assets_dir),
@@ -108,7 +109,7 @@ def _kappa_run(settings, fault: str | None, timeout: float = 900) -> tuple[subpr
         env["KAPPA_FAULT"] = fault
     started = time.monotonic()
     # A session of its own: the fault kills the run's whole process group (JVM included), never pytest.
-    done = subprocess.run([KAPPA, "run", "flights", "departures_hourly", "--until-caught-up"], env=env, cwd=REPO,
+    done = subprocess.run([KAPPA, "run", *assets, "--until-caught-up"], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, start_new_session=True)
     return done, time.monotonic() - started
 

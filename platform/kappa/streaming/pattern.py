@@ -194,22 +194,33 @@ def pattern_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
 
 
 class PatternWriter:
-    """foreachBatch body of a ``pattern`` asset: matches to the asset's table, late rows to the
-    late-events table; both appends idempotent per (writer id, batch id) (Delta docs, "Idempotent
-    table writes in foreachBatch")."""
+    """foreachBatch body of a ``pattern`` asset: late rows to the late-events table, then matches
+    to the asset's table; both appends idempotent per (writer id, batch id) (Delta docs,
+    "Idempotent table writes in foreachBatch"), so a batch re-run after a crash is skipped where it
+    already committed. A re-run batch recomputes the same rows: Spark re-runs it over the same
+    offsets from the state store version of the batch before (Structured Streaming guide, "Fault
+    Tolerance Semantics").
 
-    def __init__(self, spark: SparkSession, spec: AssetSpec, version, late_path: str):
-        self.spec, self.version, self.late_path = spec, version, late_path
+    ``fault`` (:class:`kappa.config.Fault`) stops the process at ``before_write``,
+    ``after_late_commit`` (a batch with late rows) and ``after_table_commit``, as the other
+    foreachBatch writers do."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version, late_path: str, fault=None):
+        self.spec, self.version, self.late_path, self.fault = spec, version, late_path, fault
+
+    def _at(self, point: str, batch_id: int) -> None:
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, point, batch_id)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from kappa.streaming.query import ParseWriter
 
         batch = batch.persist()
         try:
-            matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
-            ParseWriter._append(matches, self.version.table_path, self.version.txn_app_id, batch_id)
             late = batch.where(F.col("_late"))
-            if not late.isEmpty():
+            has_late = not late.isEmpty()
+            self._at("before_write", batch_id)
+            if has_late:
                 rows = late.select(
                     F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version"),
                     F.col("event_ids")[0].alias("event_id"), F.col("first_event_time").alias("event_time"),
@@ -219,5 +230,9 @@ class PatternWriter:
                     F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
                     F.current_timestamp().alias("arrived_at"))
                 ParseWriter._append(rows, self.late_path, f"{self.version.txn_app_id}-late", batch_id)
+                self._at("after_late_commit", batch_id)
+            matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
+            ParseWriter._append(matches, self.version.table_path, self.version.txn_app_id, batch_id)
+            self._at("after_table_commit", batch_id)
         finally:
             batch.unpersist()

@@ -22,6 +22,9 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
   carries the same transaction id (Delta's ``spark.databricks.delta.write.txnAppId``/``txnVersion``
   session settings for DML), so a re-run batch is skipped where it already committed.
 
+* ``pattern`` (gold, CEP): ``foreachBatch`` (:class:`kappa.streaming.pattern.PatternWriter`): late
+  rows to the late-events table, then the matches, each append with the version's transaction id.
+
 ``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
 of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
 * Session windows, stream–stream joins and sliding windows run in ``append`` mode into Delta's
@@ -361,7 +364,7 @@ def start_query(
 
         late = _ensure_table(spark, str(late_events_path(settings)), late_events_schema())
         writer = transformed(spark, source, spec).writeStream.outputMode("append").foreachBatch(
-            PatternWriter(spark, spec, version, late))
+            with_after_batch(PatternWriter(spark, spec, version, late, settings.fault), spec.name, settings.fault))
     else:
         out = transformed(spark, source, spec, version, settings)
         if spec.sink_mode == "merge":
