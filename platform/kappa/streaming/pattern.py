@@ -206,6 +206,10 @@ class PatternWriter:
 
         batch = batch.persist()
         try:
+            # Every partition is computed (and cached) before the appends, which Delta skips without
+            # reading the batch when a re-run finds them committed: the processor's state store
+            # must commit this batch either way (see kappa.streaming.query.run_for_state).
+            batch.count()
             matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
             ParseWriter._append(matches, self.version.table_path, self.version.txn_app_id, batch_id)
             late = batch.where(F.col("_late"))
