@@ -6,7 +6,8 @@
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
 * ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): rows Spark's watermark dropped
-  as too late while building this version must be none — a version that silently lost events is not promoted;
+  as too late while building this version, plus a pattern's rows in the late-events table, must be
+  none — a version that lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
 
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, quarantine_path
+from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
 from kappa.storage import exists, join, local_path
 
@@ -251,19 +252,30 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
     )
 
 
-def late_rows(version_obj) -> CheckResult:
-    """Rows dropped by the watermark over every recorded run of this version: the
-    ``dropped_by_watermark`` of its ``caught_up`` events (until-caught-up runs) and ``stopped``
-    events (continuous runs). Not evaluated when no run of it has reported (e.g. a Kubernetes run
-    still going)."""
+def late_rows(version_obj, named: int = 0) -> CheckResult:
+    """Rows behind the watermark while building this version, which must be none: a version that
+    silently lost events is not promoted. Counts the ``dropped_by_watermark`` of every recorded run
+    (``caught_up`` events of until-caught-up runs, ``stopped`` events of continuous runs) plus
+    ``named``: the version's rows in the late-events table (a ``pattern`` asset's processor sets
+    a late row aside there instead of Spark dropping it). Not evaluated when no run of it has
+    reported and nothing was set aside (e.g. a Kubernetes run still going)."""
     reports = [e["details"] for e in version_obj.events
                if e["event"] in ("caught_up", "stopped") and "dropped_by_watermark" in e["details"]]
-    if not reports:
+    if not reports and not named:
         return CheckResult(name=LATE_CHECK, passed=False, blocking=True, observed="not evaluated", expected="0",
                            evaluated=False, details={"why": "no run of this version has reported its metrics"})
     dropped = sum(int(d.get("dropped_by_watermark") or 0) for d in reports)
-    return CheckResult(name=LATE_CHECK, passed=dropped == 0, blocking=True, observed=dropped, expected="0",
-                       details={"dropped_by_watermark": dropped, "runs": len(reports)})
+    return CheckResult(name=LATE_CHECK, passed=dropped + named == 0, blocking=True, observed=dropped + named,
+                       expected="0", details={"dropped_by_watermark": dropped, "late_events": named,
+                                              "runs": len(reports)})
+
+
+def late_events_of(spark, settings: Settings, asset: str, version: int) -> int:
+    """Rows of ``asset`` ``version`` in the late-events table (0 when the table does not exist)."""
+    path = late_events_path(settings)
+    if not exists(join(path, "_delta_log"), settings):
+        return 0
+    return spark.read.format("delta").load(str(path)).where(f"asset = '{asset}' AND version = {version}").count()
 
 
 def diff_keys(spec: AssetSpec) -> list[str]:
@@ -334,7 +346,9 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     if spec.transform.kind == "parse":
         checks.append(quarantine_rate(spark, settings, spec, ver))
     if spec.transform.kind in LATE_KINDS:
-        checks.append(late_rows(ver))
+        # A pattern names its late rows in the late-events table; the other kinds' are dropped by Spark.
+        named = late_events_of(spark, settings, asset, version) if spec.transform.kind == "pattern" else 0
+        checks.append(late_rows(ver, named))
     promoted = registry.promoted(asset)
     promoted_df = None
     if promoted is not None and promoted.version != version:

@@ -1,26 +1,39 @@
 """delay_streaks: complex event processing (a pattern per tailnum) on real Kafka, Spark and Delta,
 checked against a plain-Python computation of the same rule (tests/integration/helpers.py).
 
-The bounded-slice test stops the queries mid-stream and restarts them from their checkpoints
-(pending events, partial matches and event-time timers included), then replays the pattern into
-v2 in one uninterrupted run: v1 must equal the independent computation and v2 row for row. The
-log arrives in two parts, cut at an event time chosen so that two streaks of the slice (N13975
-and N18557 on 2013-01-02) have their first two delayed departures behind the first part's final
-watermark and their third after the cut: when the first part has been processed, those two
-partial matches live only in the state store."""
+One bounded slice, three proofs in sequence (each phase builds on the one before, so they share
+one setup):
+
+1. **Stop mid-stream, restart from the checkpoint.** The log arrives in two parts, cut at an event
+   time chosen so that two streaks of the slice (N13975 and N18557 on 2013-01-02) have their
+   first two delayed departures behind the first part's final watermark and their third after
+   the cut: once the first part is processed, those partial matches live only in the state
+   store. The second part arrives while silver and the pattern run with a 1-second trigger; both
+   are stopped mid-stream and restarted from their checkpoints (pending events, partial matches,
+   event-time timers). v1 must equal the rule computed in plain Python.
+2. **Replay.** v1 passes its gate and is promoted; the replay into v2 (one uninterrupted run over
+   the same log) equals v1 row for row and ends with as many state rows.
+3. **Late rows.** A departure behind the watermark of an aircraft already released past it cannot
+   be matched in order: it lands in the late-events table and ``late_rows`` counts it. Three
+   departures behind the watermark of an aircraft never seen before are no loss: they are matched
+   in order, as a replay would match them."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
+from deltalake import DeltaTable
 
-from kappa.delta.registry import Registry
+from kappa.delta.registry import Registry, late_events_path
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.promotion import promote, replay
+from kappa.quality import late_events_of, late_rows
 from kappa.runners.local import resolve_versions, run_until_caught_up
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
@@ -42,10 +55,6 @@ def _emitted(expected: pd.DataFrame, latest: pd.Timestamp) -> pd.DataFrame:
     return expected[expected.last_event_time <= latest - pd.Timedelta(hours=2)]
 
 
-def _fast_trigger(name: str, doc: dict) -> None:
-    doc["trigger"] = {"processing_time": "1 second"}
-
-
 def _split(events, cut_ms: int):
     """The flights events before ``cut_ms`` (event time) and from it on, each in log order."""
     (flights,) = [e for e in events if e.topic.startswith("flights")]
@@ -60,16 +69,31 @@ def _split(events, cut_ms: int):
     return [take(before)], [take(~before)]
 
 
-def test_a_stop_mid_stream_and_restart_from_the_checkpoint_equals_the_truth_and_an_uninterrupted_replay(
-        make_env, spark):
-    settings, suffix = make_env(edit=_fast_trigger)
+def _edits(name: str, doc: dict) -> None:
+    """A 1-second trigger (several micro-batches while data arrives), and a silver that keeps
+    events up to 2 days behind, so rows behind the pattern's 2-hour watermark reach it (with the
+    shipped YAML silver sets them aside first; the slice itself has none)."""
+    doc["trigger"] = {"processing_time": "1 second"}
+    if name == "flights":
+        doc["watermark"]["delay"] = "48 hours"
+
+
+def _departure(template: bytes, event_id: str, tailnum: str, at: pd.Timestamp) -> tuple[bytes, bytes, int]:
+    """A departure 90 minutes late (key, JSON value, timestamp in ms) made from a real record."""
+    value = {**json.loads(template), "event_id": event_id, "tailnum": tailnum, "flight": 9999,
+             "dep_delay": 90.0, "event_time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    return tailnum.encode(), json.dumps(value).encode(), at.value // 10**6
+
+
+def test_delay_streaks_survive_a_stop_mid_stream_replay_into_v2_equal_and_name_late_rows(make_env, spark):
+    settings, suffix = make_env(edit=_edits)
     expected, latest = expected_delay_streaks(SLICE)
-    first, second = _split(renamed(load_events(limit=SLICE, disorder_minutes=5), suffix),
-                           int(CUT.value // 10**6))
+    events = renamed(load_events(limit=SLICE, disorder_minutes=5), suffix)
+    first, second = _split(events, int(CUT.value // 10**6))
     took = {}
     t0 = time.monotonic()
 
-    # Part one, processed to its end: the spanning streaks are half-matched in the state store.
+    # 1. Part one, processed to its end: the spanning streaks are half-matched in the state store.
     publish(settings, first)
     results = {r.asset: r for r in run_until_caught_up(settings, ASSETS, spark=spark)}
     wm1 = pd.Timestamp(results["delay_streaks"].watermark).tz_convert("UTC")
@@ -113,8 +137,8 @@ def test_a_stop_mid_stream_and_restart_from_the_checkpoint_equals_the_truth_and_
     assert results["delay_streaks"].dropped_by_watermark == 0 and results["delay_streaks"].late_events == 0
     took["restart"], t0 = time.monotonic() - t0, time.monotonic()
 
-    # An uninterrupted run of the pattern over the same log: the replay into v2, gated, equals v1
-    # row for row, and ends with as many state rows (the same pending events and partial matches).
+    # 2. An uninterrupted run of the pattern over the same log: the replay into v2, gated, equals
+    # v1 row for row, and ends with as many state rows (the same pending events and partial matches).
     for asset in ASSETS:
         promote(settings, asset, 1, spark=spark)  # runs the gate: GX suite, late_rows, shadow_diff
     report = replay(settings, "delay_streaks", promote=True, spark=spark)
@@ -123,10 +147,44 @@ def test_a_stop_mid_stream_and_restart_from_the_checkpoint_equals_the_truth_and_
     assert checks["late_rows"].passed and checks["late_rows"].observed == 0
     assert checks["expect_compound_columns_to_be_unique__tailnum_first_event_time"].passed
     assert_streaks_equal(table(settings, "delay_streaks", 2), v1)  # row for row, arrays in order
-    v2 = Registry(settings).version("delay_streaks", 2).last("caught_up")
-    assert v2["state_rows"] == results["delay_streaks"].state_rows
-    took["gates and replay"] = time.monotonic() - t0
+    caught = Registry(settings).version("delay_streaks", 2).last("caught_up")
+    assert caught["state_rows"] == results["delay_streaks"].state_rows
+    took["gates and replay"], t0 = time.monotonic() - t0, time.monotonic()
+
+    # 3. Rows behind v2's watermark: one of an aircraft released past it, three of a new one.
+    wm = pd.Timestamp(caught["watermark"]).tz_convert("UTC")
+    flights = table(settings, "flights")
+    t = pd.to_datetime(flights.event_time, utc=True)
+    ref = flights[(t < wm - pd.Timedelta(minutes=30)) & flights.dep_time.notna() & flights.tailnum.notna()
+                  ].sort_values("event_time").iloc[-1]  # its tailnum was released past it
+    ref_time = pd.Timestamp(ref.event_time).tz_convert("UTC")
+    (log,) = [e for e in events if e.topic.startswith("flights")]
+    template = log.values[log.event_ids.index(ref.event_id)]
+    rows = [_departure(template, "late-1", ref.tailnum, ref_time - pd.Timedelta(minutes=1)),
+            *[_departure(template, f"fresh-{h}", "NLATE1", wm - pd.Timedelta(hours=h)) for h in (5, 4, 3)]]
+    publish(settings, [dataclasses.replace(
+        log, keys=[k for k, _, _ in rows], values=[v for _, v, _ in rows],
+        timestamps_ms=np.array([ts for _, _, ts in rows], dtype="int64"), event_ids=[])])
+    results = {r.asset: r for r in run_until_caught_up(settings, ASSETS, spark=spark)}
+    assert results["flights"].rows == len(flights) + 4 and results["flights"].late_events == 0  # all reach silver
+    result = results["delay_streaks"]
+    assert result.version == 2 and result.dropped_by_watermark == 0 and result.late_events == 1
+    named = DeltaTable(str(late_events_path(settings))).to_pandas()
+    assert len(named) == 1
+    row = named.iloc[0]
+    assert (row.asset, row.version, row.event_id) == ("delay_streaks", 2, "late-1")
+    assert pd.Timestamp(row.event_time).tz_convert("UTC") == ref_time - pd.Timedelta(minutes=1)
+    assert pd.Timestamp(row.watermark).tz_convert("UTC") >= ref_time  # where its key was released to
+    after = table(settings, "delay_streaks", 2)
+    added = after[after.tailnum == "NLATE1"]
+    assert len(after) == len(v1) + 1 and list(added.event_ids.iloc[0]) == ["fresh-5", "fresh-4", "fresh-3"]
+    assert_streaks_equal(after[after.tailnum != "NLATE1"], v1)  # late-1 changed no match
+    check = late_rows(Registry(settings).version("delay_streaks", 2),
+                      late_events_of(spark, settings, "delay_streaks", 2))
+    assert (check.passed, check.observed, check.details["late_events"]) == (False, 1, 1)
+    took["late rows"] = time.monotonic() - t0
+
     print(f"\npart one: watermark {wm1}, {state_rows} state rows; stopped mid-stream at watermark "
           f"{stopped_at} with {partial} matches written; {len(v1)} after the restart "
-          f"({results['delay_streaks'].state_rows} state rows, as the replay's); seconds: "
-          + ", ".join(f"{k} {v:.0f}" for k, v in took.items()))
+          f"({caught['state_rows']} state rows, as the replay's); late-1 named at watermark {row.watermark}; "
+          "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in took.items()))

@@ -49,3 +49,14 @@ def test_late_rows_counts_continuous_runs_too(tmp_path):
     reg.record("departures_hourly", 1, "stopped", mode="continuous", dropped_by_watermark=3)
     late = late_rows(reg.version("departures_hourly", 1))
     assert (late.evaluated, late.passed, late.observed) == (True, False, 3)
+
+
+def test_late_rows_counts_a_patterns_named_late_events_too(tmp_path):
+    settings = load_settings(project_dir=REPO, home=tmp_path)
+    reg = Registry(settings)
+    reg.create_version("delay_streaks", "f", {})
+    assert late_rows(reg.version("delay_streaks", 1), named=2).observed == 2  # evidence even before a report
+    reg.record("delay_streaks", 1, "caught_up", dropped_by_watermark=0)
+    assert late_rows(reg.version("delay_streaks", 1)).passed
+    late = late_rows(reg.version("delay_streaks", 1), named=1)
+    assert (late.evaluated, late.passed, late.observed, late.details["late_events"]) == (True, False, 1, 1)

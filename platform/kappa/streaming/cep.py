@@ -22,8 +22,9 @@ Semantics (per key, over events in order — see :func:`order_key`):
 * **after a match**, matching restarts after the match's last event (Flink's
   ``AfterMatchSkipStrategy.skipPastLastEvent``): matches never share events.
 
-Events must be fed in order; the caller buffers out-of-order arrivals until the watermark says no
-earlier event can still come (:func:`release`).
+Events must be fed in order; the caller buffers out-of-order arrivals until the watermark passes
+them (:func:`release`) and sets aside, as late, an event that arrives after its key was released
+past it.
 
 Example::
 
@@ -181,10 +182,9 @@ class Matcher:
 
 def release(pending: Iterable[Event], watermark_us: int) -> tuple[list[Event], list[Event]]:
     """Split buffered events into those at or before the watermark, in order (ready to feed), and
-    the rest (kept). Spark drops an input row whose event time is at or before the watermark of
-    the previous micro-batch (its late-row predicate is ``event_time <= watermark``), so once the
-    watermark reaches ``t`` no event at or before ``t`` can still arrive: the ready ones are final
-    and their order is the true order."""
+    the rest (kept). Once a key is released up to ``t``, the caller sets aside any later arrival at
+    or before ``t`` as late (:mod:`kappa.streaming.pattern`), so the events fed are final and their
+    order is the true order."""
     ready, kept = [], []
     for e in pending:
         (ready if e.time_us <= watermark_us else kept).append(e)

@@ -8,11 +8,17 @@ right when the events are fed in event-time order, so the processor keeps each k
 Spark fires a timer once the watermark (max event time seen - the asset's delay) reaches it; the
 processor then releases every pending event at or before the watermark, in order (event time, then
 ``order_by``, then ``event_id``), to the matcher, emits the matches they complete and keeps the
-matcher's partial match in the state store. Spark drops an input row at or before the previous
-batch's watermark (the watermark's late-row rule, ``event_time <= watermark``) and counts it in
-``numRowsDroppedByWatermark``, which the gate's ``late_rows`` check reads; a row that still reaches
-the processor at or before the point this key was already released to (it cannot be put in order
-any more) is written to the late-events table instead of being matched.
+matcher's partial match in the state store.
+
+Late rows are named, not dropped. Spark's stateful operators drop an input row whose watermark
+column is at or before the watermark (``event_time <= watermark``) and only count it
+(``numRowsDroppedByWatermark``). The processor's input therefore carries the event time only as
+``_t`` (microseconds), not the watermark column itself, so Spark hands it every row (the watermark
+still drives the timers) and the processor decides, per key: a row at or before the point its key
+was already released to cannot be put in order any more and is written to the late-events table
+(``event_id``, event time, that release point as ``watermark``), where the gate's ``late_rows``
+check counts it; a row behind the watermark but after its key's release point is still matched in
+its true order (nothing after it has been fed), exactly as a replay would match it.
 
 Consequences: a match is emitted once the watermark passes its last event, so the newest ``delay``
 of the log waits for later events (on a finished log, matches whose last event is within ``delay``
@@ -153,9 +159,10 @@ def pattern_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
         df = df.where(F.expr(p.where))
     collect = list(p.collect.items())
     types = {f.name: f.dataType for f in df.schema.fields}
+    # Not the watermark column itself: with it in its input, Spark would drop late rows unseen
+    # (the module docstring: late rows are named, not dropped).
     prepared = df.select(
         F.col(p.key).alias("_key"),
-        F.col(p.time_column),  # the watermark's column: event-time timers need it in the plan
         F.unix_micros(F.col(p.time_column)).alias("_t"),
         F.col(p.event_id).cast("string").alias("_id"),
         # Tie-breakers keep their types: a flight number must sort as a number, not as text.
@@ -199,6 +206,10 @@ class PatternWriter:
 
         batch = batch.persist()
         try:
+            # Every partition is computed (and cached) before the appends, which Delta skips without
+            # reading the batch when a re-run finds them committed: the processor's state store
+            # must commit this batch either way (see kappa.streaming.query.run_for_state).
+            batch.count()
             matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
             ParseWriter._append(matches, self.version.table_path, self.version.txn_app_id, batch_id)
             late = batch.where(F.col("_late"))
