@@ -54,14 +54,15 @@ def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, st
 
 
 def ensure_endpoint(settings: Settings, port: int | None = None):
-    """The running ``kappa serve`` of this state dir, started (on ``port``, default 10000) if it
+    """The running ``kappa serve`` of this state dir, started (on ``port``, default
+    ``settings.serve_port``: ``KAPPA_SERVE_PORT`` or 10000) if it
     is not running. Raises :class:`kappa.serve.ServeError` if it cannot start."""
     from kappa import serve
 
     st = serve.status(settings)
     if st.up:
         return st
-    return serve.start(settings, port=port or serve.DEFAULT_PORT)
+    return serve.start(settings, port=port or settings.serve_port)
 
 
 def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:

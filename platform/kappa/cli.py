@@ -419,7 +419,7 @@ app.add_typer(serve_app, name="serve")
 @serve_app.callback()
 def serve_start(
     ctx: typer.Context,
-    port: int = typer.Option(10000, "--port", help="HiveServer2 port (binary transport)."),
+    port: Optional[int] = typer.Option(None, "--port", help="HiveServer2 port (binary transport); default KAPPA_SERVE_PORT or 10000."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     timeout: float = typer.Option(300.0, help="Seconds to wait for the endpoint to answer."),
     auth: Optional[Path] = typer.Option(
@@ -435,7 +435,9 @@ def serve_start(
 
     with Guard():
         with console.status("starting the Spark Thrift Server…"):
-            st = serve.start(load_settings(), port=port, host=host, timeout_s=timeout, password_file=auth)
+            settings = load_settings()
+            st = serve.start(settings, port=port or settings.serve_port, host=host, timeout_s=timeout,
+                             password_file=auth)
         console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "
                       f"{', '.join(sorted(st.tables or {})) or 'nothing promoted yet'}; log: {st.log_file}")
         login = (f"user and password from {st.password_file}" if st.auth == "CUSTOM" else "no password")
@@ -469,7 +471,7 @@ def serve_stop() -> None:
 @app.command("dbt", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def dbt_cmd(
     ctx: typer.Context,
-    port: Optional[int] = typer.Option(None, "--serve-port", help="Port for `kappa serve` if it must be started (default 10000)."),
+    port: Optional[int] = typer.Option(None, "--serve-port", help="Port for `kappa serve` if it must be started (default KAPPA_SERVE_PORT or 10000)."),
 ) -> None:
     """Run dbt on the project in dbt/ against `kappa serve` (started if needed): `kappa dbt build`,
     `kappa dbt test -s carrier_daily_performance`, any dbt arguments."""

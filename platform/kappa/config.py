@@ -24,6 +24,8 @@ variable                       meaning                                         d
 ``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
 ``KAPPA_POSTGRES_USER``        its user / password                              ``kappa`` / ``kappa``
 ``KAPPA_CONNECT_PORT``         the local Kafka Connect worker's REST port       ``58083``
+``KAPPA_SERVE_PORT``           port ``kappa serve`` listens on when none given  ``10000``
+                               (``kappa demo``, ``kappa dbt`` starting one)
 ``KAPPA_SERVE_PASSWORD_FILE``  ``kappa serve`` checks logins against this file  none (no password)
                                (``user:password`` lines, see :mod:`kappa.serve`)
 ``KAPPA_SERVE_USER``           user / password ``kappa dbt`` logs in with       the file's first user
@@ -184,6 +186,8 @@ class Settings(BaseSettings):
     postgres_password: str = "kappa"
     connect_port: int = 58083
 
+    #: ``kappa serve``'s port when none is given (HiveServer2's registered port).
+    serve_port: int = Field(10000, ge=1, le=65535)
     #: ``kappa serve``'s password file (HiveServer2 CUSTOM authentication); None = no password.
     serve_password_file: Path | None = None
     #: The login of Kappa's own endpoint clients (``kappa dbt``) when the endpoint checks passwords.

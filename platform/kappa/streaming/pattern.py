@@ -217,6 +217,10 @@ class PatternWriter:
 
         batch = batch.persist()
         try:
+            # Every partition is computed (and cached) before the appends, which Delta skips without
+            # reading the batch when a re-run finds them committed: the processor's state store
+            # must commit this batch either way (see kappa.streaming.query.run_for_state).
+            batch.count()
             late = batch.where(F.col("_late"))
             has_late = not late.isEmpty()
             self._at("before_write", batch_id)

@@ -274,6 +274,15 @@ class UpsertWriter:
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
         if self.fault is not None:
             self.fault.hit(self.asset, "before_write", batch_id)
+        committed = committed_txn_version(self.table_path, self.txn_app_id) if self.txn_app_id is not None else None
+        if committed is not None and committed >= batch_id:
+            # A re-run of a batch whose MERGE committed (killed before Spark's commit log entry).
+            # Delta would skip the MERGE without reading the batch, so the stateful operator
+            # upstream (the window aggregation) would not commit its state for this batch, which
+            # Spark 4.1 refuses (STATE_STORE_COMMIT_VALIDATION_FAILED: "expected 2 commits but got
+            # 0"). Run the batch into the noop sink: the state is committed, nothing is written.
+            run_for_state(batch)
+            return
         if self.txn_app_id is not None:
             spark.conf.set("spark.databricks.delta.write.txnAppId", self.txn_app_id)
             spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
@@ -289,6 +298,14 @@ class UpsertWriter:
                 spark.conf.unset("spark.databricks.delta.write.txnVersion")
         if self.fault is not None:
             self.fault.hit(self.asset, "after_table_commit", batch_id)
+
+
+def run_for_state(batch: DataFrame) -> None:
+    """Execute every partition of a micro-batch without writing it (Spark's ``noop`` sink), so the
+    stateful operators that produced it commit their state store versions for the batch. For a
+    foreachBatch body that skips a write it already committed: Spark 4.1 validates that every
+    state store of a stateful query committed each batch (``STATE_STORE_COMMIT_VALIDATION_FAILED``)."""
+    batch.write.format("noop").mode("overwrite").save()
 
 
 def with_after_batch(writer, asset: str, fault: Fault | None):
