@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, free_port
+from kappa import processes
 
 pytestmark = pytest.mark.integration
 
@@ -120,9 +120,4 @@ def test_checks_tab_shows_the_promoted_versions_gate_passed(served, tmp_path):
         assert "Passed" in dom or "Succeeded" in dom
         assert "Not evaluated" not in dom.replace("query_health", "")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.terminate(proc.pid, grace_s=60, group=True)  # the server's whole process group

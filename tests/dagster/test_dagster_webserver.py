@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from kappa.harness.env import free_port
 from kappa.spec import load_catalog
+from kappa import processes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,10 +96,5 @@ def test_webserver_graphql_lists_streaming_assets_and_checks(tmp_path):
         assert sorted(s["name"] for s in repo["sensors"]) == ["kappa_automation", "kappa_registry", "kappa_streaming_queries"]
         assert "replay" in {j["name"] for j in repo["jobs"]}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.terminate(proc.pid, grace_s=30, group=True)  # the server's whole process group
         log.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from kappa.harness.env import free_port
+from kappa import processes
 
 REPO = Path(__file__).resolve().parents[2]
 DG = str(Path(sys.executable).parent / "dg")
@@ -83,9 +83,4 @@ def test_dg_dev_serves_the_ui_and_graphql(tmp_path):
         with urllib.request.urlopen(f"{base}/assets", timeout=30) as resp:  # the UI itself
             assert resp.status == 200 and b"<html" in resp.read(2000).lower()
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        processes.terminate(proc.pid, grace_s=30, group=True)  # the server's whole process group
