@@ -5,20 +5,18 @@ shows the promoted version's checks evaluated and passed. The screenshot is kept
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from ..conftest import REPO, free_port
 from kappa import processes
+from ..graphql import post as _post
 
 pytestmark = pytest.mark.integration
 
@@ -40,18 +38,6 @@ query {
   }
 }
 """
-
-
-def _post(url: str, query: str) -> dict:
-    req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return json.loads(err.read())
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
-        return {"errors": [str(err)]}
 
 
 def _chromium() -> str:

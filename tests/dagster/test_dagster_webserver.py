@@ -4,7 +4,6 @@ their checks over its GraphQL API. No broker or Spark: loading definitions needs
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 from kappa.harness.env import free_port
 from kappa.spec import load_catalog
 from kappa import processes
+from tests.graphql import post as _post
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,16 +35,6 @@ query {
   }
 }
 """
-
-
-def _post(url: str, query: str) -> dict:
-    req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as err:  # GraphQL reports query errors with status 400
-        return json.loads(err.read())
 
 
 def test_webserver_graphql_lists_streaming_assets_and_checks(tmp_path):

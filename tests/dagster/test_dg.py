@@ -9,12 +9,12 @@ import os
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 
 from kappa.harness.env import free_port
 from kappa import processes
+from tests.graphql import post as _post
 
 REPO = Path(__file__).resolve().parents[2]
 DG = str(Path(sys.executable).parent / "dg")
@@ -33,18 +33,6 @@ def _env(tmp_path: Path) -> dict[str, str]:
     home.mkdir(exist_ok=True)
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
     return {**os.environ, "DAGSTER_HOME": str(home), "KAPPA_HOME": str(tmp_path / "kappa_home"), "COLUMNS": "200"}
-
-
-def _post(url: str, query: str) -> dict:
-    req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return json.loads(err.read())
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as err:
-        return {"errors": [str(err)]}
 
 
 def test_dg_list_defs_lists_streaming_and_dbt_assets(tmp_path):
