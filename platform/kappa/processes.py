@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -37,6 +38,18 @@ def pid_alive(pid: int | None) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``host:port`` cannot be bound (another process listens on it), checked before a
+    service starts so the error names the port rather than the service's own log."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def running_pid(pid_file: Path) -> int | None:

@@ -167,6 +167,7 @@ def running_pid(settings: Settings) -> int | None:
     """The endpoint's pid if its process is alive, else None (a stale pid file is removed)."""
     return processes.running_pid(_paths(settings)["pid"])
 
+
 def status(settings: Settings) -> ServeStatus:
     """Whether this state dir's endpoint runs and answers, where, and what it serves."""
     state = _read_state(settings)
@@ -188,8 +189,6 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if it already
     runs, the port is taken, the password file or the authentication jar is missing or malformed,
     or it exits or is not ready within ``timeout_s`` seconds (with the tail of its log)."""
-    from kappa.kafka.broker import port_in_use
-
     password_file = password_file or settings.serve_password_file
     if password_file is not None:
         password_file = Path(password_file).resolve()
@@ -200,7 +199,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     if pid is not None:
         st = status(settings)
         raise ServeError(f"kappa serve already runs (pid {pid}) at {st.jdbc_url}; `kappa serve stop` stops it")
-    if port_in_use(port, host):
+    if processes.port_in_use(port, host):
         raise ServeError(f"port {port} is already in use on {host}; choose another with `kappa serve --port P`")
     paths["dir"].mkdir(parents=True, exist_ok=True)
     paths["state"].unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kappa.config import load_settings
+from kappa.processes import port_in_use
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.kafka import broker
 from kappa.kafka.topics import offsets
@@ -70,8 +71,6 @@ def _stable_port(avoid: set[int] = frozenset()) -> int:
     self-connect), so the restarted broker could not bind it."""
     import random
 
-    from kappa.kafka.broker import port_in_use
-
     rng = random.Random()
     while True:
         port = rng.randrange(20_000, 32_000)
@@ -112,7 +111,7 @@ def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
         # The killed broker's connections linger (FIN_WAIT) until the producer closes its side;
         # the port can be bound again once they are gone.
         deadline = time.monotonic() + 120
-        while broker.port_in_use(settings.kafka_port) or broker.port_in_use(settings.kafka_controller_port):
+        while port_in_use(settings.kafka_port) or port_in_use(settings.kafka_controller_port):
             assert time.monotonic() < deadline, "the killed broker's ports were never released"
             time.sleep(0.2)
         broker.start(settings, timeout_s=180)

@@ -230,14 +230,12 @@ def start(settings: Settings, timeout_s: float = 120.0, register_connectors: boo
     every declared connector. Raises :class:`CdcError` if it already runs, the port is taken, the
     broker is down, the jars are missing, or the worker is not ready within ``timeout_s`` seconds."""
     from kappa.kafka.broker import _reachable as broker_reachable
-    from kappa.kafka.broker import port_in_use
-
     paths = _paths(settings)
     pid = running_pid(settings)
     if pid is not None:
         raise CdcError(f"the Connect worker is already running (pid {pid}) at {url(settings)}; "
                        "`kappa connect status` shows it, `kappa connect stop` stops it")
-    if port_in_use(settings.connect_port):
+    if processes.port_in_use(settings.connect_port):
         raise CdcError(f"port {settings.connect_port} is already in use by another process; stop it or choose "
                        "another port with KAPPA_CONNECT_PORT")
     if not broker_reachable(settings, timeout_s=5.0):

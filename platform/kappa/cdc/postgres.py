@@ -167,14 +167,12 @@ def start(settings: Settings, timeout_s: float = 60.0) -> PostgresStatus:
 
     Raises :class:`CdcError` if it already runs, the port is taken, the binaries are missing, or the
     server does not accept connections within ``timeout_s`` seconds (with the log's tail)."""
-    from kappa.kafka.broker import port_in_use
-
     paths = _paths(settings)
     pid = _postmaster_pid(settings)
     if pid is not None:
         raise CdcError(f"PostgreSQL is already running (pid {pid}) at {settings.postgres_host}:{settings.postgres_port}; "
                        "`kappa postgres status` shows it, `kappa postgres stop` stops it")
-    if port_in_use(settings.postgres_port, settings.postgres_host):
+    if processes.port_in_use(settings.postgres_port, settings.postgres_host):
         raise CdcError(f"port {settings.postgres_port} is already in use by another process; stop it or choose "
                        "another port with KAPPA_POSTGRES_PORT")
     bins = bin_dir()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import time
 import uuid
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kappa import processes
+from kappa.processes import port_in_use
 from kappa.config import Settings
 from kappa.errors import KappaError
 from kappa.jvm import jar_dir, java_executable
@@ -57,16 +57,6 @@ def running_pid(settings: Settings) -> int | None:
     """The pid of this state dir's broker if its process is alive, else None (stale pid files are
     removed)."""
     return processes.running_pid(_paths(settings)["pid"])
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def _server_properties(settings: Settings, data_dir: Path) -> str:

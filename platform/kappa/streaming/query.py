@@ -264,6 +264,9 @@ class UpsertWriter:
                  asset: str = "", fault: Fault | None = None):
         self.table_path, self.keys, self.txn_app_id = table_path, keys, txn_app_id
         self.asset, self.fault = asset, fault
+        #: Only the first batch a query runs can be a re-run (Spark re-runs the one batch its commit
+        #: log lacks, first, on restart); later batches skip the look at the Delta log.
+        self._first_batch = True
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
@@ -274,7 +277,8 @@ class UpsertWriter:
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
         if self.fault is not None:
             self.fault.hit(self.asset, "before_write", batch_id)
-        committed = committed_txn_version(self.table_path, self.txn_app_id) if self.txn_app_id is not None else None
+        first, self._first_batch = self._first_batch, False
+        committed = committed_txn_version(self.table_path, self.txn_app_id) if first and self.txn_app_id else None
         if committed is not None and committed >= batch_id:
             # A re-run of a batch whose MERGE committed (killed before Spark's commit log entry).
             # Delta would skip the MERGE without reading the batch, so the stateful operator
