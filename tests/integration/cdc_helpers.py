@@ -79,6 +79,20 @@ def wait_topic_equals_table(settings: Settings, table: str, timeout_s: float = 6
         time.sleep(1.0)
 
 
+def wait_records(settings: Settings, topic: str, match, count: int = 1, from_offset: int = 0,
+                 timeout_s: float = 60.0) -> list:
+    """Wait until ``topic`` holds at least ``count`` records at or after ``from_offset`` for which
+    ``match((offset, key, value))`` is true; returns them (offset order)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [r for r in read_topic(settings, topic) if r[0] >= from_offset and match(r)]
+        if len(found) >= count:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic}: {len(found)} of {count} matching records after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
 def delta_rows(settings: Settings, asset: str, table: str) -> dict[tuple, dict]:
     """The latest version of ``asset`` (a current-state table of ``table``) keyed by primary key,
     with PostgreSQL's columns only (metadata columns dropped), dates as days since the epoch and

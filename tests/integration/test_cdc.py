@@ -13,7 +13,7 @@ from kappa.cdc import connect, operational, postgres
 from kappa.cdc.simulate import simulate
 from kappa.kafka.topics import admin
 
-from .cdc_helpers import delta_rows, fold, pg_rows, read_topic, wait_topic_equals_table
+from .cdc_helpers import delta_rows, fold, pg_rows, read_topic, wait_records, wait_topic_equals_table
 from .test_cli import kappa
 
 pytestmark = pytest.mark.integration
@@ -154,6 +154,127 @@ def test_a_redelivered_change_alters_nothing(cdc_settings, spark):
     _settle_and_run(cdc_settings, spark)
     after = {a: frame_hash(DeltaTable(p).to_pandas()) for a, p in paths.items()}
     assert after == before
+
+
+def _quarantined(settings, topic: str, from_offset: int):
+    """Rows of the quarantine table set aside from ``topic`` at or after ``from_offset``."""
+    from deltalake import DeltaTable
+
+    from kappa.delta.registry import quarantine_path
+
+    q = DeltaTable(str(quarantine_path(settings))).to_pandas()
+    return q[(q["topic"] == topic) & (q["offset"] >= from_offset)]
+
+
+def test_bad_changes_and_an_added_column_are_quarantined_and_the_good_changes_apply(cdc_settings, spark):
+    """Two bad records produced to ops.public.planes next to real changes (a row image whose
+    ``seats`` is a string, an unknown ``op``), then ``ALTER TABLE planes ADD COLUMN livery`` in
+    PostgreSQL: Debezium's events carry the new column; the one that sets it is quarantined as
+    undeclared, the one that leaves it null flows through. Afterwards the column is dropped and the
+    two planes changed again, so the changelog's latest events carry the declared columns for the
+    session's later tests (one shared database)."""
+    import time
+
+    from confluent_kafka import Producer
+    from deltalake import DeltaTable
+
+    from kappa.delta.registry import Registry
+    from kappa.kafka.topics import offsets
+    from kappa.runners.local import run_until_caught_up
+
+    topic = "ops.public.planes"
+    start = offsets(cdc_settings, [topic])[0].end
+    before = pg_rows(cdc_settings, "planes")
+    x, a, b = sorted(k for k in before if before[k]["seats"] is not None)[:3]
+    with postgres.connect(cdc_settings, autocommit=True) as conn:
+        lsn = int(conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0])
+    now_ms = int(time.time() * 1000)
+    image = before[x]
+    bad = [{"before": None, "after": {**image, "seats": "many"}, "source": {"lsn": lsn, "ts_ms": now_ms}, "op": "u"},
+           {"before": None, "after": image, "source": {"lsn": lsn, "ts_ms": now_ms}, "op": "x"}]
+    seats = {k: before[k]["seats"] + d for k, d in ((x, 1), (a, 2), (b, 3))}
+    try:
+        producer = Producer({"bootstrap.servers": cdc_settings.bootstrap_servers})
+        for value in bad:
+            producer.produce(topic, key=json.dumps({"tailnum": x[0]}).encode(), value=json.dumps(value).encode())
+        assert producer.flush(30) == 0
+        with postgres.connect(cdc_settings, autocommit=True) as conn:
+            conn.execute("UPDATE planes SET seats = %s WHERE tailnum = %s", (seats[x], x[0]))  # a good change after them
+            conn.execute("ALTER TABLE planes ADD COLUMN livery text")
+            conn.execute("UPDATE planes SET livery = 'red', seats = %s WHERE tailnum = %s", (seats[a], a[0]))
+            conn.execute("UPDATE planes SET seats = %s WHERE tailnum = %s", (seats[b], b[0]))
+        (a_off, _, a_event), = wait_records(cdc_settings, topic, lambda r: r[2] is not None and r[2]["after"] is not None
+                                            and r[2]["after"].get("livery") == "red", from_offset=start)
+        (b_off, _, b_event), = wait_records(cdc_settings, topic, lambda r: r[1] == {"tailnum": b[0]} and r[2] is not None
+                                            and "livery" in (r[2]["after"] or {}), from_offset=start)
+        assert b_event["after"]["livery"] is None and b_event["after"]["seats"] == seats[b]
+
+        # The assets run while PostgreSQL has the undeclared column: nothing crashes.
+        results = {r.asset: r for r in run_until_caught_up(cdc_settings, ["planes", "planes_history"], spark=spark)}
+        planes = delta_rows(cdc_settings, "planes", "planes")
+        assert planes[x]["seats"] == seats[x] and planes[b]["seats"] == seats[b]  # good changes applied
+        assert planes[a] == before[a]  # the quarantined change is not
+        history = DeltaTable(Registry(cdc_settings).latest("planes_history").table_path).to_pandas()
+        assert b_event["source"]["lsn"] in set(history[history["tailnum"] == b[0]]["_lsn"])
+        assert a_event["source"]["lsn"] not in set(history[history["tailnum"] == a[0]]["_lsn"])
+
+        q = _quarantined(cdc_settings, topic, start)
+        for asset in ("planes", "planes_history"):
+            mine = q[(q["asset"] == asset) & (q["version"] == results[asset].version)].sort_values("offset")
+            assert list(mine["offset"]) == [start, start + 1, a_off], asset  # b's change and the real ones: not set aside
+            assert results[asset].quarantined >= 3
+            reasons = list(mine["reason"])
+            assert reasons[0] == "field 'seats' is not a valid int: many"
+            assert reasons[1] == "unknown op 'x'"
+            assert reasons[2] == (f"column(s) not declared in the schema of {asset}: livery "
+                                  "(added in the source? declare them and replay)")
+            assert set(mine["partition"]) == {0}
+            assert [json.loads(v) for v in mine["value"]] == [*bad, a_event]  # the raw bytes
+            assert [json.loads(k) for k in mine["key"]] == [{"tailnum": x[0]}] * 2 + [{"tailnum": a[0]}]
+    finally:
+        with postgres.connect(cdc_settings, autocommit=True) as conn:
+            conn.execute("ALTER TABLE planes DROP COLUMN IF EXISTS livery")
+            # Their latest change events carried the dropped column or a bad record: change them again.
+            conn.execute("UPDATE planes SET seats = seats WHERE tailnum = ANY(%s)", ([x[0], a[0], b[0]],))
+    _settle_and_run(cdc_settings, spark)
+    _assert_tables_equal_postgres(cdc_settings)
+
+
+def test_connect_sigkill_and_postgres_restart_during_simulate_lose_and_duplicate_nothing(cdc_settings, spark):
+    """In the middle of `kappa cdc simulate`: the Connect worker SIGKILLed while Debezium streams
+    (source offsets are committed every second, so the new worker's Debezium re-sends the changes
+    after the last commit), then PostgreSQL restarted (pg_ctl stop -m fast, start), which cuts
+    simulate's connection. Connect restarted, the changes settle: every current-state table equals
+    PostgreSQL and planes_history has no duplicate version and one current version per live plane."""
+    from kappa.kafka.topics import offsets
+
+    topics = [f"ops.public.{t}" for t in operational.TABLES]
+    start = {p.topic: p.end for p in offsets(cdc_settings, topics)}
+    done, faults = 0, []
+
+    def fault(n: int) -> None:  # called by simulate after each commit
+        nonlocal done
+        done += n
+        if done >= 50 and not faults:
+            faults.append(("connect killed", connect.kill(cdc_settings)))
+        elif done >= 100 and len(faults) == 1:
+            faults.append(("postgres restarted", postgres.stop(cdc_settings)))
+            postgres.start(cdc_settings)
+
+    report = simulate(cdc_settings, 150, seed=21, on_progress=fault)
+    assert [f for f, _ in faults] == ["connect killed", "postgres restarted"]
+    assert report.changes == 150 and report.retries >= 1  # the transaction cut by the restart was retried
+    assert not connect.status(cdc_settings).up
+    connect.start(cdc_settings, timeout_s=180)
+    _settle_and_run(cdc_settings, spark)
+    history = _assert_tables_equal_postgres(cdc_settings)
+    resent = 0
+    for topic in topics:
+        changes = [(tuple(k.values()), v["source"]["lsn"]) for o, k, v in read_topic(cdc_settings, topic)
+                   if o >= start[topic] and v is not None]
+        resent += len(changes) - len(set(changes))
+    print(f"\nfaults: {faults}; simulate retries: {report.retries}; changes Debezium re-sent: {resent}; "
+          f"planes_history: {len(history)} versions")
 
 
 def test_compacted_changelog_rebuilds_a_current_state_table_but_not_a_history(cdc_settings, spark):
