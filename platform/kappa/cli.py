@@ -730,6 +730,11 @@ DEMO_SAMPLES: dict[str, tuple[str, str]] = {
     "origin_load": ("Flights with the most departures from their origin in the hour up to them (sliding window, 60 minutes)", """
         SELECT event_id, origin, event_time, departures_last_60min
         FROM origin_load ORDER BY departures_last_60min DESC, event_time, event_id LIMIT 5"""),
+    "flights_enriched": ("Flights with their plane and airline as of departure (stream-table join with SCD2 histories)", """
+        SELECT event_id, tailnum, airline_name, manufacturer, model, plane_year, seats
+        FROM flights_enriched WHERE seats IS NOT NULL ORDER BY seats DESC, event_id LIMIT 5"""),
+    "fleet_by_airline": ("Fleets by airline (table-table join kept up to date from three changelogs)", """
+        SELECT carrier, airline_name, planes, seats FROM fleet_by_airline ORDER BY planes DESC, carrier LIMIT 5"""),
 }
 
 

@@ -173,7 +173,7 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     delta_version = table.history(1).select("version").first()[0]
     quarantined = late = 0
     mine = f"asset = '{spec.name}' AND version = {version.version}"
-    if spec.transform.kind == "parse":
+    if spec.transform.kind in ("parse", "changelog"):
         quarantined = spark.read.format("delta").load(str(quarantine_path(settings))).where(mine).count()
     if spec.transform.kind in ("parse", "pattern"):
         late = spark.read.format("delta").load(str(late_events_path(settings))).where(mine).count()

@@ -223,7 +223,7 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
     kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
     quarantined = late = 0
-    if spec.transform.kind == "parse":
+    if spec.transform.kind in ("parse", "changelog"):
         quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version)
         late = count_of(str(late_events_path(settings)), spec.name, version.version)
     return AssetRunResult(
