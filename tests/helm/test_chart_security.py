@@ -369,6 +369,8 @@ def test_notes_tell_how_to_reach_the_dagster_ui():
     notes = out.split("NOTES:", 1)[1]
     assert "port-forward svc/dagster-dagster-webserver 8080:80" in notes
     assert "http://127.0.0.1:8080" in notes
+    # ... and which Secret change data capture needs, and how to see the connector
+    assert 'Secret "kappa-ops-database"' in notes and "get kafkaconnectors -l strimzi.io/cluster=kappa-cdc" in notes
 
 
 def test_runner_config_map_is_a_valid_kubernetes_runner_config(rendered):
