@@ -15,9 +15,10 @@ its checks in the registry.
 What is stood in for (tests/kubernetes/kubelet.py ``KubeletWatcher``): the kubelet and the
 container runtime. There is none here; the stand-in runs each driver pod's command as a local
 process with the pod's plain environment and reports the pod's phase through the API, and stops
-the process when its pod is deleted. v1's driver pod is left to kwok (Running, no process): v1 only
-has to be there, running on the cluster, to be replaced; running a second Spark query would add
-a minute to the suite and prove nothing more about the replay.
+the process when its pod is deleted (shown at the end: deleting v2's application stops its query).
+v1's driver pod is left to kwok (Running, no process): v1 only has to be there, running on the
+cluster, to be replaced; running a second Spark query would add a minute to the suite and prove
+nothing more about the replay.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ def test_replay_with_promote_on_the_real_plane(make_env, tmp_path, monkeypatch, 
         v2_app, gate_app = apps.get("weather-v2"), apps.get("weather-v2-gate")
         v2_pod = core.read_namespaced_pod("weather-v2-driver", namespace)
         gate_pod = core.read_namespaced_pod("weather-v2-gate-driver", namespace)
+        # the runner's stop of a version that runs a query: its application deleted, the garbage
+        # collector deletes the driver pod, the (stand-in) kubelet stops the query's process
+        query = kubelet.started["weather-v2-driver"]
+        assert query.poll() is None, "v2's query should still be running after the promotion"
+        assert pick_runner(settings).stop("weather", 2)
+        wait_for("v2's query stopped after its application was deleted",
+                 lambda: "weather-v2-driver" in kubelet.stopped and query.poll() is not None, timeout_s=120)
     assert not kubelet.errors, kubelet.errors
 
     # the registry: v2 caught up (its rows are the log's weather records), gated on the cluster, promoted
