@@ -43,13 +43,19 @@ def spark(broker_settings):
         q.stop()
 
 
-def copy_assets(dest: Path, suffix: str, edit=None) -> Path:
+def copy_assets(dest: Path, suffix: str, edit=None, shared: tuple[str, ...] = ()) -> Path:
     """Copy the repo's assets/ to ``dest`` with every topic renamed ``<topic>_<suffix>`` so tests
-    never share a topic; ``edit(name, doc)`` may change an asset's YAML document in place."""
+    never share a topic, except topics starting with a prefix in ``shared`` (e.g. ``("ops.",)``:
+    the session's changelog topics, which Connect writes); ``edit(name, doc)`` may change an
+    asset's YAML document in place."""
     shutil.copytree(REPO / "assets", dest)
+
+    def renamed(t: str) -> str:
+        return t if t.startswith(shared) else f"{t}_{suffix}"
+
     topics_file = dest / "topics.yaml"
     doc = yaml.safe_load(topics_file.read_text())
-    doc["topics"] = {f"{t}_{suffix}": spec for t, spec in doc["topics"].items()}
+    doc["topics"] = {renamed(t): spec for t, spec in doc["topics"].items()}
     topics_file.write_text(yaml.safe_dump(doc))
     for path in dest.rglob("*.yaml"):
         if path == topics_file:
@@ -59,7 +65,7 @@ def copy_assets(dest: Path, suffix: str, edit=None) -> Path:
             continue  # not an asset declaration (e.g. connectors.yaml)
         kafka = asset.get("source", {}).get("kafka")
         if kafka:
-            kafka["topics"] = [f"{t}_{suffix}" for t in kafka["topics"]]
+            kafka["topics"] = [renamed(t) for t in kafka["topics"]]
         if edit is not None and "name" in asset:  # not connectors.yaml: it declares no asset
             edit(asset["name"], asset)
         path.write_text(yaml.safe_dump(asset, sort_keys=False))

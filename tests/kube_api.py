@@ -1,7 +1,9 @@
-"""THE KUBERNETES API STAND-IN. No API server (and no cluster) can run on the build machine, so the
-tests of the kubernetes runner and of Dagster on it talk to this in-memory stand-in for
-``kubernetes.client.CustomObjectsApi`` instead. It is used for that reason only; everything else in
-those tests (the registry's Delta table, the Kafka broker, Dagster) is real.
+"""THE KUBERNETES API STAND-IN: an in-memory ``kubernetes.client.CustomObjectsApi`` for the unit
+tests of the kubernetes runner and Dagster's tests that script the operator's states (states a
+real operator cannot be made to report on demand: a version stuck SUBMITTED, a retrying driver).
+The flows a real server can serve run against the real control plane in ``tests/kubernetes``
+(kube-apiserver, the Spark operator, admission), e.g. the replay with ``--promote``. Everything else
+in those tests (the registry's Delta table, the Kafka broker, Dagster) is real.
 
 It implements the three namespaced custom-object verbs the runner uses, as the API server does:
 
@@ -95,91 +97,3 @@ class KubeApi:
         [obj] = [v for k, v in self.objects.items() if k[-1] == name]
         return obj
 
-
-class KubeletApi(KubeApi):
-    """THE STAND-IN FOR THE SPARK OPERATOR AND THE KUBELET, on top of the API stand-in. No container
-    runtime exists here, so when a SparkApplication is created this runs what its driver pod would
-    run, as a local process: the image's entry point (``mainApplicationFile`` -> ``python -m
-    kappa.runners.entrypoint`` or ``python -m kappa.cli``) with the application's ``arguments`` and
-    its driver pod template's plain ``env`` values (``valueFrom`` Secrets cannot be resolved here; the tests
-    use a PLAINTEXT broker and a local warehouse, so none is needed), over ``base_env`` (what the
-    image's own environment provides: project and assets folders). It reports the states the
-    operator would: RUNNING while the process lives, COMPLETED on exit 0, FAILED with the log's
-    tail otherwise. Deleting the application SIGTERMs the process group (as the operator's pod
-    deletion does) and waits for it. The processes are real Spark drivers (``local[*]``): only
-    the operator's submission and the pods are stood in for."""
-
-    ENTRY_POINTS = {
-        "local:///opt/kappa/bin/entrypoint.py": ["-m", "kappa.runners.entrypoint"],
-        "local:///opt/kappa/bin/kappa.py": ["-m", "kappa.cli"],
-    }
-
-    def __init__(self, base_env: dict[str, str], logs, adopt: set[str] = frozenset()):
-        super().__init__()
-        self.base_env, self.logs = dict(base_env), logs
-        self.procs: dict[str, object] = {}
-        #: Application names created before this stand-in ran anything: kept RUNNING, no process.
-        self.adopt = set(adopt)
-
-    def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
-        import os
-        import subprocess
-        import sys
-
-        obj = super().create_namespaced_custom_object(group, version, namespace, plural, body, **kw)
-        name = body["metadata"]["name"]
-        key = (group, version, namespace, plural, name)
-        if name in self.adopt:
-            self._set(key, "RUNNING")
-            return obj
-        spec = body["spec"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-        env.update(self.base_env)
-        (container,) = spec["driver"]["template"]["spec"]["containers"]  # what reaches the driver pod
-        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
-        self.logs.mkdir(parents=True, exist_ok=True)
-        with open(self.logs / f"{name}.log", "wb") as log:
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, *self.ENTRY_POINTS[spec["mainApplicationFile"]], *spec["arguments"]],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        self._set(key, "RUNNING")
-        return obj
-
-    def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
-        proc = self.procs.get(name)
-        key = (group, version, namespace, plural, name)
-        if proc is not None and key in self.objects and proc.poll() is not None:
-            if proc.returncode == 0:
-                self._set(key, "COMPLETED")
-            else:
-                self._set(key, "FAILED", f"driver exited with code {proc.returncode}: {self.log_tail(name)}")
-        return super().get_namespaced_custom_object(group, version, namespace, plural, name, **kw)
-
-    def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
-        result = super().delete_namespaced_custom_object(group, version, namespace, plural, name, **kw)
-        self._terminate(name)
-        return result
-
-    def _terminate(self, name: str, grace_s: float = 60.0) -> None:
-        import os
-        import signal
-        import subprocess
-
-        proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-    def log_tail(self, name: str, lines: int = 15) -> str:
-        path = self.logs / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-    def shutdown(self) -> None:
-        """Stop every process still running (what deleting the namespace would do)."""
-        for name in list(self.procs):
-            self._terminate(name, grace_s=30)

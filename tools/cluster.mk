@@ -62,7 +62,7 @@ $(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION): tools/go/spark-operator
 
 cluster-tools: $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION) $(K8S_TOOLS)/.kine-$(KINE_VERSION) \
 	$(K8S_TOOLS)/.kwok-$(KWOK_VERSION) $(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION) \
-	$(STRIMZI_DIR)/.crds $(K8S_TOOLS)/.helm-$(HELM_VERSION)
+	$(STRIMZI_DIR)/.crds $(STRIMZI_DIR)/.crds-connect $(K8S_TOOLS)/.helm-$(HELM_VERSION)
 
 cluster-up: cluster-tools | $(VENV)/.installed
 	$(BIN)/kappa cluster start

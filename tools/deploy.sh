@@ -3,11 +3,13 @@
 #   1. the namespace (Pod Security "restricted" labels, from the kappa chart's own template);
 #   2. the Strimzi cluster operator          (namespace strimzi,        watches the Kappa namespace);
 #   3. the Kubeflow Spark operator           (namespace spark-operator, runs apps in the Kappa namespace);
-#   4. the kappa chart (Kafka, topics, users, RBAC, NetworkPolicies, runner config), then waits for Kafka;
+#   4. the kappa chart (Kafka, topics, users, Kafka Connect + Debezium, RBAC, NetworkPolicies, runner
+#      config), then waits for Kafka;
 #   5. Dagster with Kappa's code location    (helm/values/dagster.yaml).
 # Prerequisites: kubectl pointing at the cluster, helm 3.18+ or 4 (or `make tools`), and in the
-# Kappa namespace the Secrets named in the values: the object-store keys (`kappa-object-store`) and
-# Dagster's PostgreSQL password (`kappa-dagster-postgresql`).
+# Kappa namespace the Secrets named in the values: the object-store keys (`kappa-object-store`),
+# Dagster's PostgreSQL password (`kappa-dagster-postgresql`), the SQL endpoint's password file
+# (`kappa-serve-users`) and Debezium's database user (`kappa-ops-database`).
 #
 #   tools/deploy.sh [-f my-kappa-values.yaml ...]      extra args go to the kappa chart
 #

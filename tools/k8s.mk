@@ -4,7 +4,7 @@
 # helm/upstream.env.
 #
 #   make tools          helm + kubeconform (go install), core schemas (kubernetes-validate), Strimzi
-#                       CRDs (Strimzi's crd-generator, Maven), SparkApplication CRD (Go module)
+#                       CRDs incl. KafkaConnect/KafkaConnector (Strimzi's crd-generator, Maven), SparkApplication CRD (Go module)
 #   make k8s-validate   helm lint; helm template (defaults + every ci/*-values.yaml); kubeconform
 #                       -strict of every object against core + CRD schemas; the same for k8s/
 #   make k8s-manifests  regenerate helm/kappa/catalog.yaml and k8s/ from assets/ and the chart
@@ -56,6 +56,14 @@ $(STRIMZI_DIR)/.crds: tools/strimzi-crds/pom.xml
 		io.strimzi.api.kafka.model.user.KafkaUser=$(STRIMZI_DIR)/crds/044-Crd-kafkauser.yaml 2>/dev/null
 	touch $@
 
+# KafkaConnect and KafkaConnector (the chart's Debezium worker and connector), from the same jars; a
+# stamp of its own so a tree whose Kafka CRDs were generated before gets them without a rebuild.
+$(STRIMZI_DIR)/.crds-connect: $(STRIMZI_DIR)/.crds
+	java -cp '$(STRIMZI_DIR)/lib/*' io.strimzi.crdgenerator.CrdGenerator $(STRIMZI_CRD_ARGS) --api-versions v1beta2,v1 \
+		io.strimzi.api.kafka.model.connect.KafkaConnect=$(STRIMZI_DIR)/crds/041-Crd-kafkaconnect.yaml \
+		io.strimzi.api.kafka.model.connector.KafkaConnector=$(STRIMZI_DIR)/crds/047-Crd-kafkaconnector.yaml 2>/dev/null
+	touch $@
+
 # The SparkApplication CRD as published in the operator's Go module (config/crd/bases); tests also
 # read the module's chart values.yaml and its application states (api/v1beta2).
 $(SPARK_OP_DIR)/.crds:
@@ -68,7 +76,7 @@ $(SPARK_OP_DIR)/.crds:
 	cp $$dir/charts/spark-operator-chart/values.yaml $$dir/api/v1beta2/sparkapplication_types.go $(SPARK_OP_DIR)/upstream/
 	touch $@
 
-$(K8S_SCHEMAS)/.stamp: tools/schemas.py tools/versions.env $(STRIMZI_DIR)/.crds $(SPARK_OP_DIR)/.crds | $(VENV)/.installed
+$(K8S_SCHEMAS)/.stamp: tools/schemas.py tools/versions.env $(STRIMZI_DIR)/.crds $(STRIMZI_DIR)/.crds-connect $(SPARK_OP_DIR)/.crds | $(VENV)/.installed
 	rm -rf $(K8S_SCHEMAS)
 	$(BIN)/python tools/schemas.py core --kubernetes-version $(K8S_VERSION_MIN) --out $(K8S_SCHEMAS)
 	$(BIN)/python tools/schemas.py core --kubernetes-version $(K8S_VERSION_MAX) --out $(K8S_SCHEMAS)

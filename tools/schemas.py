@@ -59,13 +59,24 @@ def core(kubernetes_version: str, out: Path) -> int:
     return n
 
 
-def _strict(node: object) -> object:
-    """A copy of an OpenAPI v3 (structural) schema as a strict draft-4 JSON schema."""
+_JUNCTORS = ("oneOf", "anyOf", "allOf", "not")
+
+
+def _strict(node: object, junctor: bool = False) -> object:
+    """A copy of an OpenAPI v3 (structural) schema as a strict draft-4 JSON schema.
+
+    A member of oneOf/anyOf/allOf/not (``junctor``) only constrains the fields its parent declares
+    (e.g. Strimzi's "certificate or pattern" next to ``secretName``): Kubernetes' structural schema
+    rules forbid types there, so it never gets ``additionalProperties: false``, which would reject
+    the parent's other fields."""
     if isinstance(node, list):
-        return [_strict(x) for x in node]
+        return [_strict(x, junctor) for x in node]
     if not isinstance(node, dict):
         return node
-    out = {k: _strict(v) for k, v in node.items()}
+    out = {k: _strict(v, k in _JUNCTORS) for k, v in node.items()}
+    if junctor:
+        out.pop("x-kubernetes-preserve-unknown-fields", None)
+        return out
     if out.pop("x-kubernetes-int-or-string", False):
         out.pop("type", None)
         out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])

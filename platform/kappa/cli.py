@@ -206,6 +206,34 @@ def cdc_simulate(
                                        if report.retries else ""), highlight=False)
 
 
+@cdc_app.command("latency")
+def cdc_latency(
+    changes: int = typer.Option(200, "--changes", min=1, help="How many changes to apply while measuring."),
+    rate: float = typer.Option(20.0, callback=positive_option, help="Changes per second."),
+    seed: int = typer.Option(0, help="Seed of the change generator."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
+) -> None:
+    """Measure change-to-table latency: from a change's commit in PostgreSQL to the Delta commit that
+    makes it visible in its current-state table (p50, p99, max per table), with the changelog
+    assets running continuously in this process. Needs PostgreSQL and Connect running."""
+    from dataclasses import asdict
+
+    from kappa.cdc.latency import measure
+
+    with Guard():
+        settings = load_settings()
+        report = measure(settings, changes, rate=rate, seed=seed,
+                         say=(lambda m: None) if fmt is StatusFormat.json else (lambda m: console.print(m)))
+        if fmt is StatusFormat.json:
+            print(json.dumps(asdict(report)))
+            return
+        table = Table("table", "changes", "p50 s", "p99 s", "max s")
+        for name, p in [*report.tables.items(), ("all", report.overall)]:
+            table.add_row(name, str(p["n"]), *(str(p.get(k, "not evaluated")) for k in ("p50_s", "p99_s", "max_s")))
+        console.print(table)
+        console.print(f"{changes} changes applied in {report.simulate_s} s; the last one visible {report.settle_s} s later")
+
+
 # --- cluster --------------------------------------------------------------------------------------
 @cluster_app.command("start")
 def cluster_start(timeout: float = typer.Option(120.0, help="Seconds to wait for each part to serve.")) -> None:
@@ -730,6 +758,11 @@ DEMO_SAMPLES: dict[str, tuple[str, str]] = {
     "origin_load": ("Flights with the most departures from their origin in the hour up to them (sliding window, 60 minutes)", """
         SELECT event_id, origin, event_time, departures_last_60min
         FROM origin_load ORDER BY departures_last_60min DESC, event_time, event_id LIMIT 5"""),
+    "flights_enriched": ("Flights with their plane and airline as of departure (stream-table join with SCD2 histories)", """
+        SELECT event_id, tailnum, airline_name, manufacturer, model, plane_year, seats
+        FROM flights_enriched WHERE seats IS NOT NULL ORDER BY seats DESC, event_id LIMIT 5"""),
+    "fleet_by_airline": ("Fleets by airline (table-table join kept up to date from three changelogs)", """
+        SELECT carrier, airline_name, planes, seats FROM fleet_by_airline ORDER BY planes DESC, carrier LIMIT 5"""),
 }
 
 

@@ -35,6 +35,11 @@ Transforms (exactly one per asset):
   (:mod:`kappa.streaming.pattern`, semantics in :mod:`kappa.streaming.cep`); one row per match.
 * ``sql`` / ``python`` — a SQL ``SELECT … FROM input`` or a function ``transform(df) -> DataFrame``
   over the upstream stream.
+* ``changelog`` — silver from a Debezium changelog topic: a current-state table or an SCD2 history.
+* ``lookup`` — a stream–table join: each row of the stream with columns of changelog tables, as of
+  its event time (from a history) or as they are (current state).
+* ``materialized_view`` — a table–table join: SQL over current-state tables, kept up to date as
+  they change.
 
 Window vocabulary follows Spark's Structured Streaming guide ("Window Operations on Event Time")
 and *Designing Data-Intensive Applications*, ch. 11 ("Types of windows").
@@ -278,7 +283,8 @@ class SlidingTransform(_Strict):
 
 
 #: Transform kinds, one key each in an asset's ``transform:``.
-TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python", "changelog")
+TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python", "changelog", "lookup",
+                   "materialized_view")
 #: Kinds whose Spark query keeps event-time state bounded by a watermark: rows behind it are
 #: dropped by Spark and counted (``late_rows``).
 STATEFUL_KINDS = ("window", "join", "sliding", "pattern")
@@ -312,6 +318,61 @@ class ChangelogTransform(_Strict):
             if k not in self.schema_:
                 raise ValueError(f"key column {k!r} is not in schema")
         return self
+
+
+class LookupTable(_Strict):
+    """One table of a stream–table join (``transform.lookup``): a changelog asset looked up by
+    ``keys`` (stream column = table column of the same name), adding ``columns`` (table column ->
+    output column; a list keeps the names).
+
+    Without ``as_of`` the table is a current-state table (``changelog.mode: current``) and a row
+    joins the table's state when its micro-batch runs: a replay may join other values than the first
+    run did. With ``as_of`` (the stream's event-time column) the table is a history
+    (``changelog.mode: history``, SCD2) and a row joins the version valid at its event time,
+    ``valid_from <= as_of < valid_to`` (``valid_to`` null: still current), so a replay joins the
+    same values whatever changed since: DDIA ch. 11, "Time-dependence of joins"."""
+
+    asset: str
+    keys: list[str] = Field(min_length=1)
+    as_of: str | None = None
+    columns: dict[str, str] = Field(min_length=1)
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _names(cls, v: object) -> object:
+        return {c: c for c in v} if isinstance(v, list) else v
+
+    @field_validator("columns")
+    @classmethod
+    def _snake_out(cls, v: dict[str, str]) -> dict[str, str]:
+        for out in v.values():
+            _snake(out)
+        return v
+
+
+class LookupTransform(_Strict):
+    """A stream–table join (DDIA ch. 11, "Stream-table join (stream enrichment)"): every row of the
+    source stream with columns looked up in changelog tables, in order. A left join: a row whose
+    key has no table row (at its event time, for ``as_of``) keeps nulls. Stateless, so no watermark:
+    each micro-batch reads the tables' versions pinned by the asset's version
+    (:mod:`kappa.streaming.table_joins`). Output: every source column, then each table's
+    ``columns`` (output names)."""
+
+    tables: list[LookupTable] = Field(min_length=1)
+
+
+class MaterializedViewTransform(_Strict):
+    """A table–table join (DDIA ch. 11, "Table-table join (materialized view maintenance)"): ``sql``
+    over current-state changelog assets named in ``tables`` (each readable in the SQL by its asset
+    name), kept equal to the query's result as any of them changes. Each micro-batch of the tables'
+    Delta change data feed recomputes the query over their current state and MERGEs the result on
+    ``key`` (update changed rows, insert new ones, delete keys the result lost)
+    (:mod:`kappa.streaming.table_joins`). Meant for dimension-sized tables: a change costs one
+    evaluation of ``sql`` over them. Output: the query's columns."""
+
+    tables: list[str] = Field(min_length=1)
+    key: list[str] = Field(min_length=1)
+    sql: str = Field(min_length=1)
 
 
 class PatternStep(_Strict):
@@ -388,6 +449,8 @@ class Transform(_Strict):
     sql: str | None = None
     python: str | None = None
     changelog: ChangelogTransform | None = None
+    lookup: LookupTransform | None = None
+    materialized_view: MaterializedViewTransform | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Transform":
@@ -516,6 +579,21 @@ class AssetSpec(_Strict):
                     "session_start cannot remove sessions that later merge into one); remove sink.mode")
         if kind == "join":
             self._check_join()
+        if kind == "lookup":
+            lk = self.transform.lookup
+            assert lk is not None
+            outs = [o for t in lk.tables for o in t.columns.values()]
+            if len(set(outs)) != len(outs):
+                raise ValueError(f"transform.lookup.tables: output column names repeat: {outs}")
+            if self.sink.mode == "merge":
+                raise ValueError("sink.mode: a lookup appends each row once; remove sink.mode")
+        if kind == "materialized_view":
+            mv = self.transform.materialized_view
+            assert mv is not None
+            if self.source.asset not in mv.tables:
+                raise ValueError("source.asset must be one of transform.materialized_view.tables")
+            if self.watermark is not None:
+                raise ValueError("watermark: a materialized view follows its tables' current state, not event time")
         if kind == "sliding":
             sl = self.transform.sliding
             assert sl is not None
@@ -574,7 +652,8 @@ class AssetSpec(_Strict):
             # Tumbling/hopping: update mode + MERGE, the table holds open windows too. Session:
             # append once closed (see _coherent).
             return "append" if w.type == "session" else "merge"
-        return {"raw": "append", "parse": "merge", "changelog": "merge"}.get(self.transform.kind, "append")
+        return {"raw": "append", "parse": "merge", "changelog": "merge", "materialized_view": "merge"}.get(
+            self.transform.kind, "append")
 
     @property
     def output_mode(self) -> str:
@@ -593,8 +672,10 @@ class AssetSpec(_Strict):
             return self.transform.window.keys
         if self.transform.parse is not None:
             return [self.transform.parse.event_id]
-        if self.transform.join is not None or self.transform.sliding is not None:
+        if self.transform.join is not None or self.transform.sliding is not None or self.transform.lookup is not None:
             return ["event_id"]
+        if self.transform.materialized_view is not None:
+            return list(self.transform.materialized_view.key)
         if self.transform.changelog is not None:
             return list(self.transform.changelog.key)
         if self.transform.pattern is not None:
@@ -603,11 +684,16 @@ class AssetSpec(_Strict):
 
     @property
     def upstream(self) -> list[str]:
-        """Upstream assets: ``source.asset`` and, for a join, ``transform.join.right.asset``."""
+        """Upstream assets: ``source.asset``, a join's ``transform.join.right.asset``, a lookup's
+        tables and a materialized view's tables."""
         ups = [self.source.asset] if self.source.asset else []
         if self.transform.join is not None:
             ups.append(self.transform.join.right.asset)
-        return ups
+        if self.transform.lookup is not None:
+            ups += [t.asset for t in self.transform.lookup.tables]
+        if self.transform.materialized_view is not None:
+            ups += self.transform.materialized_view.tables
+        return list(dict.fromkeys(ups))
 
     @property
     def topics(self) -> list[str]:
@@ -774,6 +860,44 @@ def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> Non
         raise SpecError(f"{spec.path}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
 
 
+def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
+    """A lookup's or a materialized view's tables are changelog assets of the right mode, and a
+    lookup names columns they have (source columns too, when the source is a parsed asset)."""
+    lk, mv = spec.transform.lookup, spec.transform.materialized_view
+    if mv is not None:
+        for name in mv.tables:
+            ch = assets[name].transform.changelog
+            if ch is None or ch.mode != "current":
+                raise SpecError(f"{spec.path}: transform.materialized_view.tables: {name!r} is not a current-state "
+                                f"changelog asset (transform.changelog.mode: current) ({assets[name].path})")
+    if lk is None:
+        return
+    up = assets[spec.source.asset] if spec.source.asset else None
+    stream = up.transform.parse.fields if up is not None and up.transform.parse is not None else None
+    for i, t in enumerate(lk.tables):
+        where = f"{spec.path}: transform.lookup.tables.{i}"
+        ch = assets[t.asset].transform.changelog
+        want = "history" if t.as_of else "current"
+        if ch is None or ch.mode != want:
+            raise SpecError(f"{where}.asset: {t.asset!r} must be a changelog asset with mode {want!r}"
+                            + (" (as_of looks up the version valid at the event time: an SCD2 history)" if t.as_of
+                               else " (without as_of a row joins the current state)") + f" ({assets[t.asset].path})")
+        for c in [*t.keys, *t.columns]:
+            if c not in ch.fields:
+                raise SpecError(f"{where}: column {c!r} is not in {t.asset}'s schema ({assets[t.asset].path})")
+        if stream is None:
+            continue
+        for c in [*t.keys, *([t.as_of] if t.as_of else [])]:
+            if c not in stream:
+                raise SpecError(f"{where}: column {c!r} is not in {up.name}'s schema ({up.path})")
+        if t.as_of and stream[t.as_of].type != "timestamp":
+            raise SpecError(f"{where}.as_of: {t.as_of!r} must be a timestamp column of {up.name}")
+        clash = [o for o in t.columns.values() if o in stream]
+        if clash:
+            raise SpecError(f"{where}.columns: output column(s) {clash} are already columns of {up.name}; "
+                            "rename them (table column: output column)")
+
+
 def load_catalog(assets_dir: Path) -> Catalog:
     """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``.
 
@@ -811,6 +935,7 @@ def load_catalog(assets_dir: Path) -> Catalog:
                 raise SpecError(f"{spec.path}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
     for spec in assets.values():
         _check_pattern_columns(spec, assets)
+        _check_table_joins(spec, assets)
     catalog = Catalog(assets, topics, assets_dir)
     catalog.topological()
     return catalog

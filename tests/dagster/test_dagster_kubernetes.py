@@ -235,7 +235,8 @@ def test_replay_job_starts_the_new_chain_and_fails_when_it_does_not_catch_up(k8s
     # stand-in runs nothing, so no checkpoint ever reaches the log end offsets: catch-up times out,
     # the run fails saying so, and the promoted versions and their applications are untouched.
     # (The whole replay -> gate -> promote on this runner, with the applications' commands run as
-    # local processes, is tests/integration/test_kubernetes_replay.py.)
+    # local processes, against the real API server and operator, is
+    # tests/kubernetes/test_replay_on_the_plane.py.)
     for name in ("flights-v2", "departures-hourly-v2"):
         api.script(name, "SUBMITTED", "RUNNING")
     resource = _resource(settings, kubernetes_start_timeout_s=1.0, catch_up_timeout_s=0.5)

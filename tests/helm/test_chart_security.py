@@ -9,11 +9,14 @@ from pathlib import Path
 import yaml
 
 from helmtools import CHART, ROOT, kinds, render, render_fails
+from kappa.cdc import connect
 from kappa.runners.kubernetes import group_prefix, kafka_user_name
 from kappa.spec import load_catalog
 
 CATALOG = load_catalog(ROOT / "assets")
 KAFKA_ASSETS = {s.name: s for s in CATALOG if s.topics}
+CONNECTORS = connect.load_connectors(ROOT / "assets")
+CHANGELOGS = {t for c in CONNECTORS.values() for t in c.topics}
 
 
 def _acls(user: dict) -> list[dict]:
@@ -78,13 +81,20 @@ def test_a_node_pool_set_without_controllers_is_refused():
 # ---------------------------------------------------------------------------------------- topics
 
 
+def _topics(objs: list[dict], role: str = "source") -> list[dict]:
+    return [t for t in kinds(objs, "KafkaTopic") if t["metadata"]["labels"]["kappa.dev/topic-role"] == role]
+
+
 def test_every_declared_source_topic_has_a_kafkatopic(rendered):
-    topics = {t["spec"]["topicName"]: t for t in kinds(rendered, "KafkaTopic")}
+    topics = {t["spec"]["topicName"]: t for t in _topics(rendered)}
     assert set(topics) == set(CATALOG.topics)
+    # the only other topics are Kafka Connect's three internal ones
+    others = {t["spec"]["topicName"] for t in kinds(rendered, "KafkaTopic")} - set(topics)
+    assert others == {connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC}
 
 
 def test_source_topics_keep_their_log_forever_by_default(default_objects):
-    for topic in kinds(default_objects, "KafkaTopic"):
+    for topic in _topics(default_objects):
         config = topic["spec"]["config"]
         assert config["retention.ms"] == "-1"
         # changelogs of the operational database (Debezium) are compacted: the latest row per key
@@ -96,7 +106,7 @@ def test_source_topics_keep_their_log_forever_by_default(default_objects):
 
 def test_retention_can_be_bounded_for_every_topic_or_one():
     every = render(sets=("topics.retentionMs=604800000",))
-    assert {t["spec"]["config"]["retention.ms"] for t in kinds(every, "KafkaTopic")} == {"604800000"}
+    assert {t["spec"]["config"]["retention.ms"] for t in _topics(every)} == {"604800000"}
     one = render(sets=("topics.overrides.weather.config.retention\\.ms=1000", "topics.overrides.weather.partitions=6"))
     by_name = {t["spec"]["topicName"]: t["spec"] for t in kinds(one, "KafkaTopic")}
     assert by_name["weather"]["config"]["retention.ms"] == "1000" and by_name["weather"]["partitions"] == 6
@@ -155,7 +165,8 @@ def test_should_not_grant_wildcards_cluster_or_administrative_operations(rendere
 def test_ingest_may_only_write_and_describe_the_source_topics(rendered):
     (ingest,) = _users(rendered, "ingest")
     by_topic = {a["resource"]["name"]: a for a in _acls(ingest)}
-    assert set(by_topic) == set(CATALOG.topics)
+    # not the changelog topics of the connectors: Kafka Connect alone writes those
+    assert set(by_topic) == set(CATALOG.topics) - CHANGELOGS and CHANGELOGS <= set(CATALOG.topics)
     for acl in by_topic.values():
         assert acl["resource"] == {"type": "topic", "name": acl["resource"]["name"], "patternType": "literal"}
         assert sorted(acl["operations"]) == ["Describe", "Write"]
@@ -236,7 +247,8 @@ def test_values_and_templates_hold_no_secret_data():
     for f in files:
         for path, value in walk(yaml.safe_load(f.read_text())):
             leaf = path[-1].lower()
-            if re.search(r"password|token|secretkey$|accesskey$|credential", leaf):
+            # (`passwordKey` names a key inside a Secret: an identifier, not a password)
+            if re.search(r"password(?!key$)|token|secretkey$|accesskey$|credential", leaf):
                 raise AssertionError(f"{f.name}: {'.'.join(path)} looks like inline credentials")
     # ... and no template renders a Secret or literal key material
     for t in (CHART / "templates").glob("*"):
@@ -289,6 +301,11 @@ def test_every_pod_template_has_restricted_security_contexts(rendered):
         _restricted_pod(tpl["pod"]["securityContext"])
         _restricted_container(tpl["kafkaContainer"]["securityContext"])
         _restricted_container(tpl["initContainer"]["securityContext"])
+    (kc,) = kinds(rendered, "KafkaConnect")
+    templates.append(kc["spec"]["template"])
+    _restricted_pod(kc["spec"]["template"]["pod"]["securityContext"])
+    _restricted_container(kc["spec"]["template"]["connectContainer"]["securityContext"])
+    _restricted_container(kc["spec"]["template"]["initContainer"]["securityContext"])
     eo = kafka["spec"]["entityOperator"]["template"]
     _restricted_pod(eo["pod"]["securityContext"])
     _restricted_container(eo["topicOperatorContainer"]["securityContext"])
@@ -320,14 +337,16 @@ def test_should_not_render_network_policies_when_disabled():
 
 def test_dagster_may_only_create_get_watch_delete_sparkapplications_in_its_namespace(rendered):
     assert kinds(rendered, "ClusterRole") == [] and kinds(rendered, "ClusterRoleBinding") == []
-    (role,) = kinds(rendered, "Role")
+    (role,) = [r for r in kinds(rendered, "Role") if r["metadata"]["name"] == "kappa-dagster-sparkapplications"]
     assert role["metadata"]["namespace"] == "kappa"
     assert role["rules"] == [{
         "apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
         "verbs": ["create", "get", "watch", "delete"],
     }]
-    (binding,) = kinds(rendered, "RoleBinding")
+    (binding,) = [b for b in kinds(rendered, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    # the only other Role: Kafka Connect's `get` on the database Secret (test_connect_may_read_only_the_database_secret)
+    assert len(kinds(rendered, "Role")) == 2 and len(kinds(rendered, "RoleBinding")) == 2
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-dagster", "namespace": "kappa"}]
 
 
@@ -350,6 +369,8 @@ def test_notes_tell_how_to_reach_the_dagster_ui():
     notes = out.split("NOTES:", 1)[1]
     assert "port-forward svc/dagster-dagster-webserver 8080:80" in notes
     assert "http://127.0.0.1:8080" in notes
+    # ... and which Secret change data capture needs, and how to see the connector
+    assert 'Secret "kappa-ops-database"' in notes and "get kafkaconnectors -l strimzi.io/cluster=kappa-cdc" in notes
 
 
 def test_runner_config_map_is_a_valid_kubernetes_runner_config(rendered):
@@ -453,3 +474,139 @@ def test_notes_tell_how_to_connect_to_the_sql_endpoint():
     notes = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout.split("NOTES:", 1)[1]
     assert "jdbc:hive2://kappa-serve.kappa.svc:10000/default" in notes
     assert "kappa.dev/sql-client=true" in notes and "kappa-serve-users" in notes
+
+
+# ------------------------------------------------------------- change data capture (Kafka Connect)
+
+
+def _connect(objs: list[dict]) -> dict:
+    (kc,) = kinds(objs, "KafkaConnect")
+    return kc
+
+
+def test_kafka_connect_builds_the_debezium_plugin_of_the_local_worker_and_connects_like_other_clients(rendered):
+    from kappa.runners.kubernetes.catalog import connect_plugin
+
+    kc = _connect(rendered)
+    assert kc["metadata"]["annotations"]["strimzi.io/use-connector-resources"] == "true"
+    spec = kc["spec"]
+    # the plugin `kappa connect start` runs locally (jvm/connect/pom.xml), built from Maven, or an
+    # image built beforehand (ci/production: the restricted namespace admits no Kaniko build pod)
+    if "build" in spec:
+        (plugin,) = spec["build"]["plugins"]
+        assert plugin["artifacts"] == [{"type": "maven", **connect_plugin(ROOT / "jvm" / "connect" / "pom.xml")}]
+        assert plugin["artifacts"][0]["version"] == "3.5.0.Final"
+        assert spec["build"]["output"]["type"] == "docker" and spec["build"]["output"]["image"]
+        assert "image" not in spec
+    else:
+        assert spec["image"].endswith(":3.5.0.Final")
+    # the TLS listener, the cluster CA, and the Connect KafkaUser's own credentials
+    (kafka,) = kinds(rendered, "Kafka")
+    (cm,) = kinds(rendered, "ConfigMap")
+    assert spec["bootstrapServers"] == cm["data"]["KAPPA_BOOTSTRAP_SERVERS"]
+    assert spec["tls"]["trustedCertificates"] == [{"secretName": f"{kafka['metadata']['name']}-cluster-ca-cert",
+                                                   "certificate": "ca.crt"}]
+    (user,) = _users(rendered, "connect")
+    listener_auth = kafka["spec"]["kafka"]["listeners"][0]["authentication"]["type"]
+    name = user["metadata"]["name"]
+    if listener_auth == "scram-sha-512":  # the password Strimzi's user operator writes to the user's Secret
+        assert spec["authentication"] == {"type": "scram-sha-512", "username": name,
+                                          "passwordSecret": {"secretName": name, "password": "password"}}
+    else:  # mTLS: the user's certificate and key from the same Secret
+        assert spec["authentication"] == {"type": "tls", "certificateAndKey": {
+            "secretName": name, "certificate": "user.crt", "key": "user.key"}}
+    # the group and internal topics of the local worker; secrets through Strimzi's config provider
+    config = spec["config"]
+    assert (config["group.id"], config["config.storage.topic"], config["offset.storage.topic"],
+            config["status.storage.topic"]) == (connect.GROUP_ID, connect.CONFIG_TOPIC, connect.OFFSET_TOPIC,
+                                                connect.STATUS_TOPIC)
+    assert config["config.providers.secrets.class"] == "io.strimzi.kafka.KubernetesSecretConfigProvider"
+    # its pods carry the label the Kafka listener's NetworkPolicy admits
+    peer = kafka["spec"]["kafka"]["listeners"][0]["networkPolicyPeers"][0]["podSelector"]["matchLabels"]
+    assert peer.items() <= spec["template"]["pod"]["metadata"]["labels"].items()
+    # Connect's internal topics exist, compacted (Connect refuses others); the config topic has one partition
+    internal = {t["spec"]["topicName"]: t["spec"] for t in _topics(rendered, "connect-internal")}
+    assert set(internal) == {connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC}
+    assert {t["config"]["cleanup.policy"] for t in internal.values()} == {"compact"}
+    assert internal[connect.CONFIG_TOPIC]["partitions"] == 1
+
+
+def test_kafka_connector_config_is_what_kappa_connect_start_registers(default_objects):
+    """One source: the KafkaConnector's configuration equals ConnectorSpec.connector_config (what
+    `kappa connect start` PUTs to the local worker) for the chart's database and Secret."""
+    from kappa.config import load_settings
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["connect"]["database"]
+    connectors = {c["metadata"]["name"]: c for c in kinds(default_objects, "KafkaConnector")}
+    assert set(connectors) == set(CONNECTORS) == {"ops"}
+    for name, spec in CONNECTORS.items():
+        kc = connectors[name]
+        assert kc["metadata"]["labels"]["strimzi.io/cluster"] == _connect(default_objects)["metadata"]["name"]
+        secret = f"kappa/{values['existingSecret']}"
+        settings = load_settings(postgres_host=values["host"], postgres_port=values["port"],
+                                 postgres_user=f"${{secrets:{secret}:{values['usernameKey']}}}",
+                                 postgres_password=f"${{secrets:{secret}:{values['passwordKey']}}}")
+        rendered = {"connector.class": kc["spec"]["class"], "tasks.max": str(kc["spec"]["tasksMax"]), **kc["spec"]["config"]}
+        assert rendered == spec.connector_config(settings)
+        assert rendered["tombstones.on.delete"] == "true" and rendered["plugin.name"] == "pgoutput"
+        assert rendered["topic.prefix"] == "ops" and rendered["database.password"].startswith("${secrets:")
+
+
+def test_connect_user_may_only_use_its_group_its_internal_topics_and_write_the_changelogs(rendered):
+    (user,) = _users(rendered, "connect")
+    acls = {(a["resource"]["type"], a["resource"]["name"], a["resource"]["patternType"]): sorted(a["operations"])
+            for a in _acls(user)}
+    internal = ["Describe", "DescribeConfigs", "Read", "Write"]
+    expected = {("group", connect.GROUP_ID, "literal"): ["Read"],
+                **{("topic", t, "literal"): internal for t in (connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC)},
+                **{("topic", t, "literal"): ["Describe", "Write"] for t in CHANGELOGS}}
+    assert acls == expected and len(_acls(user)) == len(expected)
+
+
+def test_connect_may_read_only_the_database_secret(rendered):
+    kc = _connect(rendered)
+    (connector,) = kinds(rendered, "KafkaConnector")
+    secret = connector["spec"]["config"]["database.password"].split("/", 1)[1].split(":", 1)[0]
+    assert secret in ("kappa-ops-database", "ops-db-debezium")  # values.yaml, ci/production-values.yaml
+    (role,) = [r for r in kinds(rendered, "Role") if r["metadata"]["name"].startswith(kc["metadata"]["name"])]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret], "verbs": ["get"]}]
+    (binding,) = [b for b in kinds(rendered, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
+    # Strimzi's service account of the workers: <KafkaConnect name>-connect
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{kc['metadata']['name']}-connect", "namespace": "kappa"}]
+
+
+def test_connect_rest_api_admits_only_the_operator_and_workers_reach_only_dns_kafka_database_and_api(default_objects):
+    kc = _connect(default_objects)
+    workers = {"strimzi.io/name": f"{kc['metadata']['name']}-connect"}
+    policies = {p["metadata"]["name"]: p["spec"] for p in kinds(default_objects, "NetworkPolicy")
+                if p["spec"]["podSelector"].get("matchLabels") == workers}
+    rest = next(p for p in policies.values() if p["policyTypes"] == ["Ingress"])
+    (rule,) = rest["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8083}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "strimzi"}},
+         "podSelector": {"matchLabels": {"strimzi.io/kind": "cluster-operator"}}},
+        {"podSelector": {"matchLabels": workers}}]
+    egress = next(p for p in policies.values() if p["policyTypes"] == ["Egress"])["egress"]
+    ports = [sorted(p["port"] for p in r["ports"]) for r in egress]
+    assert ports == [[53, 53], [9093], [5432], [443, 6443]]
+    assert egress[1]["to"] == [{"podSelector": {"matchLabels": {"strimzi.io/cluster": "kappa", "strimzi.io/kind": "Kafka"}}}]
+    # the database's peers narrow its rule when given
+    narrowed = render(sets=("connect.networkPolicy.databasePeers[0].ipBlock.cidr=10.1.2.3/32",
+                            "connect.database.port=6432", "connect.database.name=ops",
+                            "connect.build.enabled=false", "connect.image=registry.example.com/connect:1"))
+    (np,) = [p for p in kinds(narrowed, "NetworkPolicy") if p["metadata"]["name"].endswith("-connect-egress")]
+    assert np["spec"]["egress"][2] == {"to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}], "ports": [{"protocol": "TCP", "port": 6432}]}
+    (connector,) = kinds(narrowed, "KafkaConnector")
+    assert connector["spec"]["config"]["database.port"] == "6432" and connector["spec"]["config"]["database.dbname"] == "ops"
+    spec = _connect(narrowed)["spec"]
+    assert "build" not in spec and spec["image"] == "registry.example.com/connect:1"
+
+
+def test_connect_values_refuse_no_image_and_can_turn_it_off():
+    assert "connect.image" in render_fails("connect.build.enabled=false")
+    assert "additional properties" in render_fails("connect.database.password=abc")
+    objs = render(sets=("connect.enabled=false",))
+    assert not [o for o in objs if o["kind"] in ("KafkaConnect", "KafkaConnector")]
+    assert not _users(objs, "connect") and not _topics(objs, "connect-internal")
+    assert not [p for p in kinds(objs, "NetworkPolicy") if "-connect-" in p["metadata"]["name"]]

@@ -4,6 +4,7 @@ are coherent."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
@@ -70,8 +71,10 @@ def test_strict_validation_accepts_the_rendered_chart_and_rejects_an_unknown_fie
         ("NetworkPolicy", lambda o: o["spec"].__setitem__("podSelectr", {})),
         ("KafkaUser", lambda o: o["spec"]["authorization"]["acls"][0].__setitem__("operation", "All") or o["spec"]["authorization"]["acls"][0].__setitem__("bogus", 1)),
         ("Kafka", lambda o: o["spec"]["kafka"]["listeners"][0].__setitem__("plaintext", True)),
+        ("KafkaConnect", lambda o: o["spec"]["build"]["plugins"][0]["artifacts"][0].__setitem__("artefact", "x")),
+        ("KafkaConnector", lambda o: o["spec"].__setitem__("tasksMaximum", 1)),
     ]:
-        obj = [o for o in render() if o["kind"] == kind][0]
+        obj = copy.deepcopy([o for o in objs if o["kind"] == kind][0])
         mutate(obj)
         bad = tmp_path / f"bad-{kind}.yaml"
         bad.write_text(yaml.safe_dump(obj))

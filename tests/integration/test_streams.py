@@ -129,6 +129,19 @@ def test_origin_load_sliding_window_on_the_full_data(full_run):
     assert results["origin_load"].dropped_by_watermark == 0
 
 
+def test_flights_enriched_keeps_one_row_per_flight_on_the_full_data(full_run):
+    """The stream-table join is a left join: every flight once, whatever the tables hold. The
+    session's full run has no CDC source (empty changelogs: the join's values are tested against
+    PostgreSQL in test_cdc.py), so every looked-up column is null."""
+    settings, results = full_run.settings, full_run.results
+    actual = table(settings, "flights_enriched")
+    assert len(actual) == 336_776 and actual.event_id.is_unique
+    assert set(actual.event_id) == set(table(settings, "flights").event_id)
+    assert actual[["plane_year", "seats", "airline_name"]].isna().all().all()
+    print(f"\nflights_enriched: {len(actual):,} rows; {results['flights_enriched'].seconds:.0f} s, "
+          f"{results['flights_enriched'].batches} micro-batches")
+
+
 def test_stream_assets_pass_their_gates_on_the_full_data(full_run, spark):
     for asset in STREAMS:
         report = run_gate(full_run.settings, asset, full_run.results[asset].version, spark=spark)

@@ -13,20 +13,34 @@ kwok reports the pod Running without running anything. This stand-in takes the p
 
 What it does NOT prove: the image itself (its files, user 185, read-only paths), the Secrets'
 contents reaching the pod, networking to Kafka's TLS listener and the object store.
+
+Two ways to use it: :meth:`KubeletStandIn.run` runs one named pod's command to its end (a driver
+that fails); :class:`KubeletWatcher` is the node's kubelet for a whole test: a background thread that
+starts the command of every driver pod kwok reports Running on its node (long-running streaming
+queries and batch gate jobs alike), reports each exit, and stops (SIGTERM to the process group, as
+the kubelet's container stop does) the process of every pod that is deleted, e.g. by the garbage
+collector after its SparkApplication was deleted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import client
 
 ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
+#: The image's two shims (see the Dockerfile) and the module each runs.
+ENTRY_POINTS = {
+    ENTRYPOINT_FILE: ["-m", "kappa.runners.entrypoint"],
+    "local:///opt/kappa/bin/kappa.py": ["-m", "kappa.cli"],
+}
 
 
 @dataclass
@@ -42,14 +56,16 @@ class PodRun:
 def local_command(pod: client.V1Pod) -> tuple[list[str], dict[str, str]]:
     """The driver container's Kappa command and plain environment: the arguments after the
     application file in the container's args (Spark's ``driver`` entrypoint arguments), run with
-    this interpreter as the image's shim does."""
+    this interpreter as the image's shim does (``entrypoint.py`` -> ``python -m
+    kappa.runners.entrypoint``, ``kappa.py`` -> ``python -m kappa.cli``)."""
     (ctr,) = [c for c in pod.spec.containers if c.name == "spark-kubernetes-driver"]
     args = list(ctr.args or [])
-    if ENTRYPOINT_FILE not in args:
-        raise AssertionError(f"{pod.metadata.name}: no {ENTRYPOINT_FILE} in the driver's args {args}")
-    app_args = args[args.index(ENTRYPOINT_FILE) + 1:]
+    files = [a for a in args if a in ENTRY_POINTS]
+    if not files:
+        raise AssertionError(f"{pod.metadata.name}: none of {sorted(ENTRY_POINTS)} in the driver's args {args}")
+    app_args = args[args.index(files[0]) + 1:]
     env = {e.name: e.value for e in (ctr.env or []) if e.value is not None}
-    return [sys.executable, "-m", "kappa.runners.entrypoint", *app_args], env
+    return [sys.executable, *ENTRY_POINTS[files[0]], *app_args], env
 
 
 class KubeletStandIn:
@@ -92,3 +108,103 @@ class KubeletStandIn:
                       "message": output[-1000:], "startedAt": started, "finishedAt": self._now().isoformat()}
         self._report(pod, "Succeeded" if proc.returncode == 0 else "Failed", {"terminated": terminated})
         return PodRun(pod=name, namespace=namespace, command=command, exit_code=proc.returncode, output=output, env=env)
+
+
+class KubeletWatcher:
+    """The kubelet of kwok's node for one test (see the module docstring): a thread polling the
+    namespace's pods every ``every_s`` seconds.
+
+    * a ``*-driver`` pod bound to a node that kwok reports Running, not yet started and not in
+      ``skip``: its command (:func:`local_command`) starts as a local process in a new session, with
+      the container's plain environment minus Spark's container-filesystem settings (``SPARK_*``:
+      local dirs and conf dir inside the image) over ``base_env`` (what the image's own environment
+      gives: project and assets folders, a home), and without the test process's ``KAPPA_*``;
+    * a started process that exited: the pod is reported ``Succeeded``/``Failed`` with its exit code,
+      as :meth:`KubeletStandIn.run` does; the operator turns that into COMPLETED/FAILED;
+    * a started pod that is gone or being deleted: its process group gets SIGTERM (the container
+      stop), then SIGKILL after ``grace_s``.
+
+    ``started``: pod name -> its process (the record of what ran); ``stopped``: pods whose process
+    was stopped because the pod went away. Use as a context manager: leaving stops every process."""
+
+    def __init__(self, api_client, namespace: str, workdir: Path, cwd: Path, base_env: dict[str, str],
+                 *, skip: set[str] = frozenset(), every_s: float = 0.5, grace_s: float = 60.0):
+        self.stand_in = KubeletStandIn(api_client, workdir, cwd)
+        self.core, self.namespace, self.base_env = self.stand_in.core, namespace, dict(base_env)
+        self.skip, self.every_s, self.grace_s = set(skip), every_s, grace_s
+        self.started: dict[str, subprocess.Popen] = {}
+        self.stopped: list[str] = []
+        self.errors: list[str] = []
+        self._reported: set[str] = set()
+        self._started_at: dict[str, str] = {}
+        self._pods: dict[str, client.V1Pod] = {}
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="kubelet-stand-in", daemon=True)
+
+    def __enter__(self) -> "KubeletWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._halt.set()
+        self._thread.join(timeout=30)
+        for name in list(self.started):
+            self._stop(name)
+
+    def log_tail(self, pod: str, lines: int = 40) -> str:
+        path = self.stand_in.workdir / f"{pod}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def _loop(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self._tick()
+            except Exception as exc:  # noqa: BLE001 - kept and shown by the test, never swallowed silently
+                self.errors.append(repr(exc))
+            self._halt.wait(self.every_s)
+
+    def _tick(self) -> None:
+        pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
+        for name, pod in pods.items():
+            if (name.endswith("-driver") and name not in self.started and name not in self.skip
+                    and pod.spec.node_name and pod.status.phase == "Running"
+                    and pod.metadata.deletion_timestamp is None):
+                self._start(pod)
+        for name, proc in list(self.started.items()):
+            pod = pods.get(name)
+            if pod is None or pod.metadata.deletion_timestamp is not None:
+                if proc.poll() is None:
+                    self._stop(name)
+                    self.stopped.append(name)
+            elif proc.poll() is not None and name not in self._reported:
+                self._reported.add(name)
+                code = proc.returncode
+                terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                              "message": self.log_tail(name, 20)[-1000:], "startedAt": self._started_at[name],
+                              "finishedAt": self.stand_in._now().isoformat()}
+                self.stand_in._report(pod, "Succeeded" if code == 0 else "Failed", {"terminated": terminated})
+
+    def _start(self, pod: client.V1Pod) -> None:
+        name = pod.metadata.name
+        command, pod_env = local_command(pod)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+        env.update({k: v for k, v in pod_env.items() if not k.startswith("SPARK_")})
+        env.update(self.base_env)
+        self.stand_in.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.stand_in.workdir / f"{name}.log", "wb") as out:
+            self.started[name] = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                  stdin=subprocess.DEVNULL, cwd=self.stand_in.cwd,
+                                                  start_new_session=True)
+        self._started_at[name] = self.stand_in._now().isoformat()
+        self.stand_in._report(pod, "Running", {"running": {"startedAt": self._started_at[name]}})
+
+    def _stop(self, name: str) -> None:
+        proc = self.started[name]
+        if proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(self.grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -25,7 +25,7 @@ __all__ = ["CHART", "ROOT", "TOOLS", "helm", "helm_on", "kappa_namespace", "kube
 def ensure_cluster_tools() -> None:
     """Build the control plane's binaries and the CRDs through make (stamps keep it quick)."""
     needed = [TOOLS / "bin" / n for n in (*cluster.PROCESSES, "kubectl", "helm")]
-    if all(p.exists() for p in needed) and list(TOOLS.glob("strimzi-*/crds/*.yaml")):
+    if all(p.exists() for p in needed) and list(TOOLS.glob("strimzi-*/crds/047-Crd-kafkaconnector.yaml")):
         return
     proc = subprocess.run(["make", "-s", "cluster-tools"], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -179,3 +179,58 @@ def test_a_changelog_key_must_be_a_declared_column(tmp_path):
         "transform: {changelog: {key: [id], schema: {name: string}}}\n")
     with pytest.raises(SpecError, match=r"t.yaml: transform.changelog.*key column 'id' is not in schema"):
         load_catalog(tmp_path)
+
+
+def test_table_joins_are_declared_against_changelog_tables():
+    catalog = load_catalog(REPO / "assets")
+    enriched, view = catalog["flights_enriched"], catalog["fleet_by_airline"]
+    assert enriched.upstream == ["flights", "planes_history", "airlines_history"]
+    assert enriched.sink_mode == "append" and enriched.merge_keys == ["event_id"]
+    assert view.upstream == ["fleet", "airlines", "planes"]
+    assert view.sink_mode == "merge" and view.merge_keys == ["carrier"]
+    assert "fleet_by_airline" in catalog.downstream("airlines") and "flights_enriched" in catalog.downstream("planes_history")
+
+
+def _lookup_catalog(tmp_path: Path, change) -> Path:
+    dest = tmp_path / "assets"
+    shutil.copytree(REPO / "assets", dest)
+    path = dest / "flights" / "flights_enriched.yaml"
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+    return dest
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["transform"]["lookup"]["tables"][0].update(asset="planes"),
+     r"flights_enriched.yaml: transform.lookup.tables.0.asset: 'planes' must be a changelog asset with mode 'history'"),
+    (lambda d: d["transform"]["lookup"]["tables"][0].pop("as_of"),
+     r"tables.0.asset: 'planes_history' must be a changelog asset with mode 'current'"),
+    (lambda d: d["transform"]["lookup"]["tables"][0]["columns"].update(year="year"),
+     r"tables.0.columns: output column\(s\) \['year'\] are already columns of flights"),
+    (lambda d: d["transform"]["lookup"]["tables"][0]["columns"].update(wingspan="wingspan"),
+     r"tables.0: column 'wingspan' is not in planes_history's schema"),
+    (lambda d: d["transform"]["lookup"]["tables"][0].update(as_of="dep_delay"),
+     r"tables.0.as_of: 'dep_delay' must be a timestamp column of flights"),
+    (lambda d: d["transform"]["lookup"]["tables"][1]["columns"].update(name="model"),
+     r"transform.lookup.tables: output column names repeat"),
+])
+def test_invalid_lookups_fail_at_load_naming_file_and_field(tmp_path, change, message):
+    with pytest.raises(SpecError, match=message):
+        load_catalog(_lookup_catalog(tmp_path, change))
+
+
+def test_a_materialized_view_reads_current_state_tables_only(tmp_path):
+    dest = tmp_path / "assets"
+    shutil.copytree(REPO / "assets", dest)
+    path = dest / "operational" / "fleet_by_airline.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["transform"]["materialized_view"]["tables"].append("planes_history")
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=r"fleet_by_airline.yaml: transform.materialized_view.tables: 'planes_history' "
+                                        r"is not a current-state changelog asset"):
+        load_catalog(dest)
+    doc["transform"]["materialized_view"]["tables"] = ["airlines", "planes"]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=r"source.asset must be one of transform.materialized_view.tables"):
+        load_catalog(dest)

@@ -55,6 +55,9 @@ strimzi.io/cluster: {{ .Values.kafka.name }}
 {{- if and .Values.serve.enabled .Values.networkPolicy.enabled (empty .Values.networkPolicy.serveClientPodLabels) -}}
 {{- fail "networkPolicy.serveClientPodLabels must name at least one label: an empty selector would open the SQL endpoint to every pod of the namespace" -}}
 {{- end -}}
+{{- if and .Values.connect.enabled (not .Values.connect.build.enabled) (empty .Values.connect.image) -}}
+{{- fail "connect.image is required when connect.build.enabled is false: an image with the Debezium PostgreSQL plugin" -}}
+{{- end -}}
 {{- if or (eq $controllers 0) (eq $brokers 0) -}}
 {{- fail "kafka.nodePools: KRaft needs at least one pool with the controller role and one with the broker role" -}}
 {{- end -}}

@@ -35,6 +35,13 @@ OFFSET_TOPIC = "kappa-connect-offsets"
 STATUS_TOPIC = "kappa-connect-status"
 
 
+#: The Debezium connector class every declared connector runs.
+CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+#: The configuration keys that depend on where the database runs (local settings, or the chart's
+#: values and Secret); every other key comes from :meth:`ConnectorSpec.declared_config`.
+CONNECTION_KEYS = ("database.hostname", "database.port", "database.user", "database.password")
+
+
 class ConnectorSpec(BaseModel):
     """One Debezium PostgreSQL source connector (``assets/connectors.yaml``)."""
 
@@ -57,15 +64,24 @@ class ConnectorSpec(BaseModel):
         return [self.topic(t) for t in self.tables]
 
     def connector_config(self, settings: Settings) -> dict[str, str]:
-        """The connector's configuration as Connect's REST API takes it (every value a string)."""
+        """The connector's configuration as Connect's REST API takes it (every value a string):
+        :meth:`declared_config` plus where the local database runs and its credentials."""
         return {
-            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-            "tasks.max": "1",  # a PostgreSQL connector always runs one task (one replication stream)
-            "plugin.name": "pgoutput",  # PostgreSQL's built-in logical decoding plugin
+            **self.declared_config(),
             "database.hostname": settings.postgres_host,
             "database.port": str(settings.postgres_port),
             "database.user": settings.postgres_user,
             "database.password": settings.postgres_password,
+        }
+
+    def declared_config(self) -> dict[str, str]:
+        """Everything of the connector's configuration but the keys in :data:`CONNECTION_KEYS`
+        (where the database runs and who logs in): the part `kappa connect start` and the Helm
+        chart's KafkaConnector share (helm/kappa/catalog.yaml is generated from it)."""
+        return {
+            "connector.class": CONNECTOR_CLASS,
+            "tasks.max": "1",  # a PostgreSQL connector always runs one task (one replication stream)
+            "plugin.name": "pgoutput",  # PostgreSQL's built-in logical decoding plugin
             "database.dbname": self.database,
             "topic.prefix": self.topic_prefix,
             "table.include.list": ",".join(f"{self.schema_}.{t}" for t in self.tables),

@@ -64,12 +64,6 @@ class RunStatus:
     created: bool = False
 
 
-#: Transform kinds whose writer sets bad records aside in the quarantine table: ``parse`` (a record
-#: that does not parse) and ``changelog`` (a change event that breaks the declared schema, e.g. a column
-#: added in the source). A run result counts their quarantined rows; other kinds quarantine nothing.
-QUARANTINING_KINDS = ("parse", "changelog")
-
-
 @dataclass
 class AssetRunResult:
     """What one asset version did in one run until caught up."""

@@ -19,7 +19,8 @@ added in the source whose value is null loses nothing and flows through.
 source commit time). Each micro-batch keeps the latest change per key (highest LSN, then offset) and
 applies it with one ``MERGE``: an insert/update/read replaces the row only when its LSN is higher
 than the row's ``_lsn``, a delete removes it when its LSN is at least the row's. A change already
-applied (a restart, or Debezium re-sending after a crash) therefore changes nothing.
+applied (a restart, or Debezium re-sending after a crash) therefore changes nothing. The table
+records Delta's change data feed (``delta.enableChangeDataFeed``), which materialized views read.
 
 ``mode: history`` — output: the declared columns, ``valid_from``, ``valid_to`` (null while current),
 ``is_current``, ``_lsn`` (the change that made the version) and ``_end_lsn`` (the change that ended
@@ -45,6 +46,9 @@ from kappa.streaming.parse import CORRUPT, SPARK_TYPES, type_errors
 #: Kappa handles and inside pandas' nanosecond range (so delta-rs/pandas readers can load it).
 BEGINNING_OF_TIME_EPOCH_S = -2208988800
 OPS = ("r", "c", "u", "d")
+#: Table property of a current-state table: Delta records its row-level changes (Delta docs,
+#: "Change data feed"), which a materialized view over the table reads as a stream.
+CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
 
 
 def _wire_type(type_name: str) -> T.DataType:
@@ -131,7 +135,10 @@ class ChangelogWriter:
         assert spec.transform.changelog is not None
         self.spec, self.version, self.transform = spec, version, spec.transform.changelog
         self.quarantine = ensure_quarantine_table(spark, settings)
-        _ensure_table(spark, version.table_path, table_schema(self.transform))
+        # A current-state table records its change data feed: a materialized view over it follows
+        # its inserts, updates and deletes (kappa.streaming.table_joins).
+        _ensure_table(spark, version.table_path, table_schema(self.transform),
+                      CHANGE_DATA_FEED if self.transform.mode == "current" else None)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from kappa.streaming.query import KAFKA_COLUMNS, ParseWriter, _record_columns

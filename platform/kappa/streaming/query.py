@@ -25,6 +25,9 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
 * ``pattern`` (gold, CEP): ``foreachBatch`` (:class:`kappa.streaming.pattern.PatternWriter`): late
   rows to the late-events table, then the matches, each append with the version's transaction id.
 
+* ``lookup`` (stream–table join) and ``materialized_view`` (table–table join): ``foreachBatch``
+  (:mod:`kappa.streaming.table_joins`), an append or a MERGE with the version's transaction id.
+
 ``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
 of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
 * Session windows, stream–stream joins and sliding windows run in ``append`` mode into Delta's
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -106,15 +110,37 @@ def upstream_stream(spark: SparkSession, version: Version, settings: Settings, u
     return spark.readStream.format("delta").option("skipChangeCommits", "true").load(str(path))
 
 
-def _ensure_table(spark: SparkSession, path: str, schema) -> str:
+def _ensure_table(spark: SparkSession, path: str, schema, properties: dict[str, str] | None = None) -> str:
+    """Create the Delta table at ``path`` with ``schema`` (and table ``properties``) unless it exists."""
     from delta.tables import DeltaTable
 
     # Delta compares a CREATE TABLE location with the table's qualified path, in which Hadoop writes
     # a local URI as file:/x; file:///x would be "two different locations". A plain path is the same
     # table either way.
     location = str(local_path(path)) if str(path).startswith("file://") else path
-    DeltaTable.createIfNotExists(spark).location(location).addColumns(schema).execute()
+    builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(schema)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
+    builder.execute()
     return path
+
+
+@contextmanager
+def delta_txn(spark: SparkSession, txn_app_id: str | None, batch_id: int):
+    """Delta DML (MERGE, UPDATE, DELETE) in this block carries the transaction id (``txn_app_id``,
+    ``batch_id``), so Delta skips it when that pair has already committed (Delta docs, "Idempotent
+    writes": the ``spark.databricks.delta.write.txnAppId``/``txnVersion`` session settings).
+    ``txn_app_id`` None: no transaction id. Use the micro-batch's own session."""
+    if txn_app_id is None:
+        yield
+        return
+    spark.conf.set("spark.databricks.delta.write.txnAppId", txn_app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
 def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
@@ -287,19 +313,12 @@ class UpsertWriter:
             # 0"). Run the batch into the noop sink: the state is committed, nothing is written.
             run_for_state(batch)
             return
-        if self.txn_app_id is not None:
-            spark.conf.set("spark.databricks.delta.write.txnAppId", self.txn_app_id)
-            spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
-        try:
+        with delta_txn(spark, self.txn_app_id, batch_id):
             (DeltaTable.forPath(spark, self.table_path).alias("t")
              .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
              .whenMatchedUpdateAll()
              .whenNotMatchedInsertAll()
              .execute())
-        finally:
-            if self.txn_app_id is not None:
-                spark.conf.unset("spark.databricks.delta.write.txnAppId")
-                spark.conf.unset("spark.databricks.delta.write.txnVersion")
         if self.fault is not None:
             self.fault.hit(self.asset, "after_table_commit", batch_id)
 
@@ -380,6 +399,14 @@ def start_query(
 
         writer = source.writeStream.foreachBatch(
             with_after_batch(ChangelogWriter(spark, spec, version, settings), spec.name, settings.fault))
+    elif spec.transform.kind in ("lookup", "materialized_view"):
+        from kappa.streaming.table_joins import LookupWriter, ViewWriter, view_changes
+
+        if spec.transform.kind == "lookup":
+            body, stream = LookupWriter(spark, spec, version, settings), source
+        else:
+            body, stream = ViewWriter(spark, spec, version, settings), view_changes(spark, spec, version, settings)
+        writer = stream.writeStream.foreachBatch(with_after_batch(body, spec.name, settings.fault))
     elif spec.transform.kind == "pattern":
         from kappa.streaming.pattern import PatternWriter
 

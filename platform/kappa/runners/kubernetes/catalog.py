@@ -1,5 +1,6 @@
-"""The Helm chart's catalog of Kafka topics and least-privilege KafkaUsers, generated from
-``assets/`` so they always match the declarations; and the example SparkApplication in ``k8s/``.
+"""The Helm chart's catalog of Kafka topics, least-privilege KafkaUsers and Kafka Connect
+connectors, generated from ``assets/`` so they always match the declarations; and the example
+SparkApplication in ``k8s/``.
 
 ``python -m kappa.runners.kubernetes catalog ASSETS_DIR`` prints the catalog;
 ``python -m kappa.runners.kubernetes example ASSETS_DIR ASSET [VERSION]`` an example application.
@@ -19,18 +20,72 @@ from kappa.runners.kubernetes.naming import group_prefix, kafka_user_name
 from kappa.spec import Catalog, load_catalog
 
 
-def chart_catalog(catalog: Catalog) -> dict:
-    """The Helm chart's view of ``assets/``: every source topic with its Kafka config, and every
-    streaming asset that reads Kafka with its KafkaUser name, topics and consumer-group prefix.
+def connect_plugin(pom: Path) -> dict[str, str]:
+    """Maven coordinates of the Debezium PostgreSQL connector the local Connect worker runs, read
+    from ``jvm/connect/pom.xml`` (its ``debezium.version`` property), so the chart's KafkaConnect
+    builds its image with the same plugin. Raises ``ValueError`` naming the file when it is absent."""
+    import xml.etree.ElementTree as ET
+
+    if not pom.is_file():
+        raise ValueError(f"{pom}: not found (the Connect worker's Maven pom gives the Debezium plugin version)")
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    root = ET.parse(pom).getroot()
+    version = root.findtext("m:properties/m:debezium.version", namespaces=ns)
+    if not version:
+        raise ValueError(f"{pom}: properties.debezium.version is missing")
+    return {"group": "io.debezium", "artifact": "debezium-connector-postgres", "version": version}
+
+
+def chart_connect(assets_dir: Path) -> dict:
+    """The chart's view of ``assets/connectors.yaml`` (empty when none is declared): the Connect
+    worker's group and internal topics and the Debezium plugin (:mod:`kappa.cdc.connect`, the
+    names `kappa connect start` uses locally), and per connector its class, tasks, changelog
+    topics and :meth:`~kappa.cdc.connect.ConnectorSpec.declared_config` without class and tasks
+    (Strimzi's KafkaConnector takes them as ``spec.class`` and ``spec.tasksMax``). The chart adds
+    the keys in :data:`~kappa.cdc.connect.CONNECTION_KEYS` from its values."""
+    from kappa.cdc import connect
+
+    connectors = connect.load_connectors(assets_dir)
+    if not connectors:
+        return {}
+    out = {}
+    for name, spec in sorted(connectors.items()):
+        config = spec.declared_config()
+        out[name] = {
+            "class": config.pop("connector.class"),
+            "tasksMax": int(config.pop("tasks.max")),
+            "topics": spec.topics,
+            "config": dict(sorted(config.items())),
+        }
+    return {
+        "connect": {
+            "groupId": connect.GROUP_ID,
+            "configStorageTopic": connect.CONFIG_TOPIC,
+            "offsetStorageTopic": connect.OFFSET_TOPIC,
+            "statusStorageTopic": connect.STATUS_TOPIC,
+            "plugin": connect_plugin(Path(assets_dir).resolve().parent / "jvm" / "connect" / "pom.xml"),
+        },
+        "connectors": out,
+    }
+
+
+def chart_catalog(catalog: Catalog, connect: dict | None = None) -> dict:
+    """The Helm chart's view of ``assets/``: every source topic with its Kafka config and its
+    writer (``ingest``, or ``connect`` for a connector's changelog topic), every streaming asset
+    that reads Kafka with its KafkaUser name, topics and consumer-group prefix, and the Connect
+    worker and connectors of :func:`chart_connect` (``connect``).
 
     Config values are strings (``"9223372036854775807"`` would lose precision as a YAML number in
     Helm, which parses numbers as float64). Assets that read only upstream tables need no KafkaUser.
     """
+    connect = connect or {}
+    changelogs = {t for c in connect.get("connectors", {}).values() for t in c["topics"]}
     topics = {
         name: {
             "partitions": t.partitions,
             "config": dict(sorted(t.kafka_config().items())),
             "description": t.description.strip(),
+            "writtenBy": "connect" if name in changelogs else "ingest",
         }
         for name, t in sorted(catalog.topics.items())
     }
@@ -43,19 +98,21 @@ def chart_catalog(catalog: Catalog) -> dict:
         for spec in sorted(catalog, key=lambda s: s.name)
         if spec.topics
     }
-    return {"topics": topics, "assets": assets}
+    return {"topics": topics, "assets": assets, **connect}
 
 
 CATALOG_HEADER = """\
 # GENERATED from assets/ by `make helm-catalog` (kappa.runners.kubernetes.chart_catalog); do not edit.
-# The kappa chart reads this file (.Files.Get) to render one KafkaTopic per source topic and one
-# least-privilege KafkaUser per streaming asset that reads Kafka. tests/helm checks it is up to date.
+# The kappa chart reads this file (.Files.Get) to render one KafkaTopic per source topic, one
+# least-privilege KafkaUser per streaming asset that reads Kafka, and the Kafka Connect worker and
+# one KafkaConnector per connector of assets/connectors.yaml (the configuration `kappa connect
+# start` registers locally, less where the database runs). tests/helm checks it is up to date.
 """
 
 
 def render_chart_catalog(assets_dir: Path) -> str:
     """The text of ``helm/kappa/catalog.yaml`` for the declarations in ``assets_dir``."""
-    doc = chart_catalog(load_catalog(assets_dir))
+    doc = chart_catalog(load_catalog(assets_dir), chart_connect(assets_dir))
     return CATALOG_HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
 
 

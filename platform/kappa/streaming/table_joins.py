@@ -1,0 +1,147 @@
+"""Joins with tables maintained from changelogs (DDIA ch. 11, "Stream joins"):
+
+* ``lookup`` — a **stream–table join** (stream enrichment): every row of the source stream with
+  columns of changelog tables. Stateless: each micro-batch reads the tables' Delta snapshots (the
+  versions pinned by the asset's version) and left-joins the batch with them.
+
+  With ``as_of`` the table is an SCD2 history (:mod:`kappa.streaming.changelog`, ``mode:
+  history``) and a row joins the version valid at its event time, ``valid_from <= t < valid_to``
+  (``valid_to`` null: current). The versions are half-open and do not overlap, so a row joins at
+  most one. The result depends on the event, not on when it is processed: a replay after the table
+  changed gives the same rows (the seed's "time-dependence of joins"). One race remains, as in any
+  stream–table join: an event whose time is *after* a change that has not yet reached the history
+  joins the version before it.
+
+  Without ``as_of`` the row joins the current-state table as it is when the micro-batch runs (a
+  replay may join newer values).
+
+  Input: the source asset's rows. Output: those columns, then each table's ``columns`` (renamed);
+  nulls where no table row matches. Written by appending each micro-batch with the version's
+  transaction id (``txnAppId`` = writer id, ``txnVersion`` = batch id), so a re-run batch is skipped.
+
+* ``materialized_view`` — a **table–table join** (materialized view maintenance): ``sql`` over
+  current-state tables, registered as temporary views named after their assets. The query's input
+  is the union of the tables' Delta change data feeds (Delta docs, "Change data feed": each
+  insert, update pre/post image and delete of a MERGE); a micro-batch with any change recomputes
+  ``sql`` over the tables' current snapshots and MERGEs the result into the view's table on ``key``:
+  changed rows are updated, new keys inserted, keys the result no longer has deleted, unchanged
+  rows left alone (no new files for them). A change is in the feed only once its table commit
+  exists, so the recomputation sees at least that change: once the changelogs settle, the view
+  equals ``sql`` over the tables. The MERGE carries the version's transaction id.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, Version
+from kappa.spec import AssetSpec
+
+
+def _pinned_path(settings: Settings, version: Version, asset: str) -> str:
+    """The table path of ``asset``'s version that ``version`` was built against."""
+    return Registry(settings).version(asset, version.upstream[asset]).table_path
+
+
+class LookupWriter:
+    """foreachBatch body of a ``lookup`` asset (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        assert spec.transform.lookup is not None
+        self.spec, self.version, self.fault = spec, version, settings.fault
+        self.tables = [(t, _pinned_path(settings, version, t.asset)) for t in spec.transform.lookup.tables]
+
+    def enrich(self, batch: DataFrame) -> DataFrame:
+        """``batch`` left-joined with every table (one row out per row in)."""
+        spark = batch.sparkSession
+        out = batch
+        for i, (t, path) in enumerate(self.tables):
+            table = spark.read.format("delta").load(path)
+            keys = [F.col(k).alias(f"_lk{i}_{k}") for k in t.keys]
+            window = [F.col("valid_from").alias(f"_lk{i}_from"), F.col("valid_to").alias(f"_lk{i}_to")] if t.as_of else []
+            right = table.select(*keys, *window, *[F.col(c).alias(o) for c, o in t.columns.items()])
+            cond = [out[k] == F.col(f"_lk{i}_{k}") for k in t.keys]
+            if t.as_of:
+                at = out[t.as_of]
+                cond += [F.col(f"_lk{i}_from") <= at, F.col(f"_lk{i}_to").isNull() | (at < F.col(f"_lk{i}_to"))]
+            helper = [f"_lk{i}_{k}" for k in t.keys] + ([f"_lk{i}_from", f"_lk{i}_to"] if t.as_of else [])
+            out = out.join(F.broadcast(right), cond, "left").drop(*helper)
+        return out
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from kappa.streaming.query import ParseWriter
+
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, "before_write", batch_id)
+        ParseWriter._append(self.enrich(batch), self.version.table_path, self.version.txn_app_id, batch_id)
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, "after_table_commit", batch_id)
+
+
+def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings) -> DataFrame:
+    """The input stream of a materialized view: the change data feeds of its tables (pinned
+    versions) from their first Delta version, reduced to the table's name and the change's Delta
+    version (``_table``, ``_commit_version``): what changed is re-read from the tables themselves."""
+    mv = spec.transform.materialized_view
+    assert mv is not None
+    feeds = [spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+             .load(_pinned_path(settings, version, name))
+             .select(F.lit(name).alias("_table"), F.col("_commit_version")) for name in mv.tables]
+    out = feeds[0]
+    for feed in feeds[1:]:
+        out = out.unionByName(feed)
+    return out
+
+
+class ViewWriter:
+    """foreachBatch body of a ``materialized_view`` asset (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        from kappa.streaming.query import _ensure_table
+
+        mv = spec.transform.materialized_view
+        assert mv is not None
+        self.spec, self.version, self.mv, self.fault = spec, version, mv, settings.fault
+        self.paths = {name: _pinned_path(settings, version, name) for name in mv.tables}
+        schema = self.result(spark.newSession()).schema  # a new session: the views stay there
+        missing = [k for k in mv.key if k not in schema.names]
+        if missing:
+            from kappa.spec import SpecError
+
+            raise SpecError(f"{spec.path}: transform.materialized_view.key: {missing} not among the columns "
+                            f"of its sql ({schema.names})")
+        _ensure_table(spark, version.table_path, schema)
+
+    def result(self, spark: SparkSession) -> DataFrame:
+        """``sql`` over the tables' current snapshots (each a temporary view named after its asset,
+        in ``spark``: the micro-batch's own session, so the names do not leak)."""
+        for name, path in self.paths.items():
+            spark.read.format("delta").load(path).createOrReplaceTempView(name)
+        return spark.sql(self.mv.sql)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        from kappa.streaming.query import delta_txn
+
+        if not batch.limit(1).count():
+            return
+        spark = batch.sparkSession
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, "before_write", batch_id)
+        result = self.result(spark)
+        keys = self.mv.key
+        values = [c for c in result.columns if c not in keys]
+        on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+        changed = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values) or "false"
+        with delta_txn(spark, self.version.txn_app_id, batch_id):
+            (DeltaTable.forPath(spark, self.version.table_path).alias("t")
+             .merge(result.alias("s"), on)
+             .whenMatchedUpdateAll(condition=changed)
+             .whenNotMatchedInsertAll()
+             .whenNotMatchedBySourceDelete()
+             .execute())
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, "after_table_commit", batch_id)
