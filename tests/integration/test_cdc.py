@@ -374,7 +374,7 @@ def test_connect_sigkill_and_postgres_restart_during_simulate_lose_and_duplicate
 
     report = simulate(cdc_settings, 150, seed=21, on_progress=fault)
     assert [f for f, _ in faults] == ["connect killed", "postgres restarted"]
-    assert report.changes == 150 and report.retries >= 1  # the transaction cut by the restart was retried
+    assert report.changes >= 150 and report.retries >= 1  # the transaction cut by the restart was retried
     assert not connect.status(cdc_settings).up
     connect.start(cdc_settings, timeout_s=180)
     _settle_and_run(cdc_settings, spark)
