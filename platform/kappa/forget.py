@@ -110,9 +110,11 @@ def requests(settings: Settings) -> list[Request]:
     """Every forget request, oldest first, with the steps done so far."""
     from deltalake import DeltaTable
 
+    from kappa.delta.tables import dataset
+
     if not DeltaTable.is_deltatable(_uri(settings)):
         return []
-    rows = sorted(DeltaTable(_uri(settings)).to_pyarrow_table().to_pylist(), key=lambda r: r["at"])
+    rows = sorted(dataset(_uri(settings), settings).to_table().to_pylist(), key=lambda r: r["at"])
     out: dict[str, Request] = {}
     for r in rows:
         if r["event"] == "requested":

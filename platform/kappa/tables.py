@@ -6,11 +6,15 @@ Example::
     import duckdb
     import kappa.tables
 
-    flights = kappa.tables.open("flights")             # deltalake.DeltaTable of the promoted version
-    df = flights.to_pandas(columns=["carrier", "dep_delay"])
-    dataset = flights.to_pyarrow_dataset()             # DuckDB scans it lazily, filters pushed down
-    with duckdb.connect() as con:                      # closed before exit: see the README
-        con.sql("SELECT carrier, avg(dep_delay) FROM dataset GROUP BY carrier").show()
+    flights = kappa.tables.dataset("flights")          # pyarrow dataset of the promoted version
+    df = flights.to_table(columns=["carrier", "dep_delay"]).to_pandas()
+    with duckdb.connect() as con:                      # DuckDB scans it lazily, filters pushed down
+        con.sql("SELECT carrier, avg(dep_delay) FROM flights GROUP BY carrier").show()
+    kappa.tables.open("flights").history()             # deltalake.DeltaTable: the log, time travel
+
+Read the data through :func:`dataset` (pyarrow's own filesystems) rather than
+``open(...).to_pyarrow_dataset()``/``to_pandas()``: a process that read a table through delta-rs's
+file handler aborts at exit now and then (see :mod:`kappa.delta.tables`).
 
 The resolution happens once, when called: a promotion or rollback afterwards is seen by the next
 ``open``. The registry records which version a stable name points at
@@ -22,7 +26,7 @@ from __future__ import annotations
 from kappa.config import Settings, load_settings
 from kappa.delta.registry import Registry, RegistryError
 
-__all__ = ["open", "path", "names"]
+__all__ = ["open", "dataset", "path", "names"]
 
 
 def path(name: str, settings: Settings | None = None) -> str:
@@ -53,6 +57,17 @@ def open(name: str, settings: Settings | None = None, version: int | None = None
     uri = path(name, settings)
     uri = uri.replace("s3a://", "s3://", 1)  # delta-rs names Hadoop's s3a:// scheme s3://
     return DeltaTable(uri, version=version)
+
+
+def dataset(name: str, settings: Settings | None = None, version: int | None = None):
+    """``pyarrow.dataset.Dataset`` of the promoted version of stable name ``name`` (or of a dbt
+    mart), Delta version ``version`` (default: the latest) of it: its active Parquet files with the
+    table's schema (:func:`kappa.delta.tables.dataset`). Raises :class:`RegistryError` for an
+    unknown name."""
+    from kappa.delta.tables import dataset as table_dataset
+
+    settings = settings or load_settings()
+    return table_dataset(path(name, settings), settings, version=version)
 
 
 def names(settings: Settings | None = None) -> list[str]:

@@ -85,8 +85,7 @@ def test_tables_open_reads_the_promoted_version_without_spark(served, tmp_path):
 import sys, duckdb, kappa.tables
 from kappa.config import load_settings
 s = load_settings(home={str(settings.home)!r}, assets_dir={str(settings.assets_dir)!r})
-flights = kappa.tables.open("flights", s)
-dataset = flights.to_pyarrow_dataset()
+dataset = kappa.tables.dataset("flights", s)
 with duckdb.connect() as con:
     n = con.sql("SELECT count(*) FROM dataset").fetchall()[0][0]
 print(n, kappa.tables.path("flights", s), "pyspark" in sys.modules)

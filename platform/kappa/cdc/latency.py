@@ -71,9 +71,11 @@ def _current_assets(catalog) -> dict[str, str]:
 
 
 def _lsn_of(path: str, key_col: str, key) -> int | None:
-    from deltalake import DeltaTable
+    import pyarrow.compute as pc
 
-    rows = DeltaTable(path).to_pyarrow_table(columns=["_lsn"], filters=[(key_col, "=", key)]).column("_lsn").to_pylist()
+    from kappa.delta.tables import dataset
+
+    rows = dataset(path).to_table(columns=["_lsn"], filter=pc.field(key_col) == key).column("_lsn").to_pylist()
     return rows[0] if rows else None
 
 

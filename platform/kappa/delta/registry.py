@@ -128,9 +128,11 @@ class Registry:
         """Every event (oldest first), optionally of one asset; ``details`` decoded."""
         from deltalake import DeltaTable
 
+        from kappa.delta.tables import dataset
+
         if not DeltaTable.is_deltatable(self.uri):
             return []
-        rows = DeltaTable(self.uri).to_pyarrow_table().to_pylist()
+        rows = dataset(self.uri, self.settings).to_table().to_pylist()  # not delta-rs's reader: see kappa.delta.tables
         rows.sort(key=lambda r: r["at"])
         out = []
         for r in rows:

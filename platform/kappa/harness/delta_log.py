@@ -47,10 +47,11 @@ def wait_for_commit(table: str | Path, after: int, timeout_s: float, alive: Call
 
 
 def read_delta(path: str, columns: list[str]):
-    """``columns`` of the Delta table at ``path`` (its latest version) as a pyarrow Table, through delta-rs."""
-    from deltalake import DeltaTable
+    """``columns`` of the Delta table at ``path`` (its latest version) as a pyarrow Table
+    (:func:`kappa.delta.tables.dataset`)."""
+    from kappa.delta.tables import dataset
 
-    return DeltaTable(path).to_pyarrow_table(columns=columns)
+    return dataset(path).to_table(columns=columns)
 
 
 def txn_commits(table: str | Path) -> "Counter[tuple[str, int]]":
