@@ -86,7 +86,9 @@ def key_hash(key: bytes) -> str:
 
 
 def _uri(settings: Settings) -> str:
-    return re.sub(r"^s3a://", "s3://", str(forgotten_path(settings)))
+    from kappa.storage import delta_rs_uri
+
+    return delta_rs_uri(forgotten_path(settings))
 
 
 @dataclass

@@ -285,6 +285,8 @@ class SlidingTransform(_Strict):
 #: Transform kinds, one key each in an asset's ``transform:``.
 TRANSFORM_KINDS = ("raw", "parse", "window", "join", "sliding", "pattern", "sql", "python", "changelog", "lookup",
                    "materialized_view")
+#: Kinds whose writer sets bad records aside in the quarantine table (counted in run results).
+QUARANTINE_KINDS = ("parse", "changelog")
 #: Kinds whose Spark query keeps event-time state bounded by a watermark: rows behind it are
 #: dropped by Spark and counted (``late_rows``).
 STATEFUL_KINDS = ("window", "join", "sliding", "pattern")

@@ -30,6 +30,12 @@ def local_path(location: str | Path) -> Path | None:
     return Path(text)
 
 
+def delta_rs_uri(location: str | Path) -> str:
+    """``location`` as delta-rs names it: Hadoop's ``s3a://`` scheme (which Spark uses) is
+    ``s3://`` there; delta-rs reads the ``AWS_*`` credentials itself. Other locations unchanged."""
+    return re.sub(r"^s3a://", "s3://", str(location))
+
+
 def filesystem(location: str | Path, settings: Settings | None = None) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it) for ``location``. ``s3a://`` and ``s3://`` go to
     ``pyarrow.fs.S3FileSystem`` with the object store's endpoint from ``settings`` (``KAPPA_S3_ENDPOINT``;
@@ -37,7 +43,7 @@ def filesystem(location: str | Path, settings: Settings | None = None) -> tuple[
     local = local_path(location)
     if local is not None:
         return pafs.LocalFileSystem(), str(local)
-    text = re.sub(r"^s3a://", "s3://", str(location))
+    text = delta_rs_uri(location)
     if text.startswith("s3://"):
         kwargs: dict = {}
         endpoint = settings.s3_endpoint if settings is not None else None

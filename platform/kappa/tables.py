@@ -54,9 +54,10 @@ def open(name: str, settings: Settings | None = None, version: int | None = None
     from deltalake import DeltaTable
 
     settings = settings or load_settings()
-    uri = path(name, settings)
-    uri = uri.replace("s3a://", "s3://", 1)  # delta-rs names Hadoop's s3a:// scheme s3://
-    return DeltaTable(uri, version=version)
+    from kappa.storage import delta_rs_uri
+
+    settings = settings or load_settings()
+    return DeltaTable(delta_rs_uri(path(name, settings)), version=version)
 
 
 def dataset(name: str, settings: Settings | None = None, version: int | None = None):

@@ -58,15 +58,17 @@ def percentiles(samples: list[float]) -> dict:
             "max_s": round(ordered[-1], 3)}
 
 
-def _current_assets(catalog) -> dict[str, str]:
-    """Current-state changelog assets of the operational tables: PostgreSQL table -> asset."""
+def _current_assets(settings: Settings, catalog) -> dict[str, str]:
+    """Current-state changelog assets of the operational tables: PostgreSQL table -> asset (the
+    table whose changelog topic the asset reads, as ``assets/connectors.yaml`` names the topics)."""
+    from kappa.cdc import connect
+
+    tables = {c.topic(t): t for c in connect.load_connectors(settings.assets_dir).values() for t in c.tables}
     out = {}
     for spec in catalog:
         ch = spec.transform.changelog
-        if ch is not None and ch.mode == "current" and spec.topics:
-            table = spec.topics[0].rsplit(".", 1)[-1]
-            if table in PRIMARY_KEYS:
-                out[table] = spec.name
+        if ch is not None and ch.mode == "current" and spec.topics and tables.get(spec.topics[0]) in PRIMARY_KEYS:
+            out[tables[spec.topics[0]]] = spec.name
     return out
 
 
@@ -103,7 +105,7 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
     if not connect.status(settings).up:
         raise CdcError("Kafka Connect is not running: `kappa connect start`")
     catalog = load_catalog(settings.assets_dir)
-    assets = _current_assets(catalog)
+    assets = _current_assets(settings, catalog)
     if not assets:
         raise CdcError(f"no current-state changelog asset of {sorted(PRIMARY_KEYS)} in {settings.assets_dir}")
     stop, failure = threading.Event(), []

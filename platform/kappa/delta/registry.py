@@ -18,7 +18,6 @@ A version's state is derived from its events: running, caught-up, failed, failed
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -28,6 +27,7 @@ import pyarrow as pa
 
 from kappa.config import Settings, join
 from kappa.errors import KappaError
+from kappa.storage import delta_rs_uri
 
 EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
           "retired")
@@ -120,8 +120,7 @@ class Registry:
         self.settings = settings
         assert settings.warehouse is not None
         self.path = join(settings.warehouse, "_kappa", "registry")
-        # delta-rs names Hadoop's s3a:// scheme s3:// and reads the AWS_* credentials itself.
-        self.uri = re.sub(r"^s3a://", "s3://", str(self.path))
+        self.uri = delta_rs_uri(self.path)
 
     # -- reading ---------------------------------------------------------------------------------
     def events(self, asset: str | None = None) -> list[dict]:
@@ -176,6 +175,13 @@ class Registry:
             if v.version == version:
                 return v
         raise RegistryError(f"{asset} has no version v{version}")
+
+    def upstream_of(self, version: Version, asset: str) -> Version:
+        """The version of upstream ``asset`` that ``version`` was built against (pinned when it was
+        created). Raises :class:`RegistryError` when ``asset`` is not one of its upstreams."""
+        if asset not in version.upstream:
+            raise RegistryError(f"{version.name} was not built against {asset} (upstream: {sorted(version.upstream)})")
+        return self.version(asset, version.upstream[asset])
 
     def latest(self, asset: str, events: list[dict] | None = None) -> Version | None:
         """The newest version that is not retired (the one ``kappa run`` continues), or None."""

@@ -23,20 +23,25 @@ def dataset(table_path: str, settings: Settings | None = None, version: int | No
     version ``version``, default the latest) as a ``pyarrow.dataset.Dataset`` over its active
     Parquet files, with the table's schema, through ``pyarrow.fs`` (:func:`kappa.storage.filesystem`).
     Raises deltalake's ``TableNotFoundError`` when there is no table."""
-    import re
-
-    import pyarrow as pa
-    import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
-    from kappa.storage import filesystem
+    from kappa.storage import delta_rs_uri
 
-    uri = re.sub(r"^s3a://", "s3://", str(table_path))
-    table = DeltaTable(uri, version=version)
+    return _files_dataset(DeltaTable(delta_rs_uri(table_path), version=version), settings)
+
+
+def _files_dataset(table, settings: Settings | None = None):
+    """:func:`dataset` of an open ``deltalake.DeltaTable`` (its log already read)."""
+    import pyarrow as pa
+    import pyarrow.dataset as pds
+
+    from kappa.storage import filesystem, local_path
+
     if set(table.protocol().reader_features or []) & _DELTA_ONLY or table.metadata().partition_columns:
         return table.to_pyarrow_dataset()
-    fs, _ = filesystem(uri, settings)
-    files = [filesystem(f, settings)[1] for f in table.file_uris()]
+    fs, _ = filesystem(table.table_uri, settings)  # one filesystem for every file
+    # A file's path inside it: the local path, or the object store's "bucket/key".
+    files = [str(p) if (p := local_path(f)) is not None else f.split("://", 1)[1] for f in table.file_uris()]
     return pds.dataset(files, schema=pa.schema(table.schema().to_arrow()), format="parquet", filesystem=fs)
 
 
@@ -45,11 +50,13 @@ def table_rows(table_path: str) -> tuple[int, int | None]:
     the Parquet footers, no data is scanned."""
     from deltalake import DeltaTable
 
+    from kappa.storage import delta_rs_uri
+
     try:
-        version = DeltaTable(table_path).version()
+        table = DeltaTable(delta_rs_uri(table_path))
     except Exception:  # TableNotFoundError: the query committed nothing yet
         return 0, None
-    return dataset(table_path, version=version).count_rows(), version
+    return _files_dataset(table).count_rows(), table.version()
 
 
 def count_of(table_path: str, asset: str, version: int) -> int:

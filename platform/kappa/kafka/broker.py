@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kappa import processes
-from kappa.processes import port_in_use
 from kappa.config import Settings
 from kappa.errors import KappaError
 from kappa.jvm import jar_dir, java_executable
@@ -157,7 +156,7 @@ def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
             "`kappa kafka status` shows it, `kappa kafka stop` stops it"
         )
     for name, port in (("client", settings.kafka_port), ("controller", settings.kafka_controller_port)):
-        if port_in_use(port):
+        if processes.port_in_use(port):
             raise BrokerError(
                 f"port {port} ({name} port) is already in use by another process; stop it or choose "
                 f"another port with KAPPA_KAFKA_PORT / KAPPA_KAFKA_CONTROLLER_PORT"

@@ -175,7 +175,7 @@ def catch_up(
         for name in level:
             spec, version = catalog[name], versions[name]
             up = spec.source.asset
-            up_path = registry.version(up, version.upstream[up]).table_path if up in version.upstream else None
+            up_path = registry.upstream_of(version, up).table_path if up in version.upstream else None
             target = CatchUpTarget(end_offsets={t: ends.get(t, {}) for t in spec.topics},
                                    upstream_version=_table_version(up_path))
             try:

@@ -17,7 +17,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.errors import KappaError
 from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus, catch_up, poll_until
-from kappa.spec import Catalog, SpecError, load_catalog
+from kappa.spec import QUARANTINE_KINDS, Catalog, SpecError, load_catalog
 
 
 _log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     delta_version = table.history(1).select("version").first()[0]
     quarantined = late = 0
     mine = f"asset = '{spec.name}' AND version = {version.version}"
-    if spec.transform.kind in ("parse", "changelog"):
+    if spec.transform.kind in QUARANTINE_KINDS:
         quarantined = spark.read.format("delta").load(str(quarantine_path(settings))).where(mine).count()
     if spec.transform.kind in ("parse", "pattern"):
         late = spark.read.format("delta").load(str(late_events_path(settings))).where(mine).count()

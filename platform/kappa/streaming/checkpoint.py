@@ -133,7 +133,7 @@ def _delta_behind(registry: Registry, version: Version, spec: AssetSpec, committ
     if up is None or up not in version.upstream:
         return None
     try:
-        latest = DeltaTable(registry.version(up, version.upstream[up]).table_path).version()
+        latest = DeltaTable(registry.upstream_of(version, up).table_path).version()
     except Exception:  # upstream table not written yet
         return None
     done = read_through(committed)

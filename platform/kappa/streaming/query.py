@@ -28,17 +28,17 @@ guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in fore
 * ``lookup`` (stream–table join) and ``materialized_view`` (table–table join): ``foreachBatch``
   (:mod:`kappa.streaming.table_joins`), an append or a MERGE with the version's transaction id.
 
-``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
-of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
 * Session windows, stream–stream joins and sliding windows run in ``append`` mode into Delta's
   streaming sink: a row is written once, when the watermark makes it final
   (:mod:`kappa.streaming.windows`, :mod:`kappa.streaming.joins`).
+
+``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
+of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,7 +54,7 @@ from kappa.delta.registry import Registry, Version, late_events_path, quarantine
 from kappa.forget import forgotten_condition
 from kappa.spec import AssetSpec, interval_seconds
 from kappa.streaming.joins import join_frame
-from kappa.storage import local_path
+from kappa.storage import delta_rs_uri, local_path
 from kappa.streaming.parse import late_events_schema, parse_columns, quarantine_schema, row_schema
 from kappa.streaming.windows import sliding_frame, window_frame
 
@@ -104,7 +104,7 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
 
 def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:
     """The Delta table of the ``upstream`` asset's version pinned by ``version``, as a stream."""
-    path = Registry(settings).version(upstream, version.upstream[upstream]).table_path
+    path = Registry(settings).upstream_of(version, upstream).table_path
     # A forget DELETEs rows from the upstream table; a running version keeps its results (the
     # forget replays the promoted aggregates) instead of failing on the non-append commit.
     return spark.readStream.format("delta").option("skipChangeCommits", "true").load(str(path))
@@ -273,7 +273,7 @@ def committed_txn_version(table_path: str, txn_app_id: str) -> int | None:
     (its ``txn`` actions), or None (no table, or no such writer yet)."""
     from deltalake import DeltaTable as RsTable
 
-    uri = re.sub(r"^s3a://", "s3://", str(table_path))
+    uri = delta_rs_uri(table_path)
     if not RsTable.is_deltatable(uri):
         return None
     return RsTable(uri).transaction_version(txn_app_id)

@@ -32,6 +32,8 @@
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -40,18 +42,14 @@ from kappa.delta.registry import Registry, Version
 from kappa.spec import AssetSpec
 
 
-def _pinned_path(settings: Settings, version: Version, asset: str) -> str:
-    """The table path of ``asset``'s version that ``version`` was built against."""
-    return Registry(settings).version(asset, version.upstream[asset]).table_path
-
-
 class LookupWriter:
     """foreachBatch body of a ``lookup`` asset (see the module docstring)."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         assert spec.transform.lookup is not None
         self.spec, self.version, self.fault = spec, version, settings.fault
-        self.tables = [(t, _pinned_path(settings, version, t.asset)) for t in spec.transform.lookup.tables]
+        registry = Registry(settings)
+        self.tables = [(t, registry.upstream_of(version, t.asset).table_path) for t in spec.transform.lookup.tables]
 
     def enrich(self, batch: DataFrame) -> DataFrame:
         """``batch`` left-joined with every table (one row out per row in)."""
@@ -86,13 +84,11 @@ def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, setting
     version (``_table``, ``_commit_version``): what changed is re-read from the tables themselves."""
     mv = spec.transform.materialized_view
     assert mv is not None
+    registry = Registry(settings)
     feeds = [spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
-             .load(_pinned_path(settings, version, name))
+             .load(registry.upstream_of(version, name).table_path)
              .select(F.lit(name).alias("_table"), F.col("_commit_version")) for name in mv.tables]
-    out = feeds[0]
-    for feed in feeds[1:]:
-        out = out.unionByName(feed)
-    return out
+    return reduce(DataFrame.unionByName, feeds)
 
 
 class ViewWriter:
@@ -104,7 +100,8 @@ class ViewWriter:
         mv = spec.transform.materialized_view
         assert mv is not None
         self.spec, self.version, self.mv, self.fault = spec, version, mv, settings.fault
-        self.paths = {name: _pinned_path(settings, version, name) for name in mv.tables}
+        registry = Registry(settings)
+        self.paths = {name: registry.upstream_of(version, name).table_path for name in mv.tables}
         schema = self.result(spark.newSession()).schema  # a new session: the views stay there
         missing = [k for k in mv.key if k not in schema.names]
         if missing:

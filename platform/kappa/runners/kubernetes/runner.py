@@ -20,6 +20,7 @@ from kappa.runners.kubernetes.client import SparkApplications
 from kappa.runners.kubernetes.config import KubernetesRunnerConfig
 from kappa.runners.kubernetes.naming import application_name, gate_application_name
 from kappa.runners.kubernetes.states import error_message, outcome_of, state_of
+from kappa.spec import QUARANTINE_KINDS
 
 if TYPE_CHECKING:
     from kappa.config import Settings
@@ -223,7 +224,7 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
     kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
     quarantined = late = 0
-    if spec.transform.kind in ("parse", "changelog"):
+    if spec.transform.kind in QUARANTINE_KINDS:
         quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version)
         late = count_of(str(late_events_path(settings)), spec.name, version.version)
     return AssetRunResult(
