@@ -432,12 +432,30 @@ def _vacuum(spark, deleted: dict) -> dict:
                 if props.get("delta.enableDeletionVectors") == "true":
                     spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
                 before = sum(1 for _ in Path(path).rglob("*.parquet")) if not re.match(r"^\w+://", path) else None
-                DeltaTable.forPath(spark, path).vacuum(0)
+                _vacuum_now(spark, path)
                 after = sum(1 for _ in Path(path).rglob("*.parquet")) if before is not None else None
                 out[path] = (before - after) if before is not None else "vacuumed"
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     return {"files_removed": out}
+
+
+def _vacuum_now(spark, path: str) -> None:
+    """VACUUM ``path`` RETAIN 0 HOURS in LITE mode: the files to delete are those the Delta log
+    removed (our DELETE's among them), not a listing of the whole directory, so seconds instead of
+    half a minute per table here. Delta refuses LITE when the log no longer names every removed
+    file (log retention cleaned it up); then FULL (Delta docs, "Remove files no longer referenced
+    by a Delta table": VACUUM … LITE | FULL)."""
+    from pyspark.errors import PySparkException
+
+    from delta.tables import DeltaTable
+
+    try:
+        spark.sql(f"VACUUM delta.`{path}` LITE RETAIN 0 HOURS")
+    except PySparkException as err:
+        if "FULL" not in str(err):
+            raise
+        DeltaTable.forPath(spark, path).vacuum(0)
 
 
 def _log(spark, settings: Settings, catalog, req: Request, truncate: bool) -> dict:

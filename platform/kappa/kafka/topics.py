@@ -132,16 +132,17 @@ def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> 
             consumer.assign([TopicPartition(topic, p.partition, p.start)])
             seen, last = 0, p.start - 1
             while last < p.end - 1:
-                msgs = consumer.consume(1000, timeout=timeout_s)
-                if not msgs:
+                # poll, not consume(n): consume waits for n messages or its whole timeout, and a
+                # compacted log has fewer records than offsets.
+                m = consumer.poll(timeout_s)
+                if m is None:
                     raise TopicError(f"{topic}[{p.partition}]: no records after offset {last} within {timeout_s:.0f} s")
-                for m in msgs:
-                    if m.error():
-                        if m.error().code() == -191:  # _PARTITION_EOF: the end, below a trailing gap
-                            last = p.end - 1
-                        continue
-                    seen += 1
-                    last = m.offset()
+                if m.error():
+                    if m.error().code() == -191:  # _PARTITION_EOF: the end, below a trailing gap
+                        last = p.end - 1
+                    continue
+                seen += 1
+                last = m.offset()
             out[p.partition] = (p.start, p.end, seen)
         return out
     finally:
