@@ -43,11 +43,12 @@ after retention).
 from __future__ import annotations
 
 import json
-import re
+import operator
 import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import reduce
 from pathlib import Path
 
 import pyarrow as pa
@@ -100,12 +101,13 @@ def record_key(catalog, topic: str, key: str) -> bytes:
 
 def key_values(catalog, topic: str, key: str) -> dict[str, str]:
     """The value columns ``key`` stands for on ``topic`` (column -> value as a string): a changelog
-    topic's key columns, the topic's ``key_field``, or nothing.
+    topic's key columns, else the topic's ``key_field``, else nothing.
 
     Raises :class:`ForgetError` for a changelog key that does not name exactly its key columns."""
-    columns = catalog.record_key_columns(topic)
-    if catalog.changelog_key(topic) is None:
-        return {columns[0]: key} if columns else {}
+    columns = catalog.changelog_key(topic)
+    if columns is None:
+        field_ = catalog.topics[topic].key_field
+        return {field_: key} if field_ else {}
     if key.lstrip().startswith("{"):
         try:
             given = json.loads(key)
@@ -131,6 +133,14 @@ def key_column(catalog, topic: str):
         return F.col("key")
     text = F.col("key").cast("string")
     return F.to_json(F.struct(*[F.get_json_object(text, f"$.{c}").alias(c) for c in columns])).cast("binary")
+
+
+def _is_key(catalog, req: "Request"):
+    """A Spark Column over Kafka records (or bronze, quarantine, late-events rows: ``topic``,
+    ``key``): true for a record of the request's topic with its key."""
+    from pyspark.sql import functions as F
+
+    return (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
 
 
 def _uri(settings: Settings) -> str:
@@ -288,8 +298,7 @@ def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str])
     one batch read of the topic (kept in the request, so a later step needs no log)."""
     from pyspark.sql import functions as F
 
-    mine = _topic_records(spark, settings, req.topic).where(
-        key_column(catalog, req.topic) == F.lit(req.key)).cache()
+    mine = _topic_records(spark, settings, req.topic).where(_is_key(catalog, req)).cache()
     last = {str(r["partition"]): int(r["last"]) for r in
             mine.groupBy("partition").agg(F.max("offset").alias("last")).collect()}
     ids: dict[str, list[str]] = {}
@@ -309,20 +318,24 @@ def _version_paths(settings: Settings, asset: str) -> list[str]:
     return [v.table_path for v in Registry(settings).versions(asset)]
 
 
-def _delete_where(spark, path: str, cond) -> int:
+def _open(spark, path: str):
+    """The Delta table at ``path``, or None where there is none (a version never written)."""
     from delta.tables import DeltaTable
 
-    if not DeltaTable.isDeltaTable(spark, path):
-        return 0
-    table = DeltaTable.forPath(spark, path)
+    return DeltaTable.forPath(spark, path) if DeltaTable.isDeltaTable(spark, path) else None
+
+
+def _delete_rows(table, cond) -> int:
+    """DELETE ``cond`` from ``table``; returns the rows deleted (from the commit's metrics)."""
     table.delete(cond)
     metrics = table.history(1).select("operation", "operationMetrics").first()
     return int((metrics["operationMetrics"] or {}).get("numDeletedRows", 0)) if metrics["operation"] == "DELETE" else 0
 
 
-def _row_condition(spark, catalog, name: str, path: str, req: Request, direct: list[str],
+def _row_condition(catalog, name: str, columns: set[str], req: Request, direct: list[str],
                    values: dict[str, str], id_columns: set[str], ids: list[str]):
-    """Which rows of one version (``path``) of asset ``name`` hold the forgotten key, or None:
+    """Which rows of a version of asset ``name`` (its table has ``columns``) hold the forgotten
+    key, or None:
 
     * ``raw`` (bronze): the record's ``topic`` and key;
     * ``parse`` (silver): the event ids the key's records carry;
@@ -335,33 +348,26 @@ def _row_condition(spark, catalog, name: str, path: str, req: Request, direct: l
     transform = catalog[name].transform
     if name in direct:
         if transform.kind == "raw":
-            return (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
+            return _is_key(catalog, req)
         if transform.parse is not None:
             mine = req.steps["located"]["event_ids"].get(name, [])
             return F.col(transform.parse.event_id).isin(mine) if mine else None
         if transform.changelog is not None:
             return _equal_all(values)
-    columns = set(spark.read.format("delta").load(path).columns)
     conds = []
     if ids and "event_ids" in columns:
         conds.append(F.arrays_overlap(F.col("event_ids"), F.array(*[F.lit(i) for i in ids])))
-    conds += [F.col(c).isin(ids) for c in sorted(id_columns & columns) if ids]
+    if ids:
+        conds += [F.col(c).isin(ids) for c in sorted(id_columns & columns)]
     if values and set(values) <= columns:
         conds.append(_equal_all(values))
-    cond = None
-    for c in conds:
-        cond = c if cond is None else cond | c
-    return cond
+    return reduce(operator.or_, conds) if conds else None
 
 
 def _equal_all(values: dict[str, str]):
     from pyspark.sql import functions as F
 
-    cond = None
-    for col, value in values.items():
-        c = F.col(col).cast("string") == F.lit(value)
-        cond = c if cond is None else cond & c
-    return cond
+    return reduce(operator.and_, [F.col(c).cast("string") == F.lit(v) for c, v in values.items()])
 
 
 def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str], derived: list[str],
@@ -369,7 +375,6 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     """DELETE the key's rows (:func:`_row_condition`) from every version of the tables reading the
     topic and of every table derived from them, and from the quarantine and late-events tables.
     Returns ``{"tables": {table path: rows deleted}, "rows": total}``."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from kappa.delta.registry import late_events_path, quarantine_path
@@ -379,19 +384,20 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     deleted: dict[str, int] = {}
     for name in catalog.topological(direct + derived):
         for path in _version_paths(settings, name):
-            if not DeltaTable.isDeltaTable(spark, path):
+            table = _open(spark, path)
+            if table is None:
                 continue
-            cond = _row_condition(spark, catalog, name, path, req, direct, values, id_columns, ids)
+            cond = _row_condition(catalog, name, set(table.toDF().columns), req, direct, values, id_columns, ids)
             if cond is not None:
-                deleted[path] = _delete_where(spark, path, cond)
-    mine = (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
-    late = mine
+                deleted[path] = _delete_rows(table, cond)
+    late = _is_key(catalog, req)
     patterns = [n for n in derived if catalog[n].transform.kind == "pattern"]
     if ids and patterns:
         # A pattern's late rows carry no Kafka coordinates, only their event id.
         late = late | (F.col("asset").isin(patterns) & F.col("event_id").isin(ids))
-    deleted[str(quarantine_path(settings))] = _delete_where(spark, str(quarantine_path(settings)), mine)
-    deleted[str(late_events_path(settings))] = _delete_where(spark, str(late_events_path(settings)), late)
+    for path, cond in ((str(quarantine_path(settings)), _is_key(catalog, req)), (str(late_events_path(settings)), late)):
+        table = _open(spark, path)
+        deleted[path] = _delete_rows(table, cond) if table is not None else 0
     return {"tables": deleted, "rows": sum(deleted.values())}
 
 
@@ -416,8 +422,12 @@ def _replay(spark, settings: Settings, catalog, derived: list[str]) -> dict:
 
 
 def _vacuum(spark, deleted: dict) -> dict:
-    """VACUUM RETAIN 0 HOURS every table the forget deleted from. Returns path -> files removed."""
-    from delta.tables import DeltaTable
+    """VACUUM RETAIN 0 HOURS every table the forget deleted from. Returns path -> files removed
+    (``"vacuumed"`` for a table on an object store, where files are not counted)."""
+    from kappa.storage import local_path
+
+    def parquet_files(local: Path | None) -> int | None:
+        return sum(1 for _ in local.rglob("*.parquet")) if local is not None else None
 
     # Delta refuses a retention below 7 days unless told the caller knows no reader or writer needs
     # the old files (Delta docs, "Remove files no longer referenced by a Delta table").
@@ -425,22 +435,24 @@ def _vacuum(spark, deleted: dict) -> dict:
     out = {}
     try:
         for path, rows in deleted["tables"].items():
-            if rows and DeltaTable.isDeltaTable(spark, path):
-                # With deletion vectors a DELETE only marks rows deleted in the old files: rewrite
-                # those files first (Delta docs, "REORG TABLE … APPLY (PURGE)").
-                props = DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {}
-                if props.get("delta.enableDeletionVectors") == "true":
-                    spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
-                before = sum(1 for _ in Path(path).rglob("*.parquet")) if not re.match(r"^\w+://", path) else None
-                _vacuum_now(spark, path)
-                after = sum(1 for _ in Path(path).rglob("*.parquet")) if before is not None else None
-                out[path] = (before - after) if before is not None else "vacuumed"
+            table = _open(spark, path) if rows else None
+            if table is None:
+                continue
+            # With deletion vectors a DELETE only marks rows deleted in the old files: rewrite
+            # those files first (Delta docs, "REORG TABLE … APPLY (PURGE)").
+            props = table.detail().select("properties").first()[0] or {}
+            if props.get("delta.enableDeletionVectors") == "true":
+                spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
+            local = local_path(path)
+            before = parquet_files(local)
+            _vacuum_now(spark, table, path)
+            out[path] = before - parquet_files(local) if before is not None else "vacuumed"
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     return {"files_removed": out}
 
 
-def _vacuum_now(spark, path: str) -> None:
+def _vacuum_now(spark, table, path: str) -> None:
     """VACUUM ``path`` RETAIN 0 HOURS in LITE mode: the files to delete are those the Delta log
     removed (our DELETE's among them), not a listing of the whole directory, so seconds instead of
     half a minute per table here. Delta refuses LITE when the log no longer names every removed
@@ -448,31 +460,26 @@ def _vacuum_now(spark, path: str) -> None:
     by a Delta table": VACUUM … LITE | FULL)."""
     from pyspark.errors import PySparkException
 
-    from delta.tables import DeltaTable
-
     try:
         spark.sql(f"VACUUM delta.`{path}` LITE RETAIN 0 HOURS")
     except PySparkException as err:
         if "FULL" not in str(err):
             raise
-        DeltaTable.forPath(spark, path).vacuum(0)
+        table.vacuum(0)
 
 
 def _log(spark, settings: Settings, catalog, req: Request, truncate: bool) -> dict:
     """Tombstones on a compacted topic (one per spelling of the key found in the log: compaction
     compares key bytes); otherwise report retention; ``truncate``: DeleteRecords up to just after
     the key's last offset in each partition holding it."""
-    from confluent_kafka import TopicPartition
-    from pyspark.sql import functions as F
-
     from kappa.ingest.producer import produce
-    from kappa.kafka.topics import admin
+    from kappa.kafka.topics import delete_records_before
 
     spec = catalog.topics[req.topic]
     out: dict = {}
     if spec.compacted:
         spellings = [r["key"] for r in _topic_records(spark, settings, req.topic)
-                     .where(key_column(catalog, req.topic) == F.lit(req.key)).select("key").distinct().collect()]
+                     .where(_is_key(catalog, req)).select("key").distinct().collect()]
         produce(settings, req.topic, [(bytes(k), None, None) for k in spellings or [req.key]])
         out["tombstones"] = max(len(spellings), 1)
     elif spec.retention_ms < 0:
@@ -482,11 +489,8 @@ def _log(spark, settings: Settings, catalog, req: Request, truncate: bool) -> di
                             f"{datetime.now(timezone.utc).timestamp() + spec.retention_ms / 1000:.0f} (epoch s) at the latest"
                             f" (plus the segment roll time)")
     if truncate:
-        last = req.steps["located"]["last_offsets"]
-        parts = [TopicPartition(req.topic, int(p), off + 1) for p, off in last.items()]
-        if parts:
-            client = admin(settings)  # held: a collected AdminClient never completes its futures
-            for fut in client.delete_records(parts, request_timeout=30, operation_timeout=30).values():
-                fut.result(timeout=60)
-        out["truncated"] = {p: off + 1 for p, off in last.items()}
+        before = {int(p): off + 1 for p, off in req.steps["located"]["last_offsets"].items()}
+        if before:
+            delete_records_before(settings, req.topic, before)
+        out["truncated"] = {str(p): off for p, off in before.items()}
     return out

@@ -779,15 +779,6 @@ class Catalog:
                 return list(changelog.key)
         return None
 
-    def record_key_columns(self, topic: str) -> list[str]:
-        """The value columns a record key of ``topic`` stands for: a changelog topic's key columns,
-        else ``[key_field]``, else ``[]``."""
-        changelog = self.changelog_key(topic)
-        if changelog is not None:
-            return changelog
-        field_ = self.topics[topic].key_field if topic in self.topics else None
-        return [field_] if field_ else []
-
     def downstream(self, name: str) -> list[str]:
         """Every asset that reads ``name`` directly or transitively, in topological order."""
         out: list[str] = []

@@ -77,6 +77,19 @@ def alter_topic_config(settings: Settings, topic: str, config: dict[str, str]) -
         fut.result()
 
 
+def delete_records_before(settings: Settings, topic: str, before: dict[int, int], timeout_s: float = 30.0) -> None:
+    """Delete the records of ``topic`` below offset ``before[partition]`` in each partition (Kafka's
+    DeleteRecords: the log start offset moves up; Kafka refuses it on a compacted topic). Raises
+    :class:`TopicError` when the broker refuses."""
+    client = admin(settings)  # keep the client alive until the futures resolve
+    parts = [TopicPartition(topic, p, off) for p, off in before.items()]
+    for tp, fut in client.delete_records(parts, request_timeout=timeout_s, operation_timeout=timeout_s).items():
+        try:
+            fut.result(timeout=2 * timeout_s)
+        except KafkaException as exc:
+            raise TopicError(f"cannot delete records of {topic}[{tp.partition}] below offset {tp.offset}: {exc}") from None
+
+
 def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> list[PartitionOffsets]:
     """Log start and end offsets of every partition of ``topics``.
 
