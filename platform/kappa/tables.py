@@ -34,7 +34,7 @@ def path(name: str, settings: Settings | None = None) -> str:
     dbt mart (``<warehouse>/_dbt/<model>``). Raises :class:`RegistryError` when neither exists."""
     from pathlib import Path
 
-    from kappa.serve import marts_root
+    from kappa.services.serve import marts_root
 
     settings = settings or load_settings()
     version = Registry(settings).promoted(name)
@@ -54,7 +54,7 @@ def open(name: str, settings: Settings | None = None, version: int | None = None
     from deltalake import DeltaTable
 
     settings = settings or load_settings()
-    from kappa.storage import delta_rs_uri
+    from kappa.core.storage import delta_rs_uri
 
     settings = settings or load_settings()
     return DeltaTable(delta_rs_uri(path(name, settings)), version=version)

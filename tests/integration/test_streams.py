@@ -19,8 +19,8 @@ import pytest
 from kappa.delta.registry import Registry
 from kappa.ingest.events import build_events
 from kappa.ingest.nycflights13 import publish
-from kappa.promotion import replay
-from kappa.quality import run_gate
+from kappa.lifecycle.promotion import replay
+from kappa.lifecycle.gate import run_gate
 from kappa.runners.local import resolve_versions, run_until_caught_up
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query

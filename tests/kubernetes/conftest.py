@@ -1,4 +1,4 @@
-"""Fixtures of the tests against a real Kubernetes control plane (:mod:`kappa.cluster`).
+"""Fixtures of the tests against a real Kubernetes control plane (:mod:`kappa.services.cluster`).
 
 One plane per session: kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (one
 node) and the real Spark operator controller, started from the binaries `make cluster-tools` built
@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from kappa import cluster
+from kappa.services import cluster
 from kappa.config import load_settings
 import json
 

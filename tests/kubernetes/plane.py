@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "tests" / "helm"))
 
 from helmtools import CHART, helm  # noqa: E402
 
-from kappa import cluster  # noqa: E402
+from kappa.services import cluster
 
 TOOLS = ROOT / "build" / "tools"
 __all__ = ["CHART", "ROOT", "TOOLS", "helm", "helm_on", "kappa_namespace", "kubectl_run", "wait_for",

@@ -1,6 +1,6 @@
 """``kappa replay ASSET --promote`` on the kubernetes runner against the real control plane ends with
 the new version promoted, its gate results recorded in the registry, and the older version's
-SparkApplication deleted: the same replay -> gate -> promote as locally (kappa.promotion.replay),
+SparkApplication deleted: the same replay -> gate -> promote as locally (kappa.lifecycle.promotion.replay),
 over a ``file://`` warehouse and checkpoints.
 
 What is real: the broker, the registry (Delta through delta-rs), the CLI, the runner, the
@@ -28,7 +28,7 @@ import os
 from kubernetes import client
 from typer.testing import CliRunner
 
-from kappa.cli import app
+from kappa.cli.app import app
 from kappa.config import load_settings
 from kappa.delta.registry import Registry
 from kappa.runners.base import pick_runner

@@ -12,7 +12,7 @@ import typer
 
 import kappa
 from kappa.errors import KappaError
-from kappa.guard import Guard
+from kappa.cli.guard import Guard
 
 
 def _kappa_modules():
@@ -32,7 +32,7 @@ def test_every_exception_kappa_defines_derives_from_kappa_error():
 
 
 def test_the_guard_reports_a_kappa_error_and_lets_a_bug_through(capsys):
-    from kappa.promotion import RetentionError
+    from kappa.lifecycle.promotion import RetentionError
 
     with pytest.raises(typer.Exit) as exit_:
         with Guard():

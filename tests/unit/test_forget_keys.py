@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kappa.forget import ForgetError, key_hash, key_values, record_key
+from kappa.delta.forgotten import ForgetError, key_hash, key_values, record_key
 from kappa.spec import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 
 from kappa.config import load_settings
 from kappa.delta.registry import Registry, RegistryError, checkpoint_path, table_path
-from kappa.jvm import artifact_name
+from kappa.core.jvm import artifact_name
 
 
 @pytest.fixture

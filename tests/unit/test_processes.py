@@ -1,4 +1,4 @@
-"""kappa.processes: the one way local services are spawned, awaited and stopped (real processes)."""
+"""kappa.services.processes: the one way local services are spawned, awaited and stopped (real processes)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kappa import processes
+from kappa.services import processes
 from kappa.errors import KappaError
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kappa.config import load_settings
-from kappa.serve import AUTH_CLASS, ServeError, ServeStatus, client_credentials, read_password_file, server_conf
+from kappa.services.serve import AUTH_CLASS, ServeError, ServeStatus, client_credentials, read_password_file, server_conf
 
 
 def test_password_file_lines_are_user_colon_password_with_comments_and_blank_lines(tmp_path):

@@ -72,7 +72,7 @@ def test_an_inner_join_needs_no_watermark_but_has_no_matched_column(tmp_path):
 
 def test_sliding_step_counts_equal_times_and_waits_for_the_watermark():
     pytest.importorskip("pyspark")
-    from kappa.streaming.windows import sliding_counts
+    from kappa.streaming.kinds.sliding import sliding_counts
 
     m = 60_000
     pending = np.array([0, 10 * m, 10 * m, 70 * m, 71 * m], dtype=np.int64)

@@ -23,10 +23,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kappa import processes
+from kappa.services import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
-from kappa.jvm import jar_dir, java_executable
+from kappa.core.jvm import jar_dir, java_executable
 
 #: The worker's group and internal topics (compacted, created by the worker itself).
 GROUP_ID = "kappa-connect"

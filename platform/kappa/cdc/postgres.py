@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa import processes
+from kappa.services import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
 

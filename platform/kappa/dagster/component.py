@@ -11,14 +11,14 @@ What each asset YAML becomes:
   ``spark`` and ``delta`` (plus ``kafka`` when it reads Kafka), its column schema (parse assets) and
   a link to the YAML file;
 * lineage: each source topic is an external asset ``topic/<topic>``; an upstream asset is a dep;
-* blocking asset checks, one per name in :func:`kappa.quality.check_names` (the GX expectations the
+* blocking asset checks, one per name in :func:`kappa.lifecycle.gate.check_names` (the GX expectations the
   YAML declares, ``quarantine_rate`` for parse assets, ``shadow_diff``), evaluated by
-  :func:`kappa.quality.run_gate` after the asset runs; a failing blocking check stops downstream
+  :func:`kappa.lifecycle.gate.run_gate` after the asset runs; a failing blocking check stops downstream
   assets of the run;
 * a non-blocking ``query_health`` check, evaluated on demand and by the
   ``kappa_streaming_queries`` sensor (consumer lag, last progress, failed or stalled queries).
 
-Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.promotion.replay`.
+Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.lifecycle.promotion.replay`.
 
 Example (Python; ``definitions.py`` does this)::
 
@@ -50,6 +50,7 @@ from kappa.dagster.replay import build_replay_job
 from kappa.dagster.resources import KappaResource
 from kappa.dagster.sensor import build_health_checks, build_sensor
 from kappa.spec import AssetSpec, Catalog, SpecError, load_catalog
+from kappa.streaming.kinds import kind_of
 
 __all__ = ["HEALTH_CHECK", "REPLAY_JOB", "SENSOR_NAME", "RunMode", "StreamingAssets", "StreamingRunConfig",
            "topic_key"]
@@ -116,7 +117,7 @@ class StreamingAssets(dg.Component, dg.Resolvable):
 
     @staticmethod
     def _declared_checks(spec: AssetSpec) -> list[str]:
-        from kappa.quality import check_names
+        from kappa.lifecycle.gate import check_names
 
         names = list(check_names(spec))
         dupes = sorted({n for n in names if names.count(n) > 1})
@@ -187,11 +188,12 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             metadata["watermark"] = f"{spec.watermark.column} - {spec.watermark.delay}"
         if spec.path is not None:
             metadata["dagster/code_references"] = _code_ref(spec.path)
-        if spec.transform.parse is not None:
+        declared = kind_of(spec).declared_columns(spec)
+        if declared is not None:
             metadata["dagster/column_schema"] = dg.TableSchema(columns=[
                 dg.TableColumn(name, _SPARK_TYPES[f.type], description=f.description,
                                constraints=dg.TableColumnConstraints(nullable=not f.required))
-                for name, f in spec.transform.parse.fields.items()
+                for name, f in declared.items()
             ])
         return dg.AssetSpec(
             key=dg.AssetKey(spec.name),

@@ -9,7 +9,7 @@
   streaming asset's promotion or rollback, reported by the ``kappa_registry`` sensor — the
   automation sensor runs ``dbt build`` on the affected models.
 * A run runs ``dbt build`` against ``kappa serve`` (started if it is not running): see
-  :mod:`kappa.analytics` for why dbt talks to the endpoint rather than a session of its own.
+  :mod:`kappa.analytics.dbt` for why dbt talks to the endpoint rather than a session of its own.
 """
 
 
@@ -20,8 +20,8 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
 
-from kappa.analytics import dbt_env, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
-from kappa.serve import client_credentials
+from kappa.analytics.dbt import dbt_env, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
+from kappa.services.serve import client_credentials
 from kappa.config import Settings
 from kappa.dagster.resources import KappaResource
 

@@ -45,7 +45,7 @@ def build_definitions(
 ) -> dg.Definitions:
     """Definitions for the assets in ``assets_dir`` (default: ``KAPPA_ASSETS_DIR`` or
     ``<project>/assets``). Raises :class:`kappa.spec.SpecError` naming the file and field of a bad
-    declaration; with ``dbt``, :class:`kappa.analytics.DbtError` if the dbt project does not parse."""
+    declaration; with ``dbt``, :class:`kappa.analytics.dbt.DbtError` if the dbt project does not parse."""
     settings = load_settings()
     folder = Path(assets_dir) if assets_dir is not None else settings.assets_dir
     component = StreamingAssets(assets_dir=str(folder), continuous=list(continuous or []))

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 
 def table_exists(table_path: str, settings) -> bool:
-    """Whether a Delta table has its first commit (any filesystem, :mod:`kappa.storage`)."""
-    from kappa.storage import exists, join
+    """Whether a Delta table has its first commit (any filesystem, :mod:`kappa.core.storage`)."""
+    from kappa.core.storage import exists, join
 
     return exists(join(table_path, "_delta_log"), settings)
 
@@ -114,7 +114,7 @@ def materialize(
     """Body of a streaming asset's op (see module doc), whatever the runner. Raises
     :class:`dagster.Failure` with the library's message for expected errors (a failed query, a
     changed declaration, …)."""
-    from kappa.quality import recorded_gate
+    from kappa.lifecycle.gate import recorded_gate
 
     key = dg.AssetKey(name)
     settings = kappa.settings(assets_dir=str(options.assets_path))

@@ -1,7 +1,7 @@
 """The ``replay`` job: replay the log into a new version of an asset (and of every asset downstream
 of it), run the gate, and with ``promote: true`` promote the chain atomically.
 
-It is :func:`kappa.promotion.replay` launched from the UI (Jobs -> replay -> Launchpad):
+It is :func:`kappa.lifecycle.promotion.replay` launched from the UI (Jobs -> replay -> Launchpad):
 
 .. code-block:: yaml
 
@@ -15,7 +15,7 @@ What the run records: every gate check of every new version as an asset check ev
 failing expectation shows on the asset, with the candidate version and by how much it failed), and a
 materialization of each asset when the chain was promoted (an observation when it was not: the
 stable name still points at the old version). The run fails when retention no longer covers the log
-(:class:`kappa.promotion.RetentionError`), or when ``promote`` was asked and the gate refused.
+(:class:`kappa.lifecycle.promotion.RetentionError`), or when ``promote`` was asked and the gate refused.
 """
 
 
@@ -47,7 +47,7 @@ def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefiniti
     )
     def replay_op(context: dg.OpExecutionContext) -> dict:
         from kappa.delta.registry import Registry
-        from kappa.promotion import replay
+        from kappa.lifecycle.promotion import replay
 
         asset, promote = context.op_config["asset"], context.op_config["promote"]
         kappa = context.resources.kappa

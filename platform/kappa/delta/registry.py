@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from kappa.config import Settings, join
 from kappa.errors import KappaError
-from kappa.storage import delta_rs_uri
+from kappa.core.storage import delta_rs_uri
 
 EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
           "retired")
@@ -64,6 +64,13 @@ class Version:
     @property
     def name(self) -> str:
         return f"{self.asset}/v{self.version}"
+
+    def writer_id(self, side: str | None = None) -> str:
+        """Delta's ``txnAppId`` of this version's writes: ``txn_app_id`` for its own table,
+        ``<txn_app_id>-<side>`` for its rows in a shared side table (``side`` ``"quarantine"`` or
+        ``"late"``), so each table's transaction ids never collide across writers. The only place
+        a side writer id is made."""
+        return self.txn_app_id if side is None else f"{self.txn_app_id}-{side}"
 
     def last(self, event: str) -> dict | None:
         """Details of the most recent ``event`` of this version, or None."""
@@ -232,7 +239,7 @@ class Registry:
         Returns once a running ``kappa serve`` has applied the commit.
 
         Raises :class:`RegistryError` for an unknown or retired version;
-        :class:`kappa.serve.ServeError` if a running endpoint does not apply it within 30 s."""
+        :class:`kappa.services.serve.ServeError` if a running endpoint does not apply it within 30 s."""
         rows = []
         for asset, v in targets.items():
             ver = self.version(asset, v)
@@ -244,7 +251,7 @@ class Registry:
         self._append(rows)
         # A running SQL endpoint (`kappa serve`) swaps its views when it sees this commit; wait for
         # it, so the next query through it reads what was just promoted.
-        from kappa.serve import await_in_step
+        from kappa.services.serve import await_in_step
 
         await_in_step(self.settings)
 

@@ -21,11 +21,11 @@ _DELTA_ONLY = {"deletionVectors", "columnMapping"}
 def dataset(table_path: str, settings: Settings | None = None, version: int | None = None):
     """The Delta table at ``table_path`` (plain path, ``file://``, ``s3://`` or ``s3a://``; Delta
     version ``version``, default the latest) as a ``pyarrow.dataset.Dataset`` over its active
-    Parquet files, with the table's schema, through ``pyarrow.fs`` (:func:`kappa.storage.filesystem`).
+    Parquet files, with the table's schema, through ``pyarrow.fs`` (:func:`kappa.core.storage.filesystem`).
     Raises deltalake's ``TableNotFoundError`` when there is no table."""
     from deltalake import DeltaTable
 
-    from kappa.storage import delta_rs_uri
+    from kappa.core.storage import delta_rs_uri
 
     return _files_dataset(DeltaTable(delta_rs_uri(table_path), version=version), settings)
 
@@ -35,7 +35,7 @@ def _files_dataset(table, settings: Settings | None = None):
     import pyarrow as pa
     import pyarrow.dataset as pds
 
-    from kappa.storage import filesystem, local_path
+    from kappa.core.storage import filesystem, local_path
 
     if set(table.protocol().reader_features or []) & _DELTA_ONLY or table.metadata().partition_columns:
         return table.to_pyarrow_dataset()
@@ -50,7 +50,7 @@ def table_rows(table_path: str) -> tuple[int, int | None]:
     the Parquet footers, no data is scanned."""
     from deltalake import DeltaTable
 
-    from kappa.storage import delta_rs_uri
+    from kappa.core.storage import delta_rs_uri
 
     try:
         table = DeltaTable(delta_rs_uri(table_path))

@@ -62,7 +62,7 @@ from typing import Callable, Iterator, Optional
 import typer
 
 from kappa.config import Settings, load_settings
-from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option
+from kappa.cli.guard import Guard, exit_cleanly_on_sigterm, interval_option
 from kappa.harness.delta_log import commit_time, latest_commit
 from kappa.harness.env import IsolatedEnv, isolated_env
 
@@ -168,7 +168,7 @@ def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: di
     from pyspark.sql import functions as F
 
     from kappa.streaming.parse import parse_columns, row_schema
-    from kappa.streaming.query import KAFKA_COLUMNS
+    from kappa.streaming.parse import KAFKA_COLUMNS
 
     t = time.monotonic()
     df = (spark.read.format("kafka")

@@ -59,7 +59,7 @@ import typer
 
 from kappa.config import Settings, load_settings
 from kappa.errors import KappaError
-from kappa.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
+from kappa.cli.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
 from kappa.harness.delta_log import duplicate_commits, latest_commit, wait_for_commit
 from kappa.harness.env import IsolatedEnv, isolated_env
 from kappa.harness.truth import (check_bronze, check_gold, check_set_aside, check_silver, expected_departures,
@@ -108,7 +108,7 @@ class Pipeline:
     def start(self) -> None:
         self.starts += 1
         log = open(self.env.logs / f"pipeline-{self.starts:02d}.log", "wb")
-        cmd = [sys.executable, "-c", "from kappa.cli import app; app()", "run", "--continuous", *self.assets]
+        cmd = [sys.executable, "-c", "from kappa.cli.app import app; app()", "run", "--continuous", *self.assets]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=self.env.subprocess_env(), start_new_session=True)
         log.close()

@@ -16,10 +16,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa import processes
+from kappa.services import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
-from kappa.jvm import jar_dir, java_executable
+from kappa.core.jvm import jar_dir, java_executable
 
 
 class BrokerError(KappaError, RuntimeError):

@@ -5,7 +5,7 @@ given end offsets, stops it, and runs the gate where Spark runs. Two implementat
 :class:`kappa.runners.local.LocalRunner` (this process's Spark, ``local[*]``) and
 :class:`kappa.runners.kubernetes.runner.KubernetesRunner` (one SparkApplication per version).
 :func:`pick_runner` is the only place that looks at ``settings.runner``; everything above (the
-CLI, Dagster, ``kappa demo``, :func:`kappa.promotion.replay`) works with any runner.
+CLI, Dagster, ``kappa demo``, :func:`kappa.lifecycle.promotion.replay`) works with any runner.
 
 What a version runs with (its table path, checkpoint path and idempotent-writer id ``txnAppId``) is
 the registry's :class:`~kappa.delta.registry.Version`, created once by
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 if TYPE_CHECKING:
     from kappa.config import Settings
     from kappa.delta.registry import Version
-    from kappa.quality import GateReport
+    from kappa.lifecycle.gate import GateReport
     from kappa.spec import AssetSpec, Catalog
     from kappa.streaming.checkpoint import CatchUpTarget
 

@@ -17,7 +17,8 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.errors import KappaError
 from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus, catch_up, poll_until
-from kappa.spec import QUARANTINE_KINDS, Catalog, SpecError, load_catalog
+from kappa.spec import Catalog, SpecError, load_catalog
+from kappa.streaming.kinds import kind_of
 
 
 _log = logging.getLogger(__name__)
@@ -173,9 +174,10 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     delta_version = table.history(1).select("version").first()[0]
     quarantined = late = 0
     mine = f"asset = '{spec.name}' AND version = {version.version}"
-    if spec.transform.kind in QUARANTINE_KINDS:
+    kind = kind_of(spec)
+    if kind.quarantines:
         quarantined = spark.read.format("delta").load(str(quarantine_path(settings))).where(mine).count()
-    if spec.transform.kind in ("parse", "pattern"):
+    if kind.keeps_late_rows:
         late = spark.read.format("delta").load(str(late_events_path(settings))).where(mine).count()
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=input_rows, quarantined=quarantined,
@@ -284,7 +286,7 @@ class LocalRunner:
         return True
 
     def gate(self, asset: str, version: int):
-        from kappa.quality import run_gate
+        from kappa.lifecycle.gate import run_gate
 
         return run_gate(self.settings, asset, version, spark=self.spark)
 

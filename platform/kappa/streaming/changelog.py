@@ -40,7 +40,8 @@ from pyspark.sql import types as T
 from kappa.config import Settings
 from kappa.delta.registry import Version
 from kappa.spec import AssetSpec, ChangelogTransform
-from kappa.streaming.parse import CORRUPT, SPARK_TYPES, type_errors
+from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, SPARK_TYPES, type_errors
+from kappa.streaming.writers import MicroBatchWriter, ensure_quarantine_table, ensure_table, record_columns
 
 #: The start of every version read by the initial snapshot: 1900-01-01T00:00:00Z, before any event
 #: Kappa handles and inside pandas' nanosecond range (so delta-rs/pandas readers can load it).
@@ -126,32 +127,31 @@ def parse_changes(kafka_df: DataFrame, transform: ChangelogTransform, asset: str
     )
 
 
-class ChangelogWriter:
-    """foreachBatch body of a ``changelog`` asset (see the module docstring)."""
+class ChangelogWriter(MicroBatchWriter):
+    """foreachBatch body of a ``changelog`` asset (see the module docstring): bad change events to
+    the quarantine table (idempotent per writer id and batch id), good ones MERGEd in LSN order (a
+    re-run MERGE changes nothing: it applies only changes newer than the table's LSN per key)."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
-        from kappa.streaming.query import _ensure_table, ensure_quarantine_table
-
+        super().__init__(spec, version, settings)
         assert spec.transform.changelog is not None
-        self.spec, self.version, self.transform = spec, version, spec.transform.changelog
+        self.transform = spec.transform.changelog
         self.quarantine = ensure_quarantine_table(spark, settings)
         # A current-state table records its change data feed: a materialized view over it follows
         # its inserts, updates and deletes (kappa.streaming.table_joins).
-        _ensure_table(spark, version.table_path, table_schema(self.transform),
-                      CHANGE_DATA_FEED if self.transform.mode == "current" else None)
+        ensure_table(spark, version.table_path, table_schema(self.transform),
+                     CHANGE_DATA_FEED if self.transform.mode == "current" else None)
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from kappa.streaming.query import KAFKA_COLUMNS, ParseWriter, _record_columns
-
+    def write(self, batch: DataFrame, batch_id: int) -> None:
         changes = parse_changes(batch.select(*KAFKA_COLUMNS).where(F.col("value").isNotNull()),
                                 self.transform, self.spec.name).persist()
         try:
             bad = changes.where(F.col("reason").isNotNull())
             if bad.limit(1).count():
-                ParseWriter._append(
-                    bad.select(F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version"),
-                               *_record_columns(), "reason", F.current_timestamp().alias("quarantined_at")),
-                    self.quarantine, f"{self.version.txn_app_id}-quarantine", batch_id)
+                self.append(
+                    bad.select(*self.owner_columns(), *record_columns(), "reason",
+                               F.current_timestamp().alias("quarantined_at")),
+                    self.quarantine, batch_id, side="quarantine")
             good = changes.where(F.col("reason").isNull())
             if not good.limit(1).count():
                 return

@@ -26,7 +26,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
 from kappa.kafka.topics import TopicError
 from kappa.spec import AssetSpec, Catalog
-from kappa.storage import join, list_names, mtime, read_text
+from kappa.core.storage import join, list_names, mtime, read_text
 
 
 @dataclass
@@ -48,7 +48,7 @@ def _batch_files(folder: str, settings: Settings | None) -> dict[int, str]:
 
 def read_checkpoint(checkpoint: str | Path, settings: Settings | None = None) -> CheckpointState:
     """Parse ``<checkpoint>/offsets`` and ``<checkpoint>/commits`` on any filesystem
-    (:mod:`kappa.storage`: a local path, ``file://`` or ``s3a://``; ``settings`` gives the object
+    (:mod:`kappa.core.storage`: a local path, ``file://`` or ``s3a://``; ``settings`` gives the object
     store's endpoint). Never raises for a missing or half-written checkpoint (a query that has not
     committed yet is a normal state)."""
     root = str(checkpoint)

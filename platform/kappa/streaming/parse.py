@@ -22,6 +22,10 @@ from kappa.spec import FieldSpec, ParseTransform, interval_seconds
 
 CORRUPT = "_corrupt_record"
 
+#: The columns of a Kafka record the queries keep (Spark's Kafka source schema, less
+#: ``timestampType`` and ``headers``).
+KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp"]
+
 SPARK_TYPES: dict[str, T.DataType] = {
     "string": T.StringType(),
     "int": T.IntegerType(),

@@ -51,6 +51,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from kappa.spec import AssetSpec, interval_seconds
 from kappa.streaming.cep import Event, Matcher, Pattern, release
+from kappa.streaming.writers import MicroBatchWriter, ensure_late_events_table
 
 _STRING_LIST = T.StructType([T.StructField("event", T.StringType(), False)])
 _LONG = T.StructType([T.StructField("value", T.LongType(), False)])
@@ -193,50 +194,44 @@ def pattern_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
     )
 
 
-class PatternWriter:
+class PatternWriter(MicroBatchWriter):
     """foreachBatch body of a ``pattern`` asset: late rows to the late-events table, then matches
-    to the asset's table; both appends idempotent per (writer id, batch id) (Delta docs,
-    "Idempotent table writes in foreachBatch"), so a batch re-run after a crash is skipped where it
-    already committed. A re-run batch recomputes the same rows: Spark re-runs it over the same
-    offsets from the state store version of the batch before (Structured Streaming guide, "Fault
-    Tolerance Semantics").
+    to the asset's table; both appends idempotent per (writer id, batch id)
+    (:class:`~kappa.streaming.writers.MicroBatchWriter`), so a batch re-run after a crash is skipped
+    where it already committed. A re-run batch recomputes the same rows: Spark re-runs it over the
+    same offsets from the state store version of the batch before (Structured Streaming guide,
+    "Fault Tolerance Semantics").
 
-    ``fault`` (:class:`kappa.config.Fault`) stops the process at ``before_write``,
-    ``after_late_commit`` (a batch with late rows) and ``after_table_commit``, as the other
-    foreachBatch writers do."""
+    In: :func:`pattern_frame`'s rows. Fault points: ``before_write``, ``after_late_commit`` (a batch
+    with late rows), ``after_table_commit`` and ``after_batch``, as the other writers."""
 
-    def __init__(self, spark: SparkSession, spec: AssetSpec, version, late_path: str, fault=None):
-        self.spec, self.version, self.late_path, self.fault = spec, version, late_path, fault
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version, settings):
+        super().__init__(spec, version, settings)
+        self.late_path = ensure_late_events_table(spark, settings)
 
-    def _at(self, point: str, batch_id: int) -> None:
-        if self.fault is not None:
-            self.fault.hit(self.spec.name, point, batch_id)
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from kappa.streaming.query import ParseWriter
-
+    def write(self, batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
             # Every partition is computed (and cached) before the appends, which Delta skips without
             # reading the batch when a re-run finds them committed: the processor's state store
-            # must commit this batch either way (see kappa.streaming.query.run_for_state).
+            # must commit this batch either way (see kappa.streaming.writers.run_for_state).
             batch.count()
             late = batch.where(F.col("_late"))
             has_late = not late.isEmpty()
-            self._at("before_write", batch_id)
+            self.at("before_write", batch_id)
             if has_late:
                 rows = late.select(
-                    F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version"),
+                    *self.owner_columns(),
                     F.col("event_ids")[0].alias("event_id"), F.col("first_event_time").alias("event_time"),
                     F.col("_watermark").alias("watermark"),
                     F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
                     F.lit(None).cast("long").alias("offset"), F.lit(None).cast("timestamp").alias("kafka_timestamp"),
                     F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
                     F.current_timestamp().alias("arrived_at"))
-                ParseWriter._append(rows, self.late_path, f"{self.version.txn_app_id}-late", batch_id)
-                self._at("after_late_commit", batch_id)
+                self.append(rows, self.late_path, batch_id, side="late")
+                self.at("after_late_commit", batch_id)
             matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
-            ParseWriter._append(matches, self.version.table_path, self.version.txn_app_id, batch_id)
-            self._at("after_table_commit", batch_id)
+            self.append(matches, self.version.table_path, batch_id)
+            self.at("after_table_commit", batch_id)
         finally:
             batch.unpersist()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kappa.config import Settings
-from kappa.jvm import java_executable, spark_jars
+from kappa.core.jvm import java_executable, spark_jars
 
 _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 
@@ -101,7 +101,7 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
 def spark_session(settings: Settings):
     """Get or create the process's SparkSession with Kappa's configuration.
 
-    Raises :class:`kappa.jvm.JvmError` when Java or the Maven-resolved jars are missing.
+    Raises :class:`kappa.core.jvm.JvmError` when Java or the Maven-resolved jars are missing.
     """
     from pyspark.sql import SparkSession
 

@@ -39,15 +39,16 @@ from pyspark.sql import functions as F
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
-from kappa.spec import AssetSpec
+from kappa.spec import AssetSpec, SpecError
+from kappa.streaming.writers import MicroBatchWriter, ensure_table
 
 
-class LookupWriter:
+class LookupWriter(MicroBatchWriter):
     """foreachBatch body of a ``lookup`` asset (see the module docstring)."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        super().__init__(spec, version, settings)
         assert spec.transform.lookup is not None
-        self.spec, self.version, self.fault = spec, version, settings.fault
         registry = Registry(settings)
         self.tables = [(t, registry.upstream_of(version, t.asset).table_path) for t in spec.transform.lookup.tables]
 
@@ -68,14 +69,10 @@ class LookupWriter:
             out = out.join(F.broadcast(right), cond, "left").drop(*helper)
         return out
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from kappa.streaming.query import ParseWriter
-
-        if self.fault is not None:
-            self.fault.hit(self.spec.name, "before_write", batch_id)
-        ParseWriter._append(self.enrich(batch), self.version.table_path, self.version.txn_app_id, batch_id)
-        if self.fault is not None:
-            self.fault.hit(self.spec.name, "after_table_commit", batch_id)
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        self.at("before_write", batch_id)
+        self.append(self.enrich(batch), self.version.table_path, batch_id)
+        self.at("after_table_commit", batch_id)
 
 
 def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings) -> DataFrame:
@@ -91,25 +88,22 @@ def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, setting
     return reduce(DataFrame.unionByName, feeds)
 
 
-class ViewWriter:
+class ViewWriter(MicroBatchWriter):
     """foreachBatch body of a ``materialized_view`` asset (see the module docstring)."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
-        from kappa.streaming.query import _ensure_table
-
+        super().__init__(spec, version, settings)
         mv = spec.transform.materialized_view
         assert mv is not None
-        self.spec, self.version, self.mv, self.fault = spec, version, mv, settings.fault
+        self.mv = mv
         registry = Registry(settings)
         self.paths = {name: registry.upstream_of(version, name).table_path for name in mv.tables}
         schema = self.result(spark.newSession()).schema  # a new session: the views stay there
         missing = [k for k in mv.key if k not in schema.names]
         if missing:
-            from kappa.spec import SpecError
-
             raise SpecError(f"{spec.path}: transform.materialized_view.key: {missing} not among the columns "
                             f"of its sql ({schema.names})")
-        _ensure_table(spark, version.table_path, schema)
+        ensure_table(spark, version.table_path, schema)
 
     def result(self, spark: SparkSession) -> DataFrame:
         """``sql`` over the tables' current snapshots (each a temporary view named after its asset,
@@ -118,27 +112,23 @@ class ViewWriter:
             spark.read.format("delta").load(path).createOrReplaceTempView(name)
         return spark.sql(self.mv.sql)
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def write(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
-
-        from kappa.streaming.query import delta_txn
 
         if not batch.limit(1).count():
             return
         spark = batch.sparkSession
-        if self.fault is not None:
-            self.fault.hit(self.spec.name, "before_write", batch_id)
+        self.at("before_write", batch_id)
         result = self.result(spark)
         keys = self.mv.key
         values = [c for c in result.columns if c not in keys]
         on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
         changed = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values) or "false"
-        with delta_txn(spark, self.version.txn_app_id, batch_id):
+        with self.transaction(spark, batch_id):
             (DeltaTable.forPath(spark, self.version.table_path).alias("t")
              .merge(result.alias("s"), on)
              .whenMatchedUpdateAll(condition=changed)
              .whenNotMatchedInsertAll()
              .whenNotMatchedBySourceDelete()
              .execute())
-        if self.fault is not None:
-            self.fault.hit(self.spec.name, "after_table_commit", batch_id)
+        self.at("after_table_commit", batch_id)

@@ -20,12 +20,11 @@ from kappa.runners.kubernetes.client import SparkApplications
 from kappa.runners.kubernetes.config import KubernetesRunnerConfig
 from kappa.runners.kubernetes.naming import application_name, gate_application_name
 from kappa.runners.kubernetes.states import error_message, outcome_of, state_of
-from kappa.spec import QUARANTINE_KINDS
 
 if TYPE_CHECKING:
     from kappa.config import Settings
     from kappa.delta.registry import Version
-    from kappa.quality import GateReport
+    from kappa.lifecycle.gate import GateReport
     from kappa.spec import AssetSpec
     from kappa.streaming.checkpoint import CatchUpTarget
 
@@ -187,7 +186,7 @@ class KubernetesRunner:
         application of the version is deleted first (a gate is re-run by re-creating it). Raises
         :class:`kappa.runners.local.RunError` when the job ended without recording a result."""
         from kappa.delta.registry import Registry
-        from kappa.quality import recorded_gate
+        from kappa.lifecycle.gate import recorded_gate
         from kappa.runners.local import RunError
         from kappa.spec import load_catalog
 
@@ -224,8 +223,12 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
     kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
     quarantined = late = 0
-    if spec.transform.kind in QUARANTINE_KINDS:
+    from kappa.streaming.kinds import kind_of
+
+    kind = kind_of(spec)
+    if kind.quarantines:
         quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version)
+    if kind.keeps_late_rows:
         late = count_of(str(late_events_path(settings)), spec.name, version.version)
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=read if spec.topics else 0,

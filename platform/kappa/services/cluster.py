@@ -45,7 +45,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kappa import processes
+from kappa.services import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
 

@@ -36,7 +36,7 @@ def dbt_executable() -> str:
 def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, str] | None = None) -> dict[str, str]:
     """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read. With ``credentials``
     (user, password) dbt uses the profile's ``serve_auth`` target (HiveServer2 CUSTOM, SASL PLAIN)."""
-    from kappa.serve import marts_root
+    from kappa.services.serve import marts_root
 
     auth = {"DBT_TARGET": "serve"} if credentials is None else {
         "DBT_TARGET": "serve_auth", "KAPPA_SERVE_USER": credentials[0], "KAPPA_SERVE_PASSWORD": credentials[1]}
@@ -56,8 +56,8 @@ def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, st
 def ensure_endpoint(settings: Settings, port: int | None = None):
     """The running ``kappa serve`` of this state dir, started (on ``port``, default
     ``settings.serve_port``: ``KAPPA_SERVE_PORT`` or 10000) if it
-    is not running. Raises :class:`kappa.serve.ServeError` if it cannot start."""
-    from kappa import serve
+    is not running. Raises :class:`kappa.services.serve.ServeError` if it cannot start."""
+    from kappa.services import serve
 
     st = serve.status(settings)
     if st.up:
@@ -68,7 +68,7 @@ def ensure_endpoint(settings: Settings, port: int | None = None):
 def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:
     """Run ``dbt ARGS`` (e.g. ``["build"]``) against the endpoint (started if needed); returns the
     finished process (dbt's exit status: 0 ok, 1 a model or test failed, 2 an error)."""
-    from kappa.serve import client_credentials
+    from kappa.services.serve import client_credentials
 
     st = ensure_endpoint(settings, port)
     env = {**os.environ, **dbt_env(settings, st.host, st.port, client_credentials(settings, st))}

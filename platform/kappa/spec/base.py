@@ -1,0 +1,55 @@
+"""What every declaration model shares: the strict model base, the one error type of a bad
+declaration, and Spark's interval and JVM size syntax."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from kappa.errors import KappaError
+
+#: Spark interval strings accepted for watermarks, windows and triggers: "<n> <unit>".
+INTERVAL_RE = re.compile(
+    r"^\s*(\d+)\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE
+)
+#: A JVM heap size (Spark's ``spark.driver.memory`` syntax): ``512m``, ``2g``.
+MEMORY_RE = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
+_UNIT_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+FieldType = Literal["string", "int", "long", "double", "boolean", "timestamp", "date"]
+
+
+class SpecError(KappaError, ValueError):
+    """A declaration is invalid. The message names the file and the field."""
+
+
+def interval_seconds(text: str) -> float:
+    """``"2 hours"`` -> ``7200.0``. Raises ``ValueError`` for anything else."""
+    m = INTERVAL_RE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not an interval like '10 seconds' or '2 hours'")
+    return int(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
+
+
+def check_interval(value: str) -> str:
+    interval_seconds(value)
+    return value.strip()
+
+
+def schema_shorthand(v: object) -> object:
+    """``year: int`` is shorthand for ``year: {type: int}`` in a ``schema:`` mapping (parse and
+    changelog transforms)."""
+    if isinstance(v, dict):
+        return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
+    return v
+
+
+class StrictModel(BaseModel):
+    """A frozen pydantic model that refuses unknown fields (a typo in a YAML key is an error)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+

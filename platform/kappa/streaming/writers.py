@@ -1,0 +1,213 @@
+"""The one base of every ``foreachBatch`` writer: transactional Delta writes per micro-batch.
+
+Exactly-once effects come from the checkpoint plus idempotent sinks (Spark's Structured Streaming
+guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in foreachBatch"). Every
+Delta write a :class:`MicroBatchWriter` makes carries a transaction id: ``txnAppId`` = the version's
+writer id (:meth:`kappa.delta.registry.Version.writer_id`; a side table such as the quarantine or
+late-events table gets ``<writer id>-<side>``) and ``txnVersion`` = the micro-batch id. Delta records
+the pair in the table's log and skips a write whose pair it has already committed, so a batch that
+Spark re-runs after a crash (its commit log entry missing) is skipped where it already committed.
+
+A subclass implements :meth:`MicroBatchWriter.write` and adds only its rows; the base gives it
+:meth:`~MicroBatchWriter.append`, :meth:`~MicroBatchWriter.transaction` (for MERGE/UPDATE/DELETE),
+:meth:`~MicroBatchWriter.committed` (the re-run rule) and the fault points of ``KAPPA_FAULT``
+(:class:`kappa.config.Fault`): ``before_write``, ``after_quarantine_commit``, ``after_late_commit``,
+``after_table_commit`` (called by the subclass) and ``after_batch`` (by the base, once the batch
+function returns and before Spark writes its commit log entry).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+
+from kappa.config import Settings
+from kappa.core.storage import delta_rs_uri, local_path
+from kappa.delta.registry import Version, late_events_path, quarantine_path
+from kappa.spec import AssetSpec
+from kappa.streaming.parse import late_events_schema, quarantine_schema
+
+
+def ensure_table(spark: SparkSession, path: str, schema, properties: dict[str, str] | None = None) -> str:
+    """Create the Delta table at ``path`` with ``schema`` (a Spark ``StructType``) and table
+    ``properties`` unless it exists; returns ``path``."""
+    from delta.tables import DeltaTable
+
+    # Delta compares a CREATE TABLE location with the table's qualified path, in which Hadoop writes
+    # a local URI as file:/x; file:///x would be "two different locations". A plain path is the same
+    # table either way.
+    location = str(local_path(path)) if str(path).startswith("file://") else path
+    builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(schema)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
+    builder.execute()
+    return path
+
+
+def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
+    """The shared quarantine table (:func:`kappa.streaming.parse.quarantine_schema`), created if
+    missing; returns its path."""
+    return ensure_table(spark, str(quarantine_path(settings)), quarantine_schema())
+
+
+def ensure_late_events_table(spark: SparkSession, settings: Settings) -> str:
+    """The shared late-events table (:func:`kappa.streaming.parse.late_events_schema`), created if
+    missing; returns its path."""
+    return ensure_table(spark, str(late_events_path(settings)), late_events_schema())
+
+
+@contextmanager
+def delta_txn(spark: SparkSession, txn_app_id: str | None, batch_id: int):
+    """Delta DML (MERGE, UPDATE, DELETE) in this block carries the transaction id (``txn_app_id``,
+    ``batch_id``), so Delta skips it when that pair has already committed (Delta docs, "Idempotent
+    writes": the ``spark.databricks.delta.write.txnAppId``/``txnVersion`` session settings).
+    ``txn_app_id`` None: no transaction id. Use the micro-batch's own session."""
+    if txn_app_id is None:
+        yield
+        return
+    spark.conf.set("spark.databricks.delta.write.txnAppId", txn_app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(batch_id))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def committed_txn_version(table_path: str, txn_app_id: str) -> int | None:
+    """The latest ``txnVersion`` the Delta table at ``table_path`` recorded for ``txn_app_id``
+    (its ``txn`` actions), or None (no table, or no such writer yet)."""
+    from deltalake import DeltaTable as RsTable
+
+    uri = delta_rs_uri(table_path)
+    if not RsTable.is_deltatable(uri):
+        return None
+    return RsTable(uri).transaction_version(txn_app_id)
+
+
+def run_for_state(batch: DataFrame) -> None:
+    """Execute every partition of a micro-batch without writing it (Spark's ``noop`` sink), so the
+    stateful operators that produced it commit their state store versions for the batch. For a
+    foreachBatch body that skips a write it already committed: Spark 4.1 validates that every
+    state store of a stateful query committed each batch (``STATE_STORE_COMMIT_VALIDATION_FAILED``)."""
+    batch.write.format("noop").mode("overwrite").save()
+
+
+def record_columns() -> list[Column]:
+    """Where a set-aside Kafka record came from and its raw bytes, as the quarantine and
+    late-events tables name them (:func:`kappa.streaming.parse.quarantine_schema`): ``topic``,
+    ``partition``, ``offset``, ``kafka_timestamp``, ``key``, ``value``."""
+    return [F.col(c) for c in ("topic", "partition", "offset")] + [
+        F.col("timestamp").alias("kafka_timestamp"), F.col("key"), F.col("value")]
+
+
+class MicroBatchWriter:
+    """A ``foreachBatch`` body of one asset version (see the module docstring). Subclasses
+    implement :meth:`write`; calling the writer runs it, then the ``after_batch`` fault point."""
+
+    def __init__(self, spec: AssetSpec, version: Version, settings: Settings):
+        self.spec, self.version, self.settings = spec, version, settings
+        self.fault = settings.fault
+
+    def writer_id(self, side: str | None = None) -> str:
+        """The ``txnAppId`` of this version's writes to its table (``side`` None) or to a side
+        table (``"quarantine"``, ``"late"``)."""
+        return self.version.writer_id(side)
+
+    def at(self, point: str, batch_id: int) -> None:
+        """The fault point ``point`` of micro-batch ``batch_id`` (a no-op unless ``KAPPA_FAULT``
+        names it)."""
+        if self.fault is not None:
+            self.fault.hit(self.spec.name, point, batch_id)
+
+    def owner_columns(self) -> list[Column]:
+        """The ``asset`` and ``version`` columns of a row this version writes to a shared table."""
+        return [F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version")]
+
+    def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None) -> None:
+        """Append ``df`` to the Delta table at ``path`` once per (:meth:`writer_id` of ``side``,
+        ``batch_id``): Delta skips a write whose pair it has already committed (Delta docs,
+        "Idempotent table writes in foreachBatch")."""
+        (df.write.format("delta").mode("append")
+         .option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
+         .save(path))
+
+    def transaction(self, spark: SparkSession, batch_id: int, side: str | None = None):
+        """A block whose Delta DML carries this writer's transaction id (:func:`delta_txn`)."""
+        return delta_txn(spark, self.writer_id(side), batch_id)
+
+    def committed(self, path: str, side: str | None = None) -> int | None:
+        """The last batch id this writer committed to the table at ``path`` (None: none)."""
+        return committed_txn_version(path, self.writer_id(side))
+
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        """Write one micro-batch (``batch``: the query's output rows of batch ``batch_id``)."""
+        raise NotImplementedError
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.write(batch, batch_id)
+        # The batch function has returned; Spark has not yet written its commit log entry.
+        self.at("after_batch", batch_id)
+
+
+class UpsertWriter(MicroBatchWriter):
+    """Upserts each micro-batch on the asset's keys (MERGE: update matched rows, insert new ones),
+    once per (writer id, batch id): Delta skips a MERGE whose transaction id it has already
+    committed (Delta docs, "Idempotent writes": the ``txnAppId``/``txnVersion`` session settings
+    apply to DML). The merge sink of tumbling and hopping windows (update output mode)."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        super().__init__(spec, version, settings)
+        self.keys = spec.merge_keys
+        #: Only the first batch a query runs can be a re-run (Spark re-runs the one batch its commit
+        #: log lacks, first, on restart); later batches skip the look at the Delta log.
+        self._first_batch = True
+        self._table_exists = False
+
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        spark = batch.sparkSession  # the query's own session: its settings do not leak to others
+        path = self.version.table_path
+        if not self._table_exists:
+            # The table's schema is the query's output: created from the first batch, looked for
+            # once per query start.
+            if not DeltaTable.isDeltaTable(spark, path):
+                batch.limit(0).write.format("delta").mode("append").save(path)
+            self._table_exists = True
+        self.at("before_write", batch_id)
+        first, self._first_batch = self._first_batch, False
+        committed = self.committed(path) if first else None
+        if committed is not None and committed >= batch_id:
+            # A re-run of a batch whose MERGE committed (killed before Spark's commit log entry).
+            # Delta would skip the MERGE without reading the batch, so the stateful operator
+            # upstream (the window aggregation) would not commit its state for this batch, which
+            # Spark 4.1 refuses (STATE_STORE_COMMIT_VALIDATION_FAILED: "expected 2 commits but got
+            # 0"). Run the batch into the noop sink: the state is committed, nothing is written.
+            run_for_state(batch)
+            return
+        cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
+        with self.transaction(spark, batch_id):
+            (DeltaTable.forPath(spark, path).alias("t")
+             .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
+             .whenMatchedUpdateAll()
+             .whenNotMatchedInsertAll()
+             .execute())
+        self.at("after_table_commit", batch_id)
+
+
+def frame_sink(spark: SparkSession, out: DataFrame, spec: AssetSpec, version: Version,
+               settings: Settings) -> DataStreamWriter:
+    """The sink of a kind whose query is a frame (window, sliding, join, sql, python, raw):
+    ``sink_mode: merge`` upserts each micro-batch (:class:`UpsertWriter`, the spec's output mode);
+    ``append`` writes through Delta's streaming sink, which records each micro-batch id in the
+    Delta log and skips a batch it has already committed (optionally ``partitionBy``)."""
+    if spec.sink_mode == "merge":
+        return out.writeStream.outputMode(spec.output_mode).foreachBatch(UpsertWriter(spark, spec, version, settings))
+    writer = out.writeStream.format("delta").outputMode("append").option("path", version.table_path)
+    if spec.sink.partition_by:
+        writer = writer.partitionBy(*spec.sink.partition_by)
+    return writer
