@@ -115,7 +115,7 @@ def full_run(tmp_path_factory, broker_settings, spark) -> FullRun:
     ``@pytest.mark.mutates_full_run`` and is moved after every other test of the session."""
     from tests.integration.helpers import ingest
 
-    from kappa.runners.local import run_until_caught_up
+    from kappa.runners import run_until_caught_up
 
     suffix = "full" + tmp_path_factory.mktemp("x").name[-6:].replace("-", "")
     root = tmp_path_factory.mktemp("full")

@@ -39,7 +39,7 @@ def analysts_state(tmp_path_factory, broker_settings, spark):
     """(settings, topic suffix): private topics and warehouse with SLICE flights and weather rows
     run through the analysts' assets, v1 of each gated and promoted."""
     from kappa.lifecycle.promotion import promote
-    from kappa.runners.local import run_until_caught_up
+    from kappa.runners import run_until_caught_up
 
     root = tmp_path_factory.mktemp("analysts")
     suffix = uuid.uuid4().hex[:8]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, free_port
-from kappa.services import processes
+from kappa.core import processes
 from ..graphql import post as _post
 
 pytestmark = pytest.mark.integration

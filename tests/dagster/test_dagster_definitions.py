@@ -68,7 +68,7 @@ def test_snapshot_of_asset_keys_groups_and_check_names():
 
 
 def test_every_gate_check_is_blocking_and_health_is_not():
-    from kappa.lifecycle.gate import check_names
+    from kappa.quality.gate import check_names
 
     defs = build_definitions(REPO / "assets")
     graph = defs.get_repository_def().asset_graph

@@ -17,7 +17,7 @@ from kappa.dagster.definitions import build_definitions
 from kappa.dagster.resources import KappaResource
 from kappa.delta.registry import Registry
 from kappa.ingest.nycflights13 import load_events, publish
-from kappa.lifecycle.gate import check_names
+from kappa.quality.gate import check_names
 from kappa.spec import load_catalog
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kappa.harness.env import free_port
 from kappa.spec import load_catalog
-from kappa.services import processes
+from kappa.core import processes
 from tests.graphql import post as _post
 
 REPO = Path(__file__).resolve().parents[2]

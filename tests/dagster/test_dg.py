@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from kappa.harness.env import free_port
-from kappa.services import processes
+from kappa.core import processes
 from tests.graphql import post as _post
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from kappa.delta.registry import late_events_path
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
 from kappa.kafka.topics import ensure_topics
-from kappa.runners.local import run_until_caught_up
+from kappa.runners import run_until_caught_up
 from kappa.spec import load_catalog
 
 from .helpers import quarantine, table

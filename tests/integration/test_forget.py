@@ -14,7 +14,7 @@ from kappa.delta.forgotten import requests
 from kappa.lifecycle.forget import forget
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.lifecycle.promotion import replay
-from kappa.runners.local import run_until_caught_up
+from kappa.runners import run_until_caught_up
 
 from kappa.harness.truth import expected_departures_hourly
 

@@ -21,7 +21,7 @@ from kappa.ingest.nycflights13 import load_events, publish
 from kappa.ingest.producer import produce
 from kappa.kafka.topics import ensure_topics, offsets
 from kappa.lifecycle.promotion import replay
-from kappa.runners.local import run_until_caught_up
+from kappa.runners import run_until_caught_up
 from kappa.spec import load_catalog
 
 from .helpers import files_holding, renamed, table

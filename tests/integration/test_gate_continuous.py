@@ -17,7 +17,7 @@ from kappa.ingest.events import Events
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.kafka.topics import offsets
 from kappa.lifecycle.promotion import GateFailedError, promote
-from kappa.lifecycle.gate import run_gate
+from kappa.quality.gate import run_gate
 from kappa.streaming.checkpoint import read_checkpoint
 
 from ..conftest import REPO

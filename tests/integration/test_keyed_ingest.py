@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kappa.config import load_settings
-from kappa.services.processes import port_in_use
+from kappa.core.processes import port_in_use
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.kafka import broker
 from kappa.kafka.topics import offsets

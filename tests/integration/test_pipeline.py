@@ -7,7 +7,7 @@ import pytest
 
 from kappa.delta.registry import Registry
 from kappa.harness.truth import expected_departures_hourly, frame_hash
-from kappa.runners.local import run_until_caught_up
+from kappa.runners import run_until_caught_up
 
 from .helpers import assert_departures_equal, ingest, table
 

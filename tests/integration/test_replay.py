@@ -12,8 +12,8 @@ from kappa.kafka.topics import alter_topic_config, offsets
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
 from kappa.lifecycle.promotion import RetentionError, promote, replay, rollback
-from kappa.lifecycle.gate import run_gate
-from kappa.runners.local import run_until_caught_up
+from kappa.quality.gate import run_gate
+from kappa.runners import run_until_caught_up
 from kappa.analytics.sql import run_sql
 
 from .helpers import ingest, table

@@ -20,8 +20,9 @@ from kappa.delta.registry import Registry
 from kappa.ingest.events import build_events
 from kappa.ingest.nycflights13 import publish
 from kappa.lifecycle.promotion import replay
-from kappa.lifecycle.gate import run_gate
-from kappa.runners.local import resolve_versions, run_until_caught_up
+from kappa.quality.gate import run_gate
+from kappa.runners import run_until_caught_up
+from kappa.runners.local import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 

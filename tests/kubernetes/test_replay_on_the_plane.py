@@ -31,10 +31,10 @@ from typer.testing import CliRunner
 from kappa.cli.app import app
 from kappa.config import load_settings
 from kappa.delta.registry import Registry
-from kappa.runners.base import pick_runner
+from kappa.runners import pick_runner
 from kappa.runners.kubernetes import SparkApplications, state_of
 from kappa.runners.kubernetes.client import use_kubernetes_api
-from kappa.runners.local import start_offsets
+from kappa.kafka.topics import start_offsets
 from kappa.spec import load_catalog
 from tests.integration.helpers import ingest
 from tests.kubernetes.kubelet import KubeletWatcher

@@ -1,4 +1,4 @@
-from kappa.cdc.latency import percentiles
+from kappa.harness.cdc_latency import percentiles
 
 
 def test_percentiles_are_nearest_rank():

@@ -12,7 +12,7 @@ import typer
 
 import kappa
 from kappa.errors import KappaError
-from kappa.cli.guard import Guard
+from kappa.core.guard import Guard
 
 
 def _kappa_modules():

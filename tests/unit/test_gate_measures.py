@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kappa.config import load_settings
 from kappa.delta.registry import Registry
-from kappa.lifecycle.gate import late_rows, quarantine_rate, records_read_by
+from kappa.quality.gate import late_rows, quarantine_rate, records_read_by
 from kappa.spec import load_catalog
 
 REPO = Path(__file__).resolve().parents[2]

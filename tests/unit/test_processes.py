@@ -1,4 +1,4 @@
-"""kappa.services.processes: the one way local services are spawned, awaited and stopped (real processes)."""
+"""kappa.core.processes: the one way local services are spawned, awaited and stopped (real processes)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kappa.services import processes
+from kappa.core import processes
 from kappa.errors import KappaError
 
 

@@ -59,10 +59,7 @@ def ensure_endpoint(settings: Settings, port: int | None = None):
     is not running. Raises :class:`kappa.services.serve.ServeError` if it cannot start."""
     from kappa.services import serve
 
-    st = serve.status(settings)
-    if st.up:
-        return st
-    return serve.start(settings, port=port or settings.serve_port)
+    return serve.ensure_running(settings, port=port)
 
 
 def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:

@@ -23,10 +23,11 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kappa.services import processes
+from kappa.core import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
 from kappa.core.jvm import jar_dir, java_executable
+from kappa.core.service import LocalService
 
 #: The worker's group and internal topics (compacted, created by the worker itself).
 GROUP_ID = "kappa-connect"
@@ -131,7 +132,19 @@ class ConnectStatus:
     connectors: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
+        """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
+
+    def summary(self) -> list[str]:
+        """Where the worker listens, then each declared connector's and task's state (plain text)."""
+        lines = [f"at {self.url} (pid {self.pid or '-'}, state {self.state_dir}); log: {self.log_file}"]
+        for name, c in self.connectors.items():
+            tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no tasks"
+            lines.append(f"  connector {name}: {c['state']} ({tasks})")
+            for t in c["tasks"]:
+                if t["trace"]:
+                    lines.append(f"    task {t['id']}: {t['trace'].splitlines()[0]}")
+        return lines
 
 
 def _paths(settings: Settings) -> dict[str, Path]:
@@ -381,3 +394,11 @@ def wait_snapshot(settings: Settings, timeout_s: float = 300.0) -> dict[str, int
                 time.sleep(0.5)
     return {t: sum(p.end for p in offsets(settings, [t])) for s in load_connectors(settings.assets_dir).values()
             for t in s.topics}
+
+
+SERVICE = LocalService(
+    name="connect", title="Connect worker",
+    help="The local Kafka Connect worker (distributed mode) with Debezium: `start` also creates the changelog "
+         "topics and registers the connectors declared in assets/connectors.yaml.",
+    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
+    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=120.0)

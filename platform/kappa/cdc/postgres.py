@@ -23,9 +23,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa.services import processes
+from kappa.core import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
+from kappa.core.service import LocalService
 
 #: Server settings beyond initdb's defaults. Logical decoding needs wal_level=logical and a
 #: replication slot per connector; a few spare senders and slots let a restarted connector reconnect
@@ -54,7 +55,13 @@ class PostgresStatus:
     log_file: str
 
     def to_json(self) -> str:
+        """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
+
+    def summary(self) -> list[str]:
+        """Where the server listens, its database, dsn, state folder and log (plain text)."""
+        return [f"at {self.host}:{self.port} (pid {self.pid or '-'}, database {self.database}, state {self.state_dir})",
+                f"dsn {self.dsn}; log: {self.log_file}"]
 
 
 def bin_dir() -> Path:
@@ -255,3 +262,9 @@ def connect(settings: Settings, autocommit: bool = False):
     except psycopg.OperationalError as exc:
         raise CdcError(f"cannot connect to PostgreSQL at {settings.postgres_host}:{settings.postgres_port} "
                        f"({str(exc).strip().splitlines()[0]}); start it with `kappa postgres start`") from None
+
+
+SERVICE = LocalService(
+    name="postgres", title="PostgreSQL", help="The local operational PostgreSQL (the CDC source).",
+    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
+    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=60.0)

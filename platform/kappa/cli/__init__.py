@@ -4,7 +4,7 @@
 * :mod:`kappa.cli.services` — ``kappa <service> start|stop|status`` built from one factory over
   every :class:`~kappa.services.base.LocalService`;
 * :mod:`kappa.cli.demo` — ``kappa demo``, the main job;
-* :mod:`kappa.cli.guard` — how a front end reports an expected error: one line, exit status 1.
 
-``python -m kappa.cli`` runs the command too (:mod:`kappa.cli.__main__`).
+How a command reports an expected error (one line, exit status 1) is :mod:`kappa.core.guard`,
+shared with the harness's commands. ``python -m kappa.cli`` runs the command too (:mod:`kappa.cli.__main__`).
 """

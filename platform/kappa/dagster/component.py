@@ -11,9 +11,9 @@ What each asset YAML becomes:
   ``spark`` and ``delta`` (plus ``kafka`` when it reads Kafka), its column schema (parse assets) and
   a link to the YAML file;
 * lineage: each source topic is an external asset ``topic/<topic>``; an upstream asset is a dep;
-* blocking asset checks, one per name in :func:`kappa.lifecycle.gate.check_names` (the GX expectations the
+* blocking asset checks, one per name in :func:`kappa.quality.gate.check_names` (the GX expectations the
   YAML declares, ``quarantine_rate`` for parse assets, ``shadow_diff``), evaluated by
-  :func:`kappa.lifecycle.gate.run_gate` after the asset runs; a failing blocking check stops downstream
+  :func:`kappa.quality.gate.run_gate` after the asset runs; a failing blocking check stops downstream
   assets of the run;
 * a non-blocking ``query_health`` check, evaluated on demand and by the
   ``kappa_streaming_queries`` sensor (consumer lag, last progress, failed or stalled queries).
@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field
 
 from kappa.config import load_settings
 from kappa.dagster import execution
+from kappa.dagster.execution import StreamingRunConfig
 from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
 from kappa.dagster.replay import build_replay_job
 from kappa.dagster.resources import KappaResource
@@ -59,21 +59,6 @@ __all__ = ["HEALTH_CHECK", "REPLAY_JOB", "SENSOR_NAME", "RunMode", "StreamingAss
 _OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.\-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 _SPARK_TYPES = {"string": "string", "int": "int", "long": "bigint", "double": "double", "boolean": "boolean",
                 "timestamp": "timestamp", "date": "date"}
-
-
-class StreamingRunConfig(dg.Config):
-    """Run configuration of one streaming asset (every field optional, so a plain "Materialize"
-    works)."""
-
-    mode: RunMode | None = Field(
-        None, description="until_caught_up: available-now trigger, stop when caught up. continuous: the "
-        "asset's processing-time trigger, until duration_s passes or the run is terminated. "
-        "Default: the component's per-asset setting (`continuous:`), else until_caught_up.",
-    )
-    duration_s: float | None = Field(
-        None, gt=0, description="continuous mode only: stop after this many seconds (default: run until "
-        "the run is terminated).",
-    )
 
 
 @dataclass
@@ -117,7 +102,7 @@ class StreamingAssets(dg.Component, dg.Resolvable):
 
     @staticmethod
     def _declared_checks(spec: AssetSpec) -> list[str]:
-        from kappa.lifecycle.gate import check_names
+        from kappa.quality.gate import check_names
 
         names = list(check_names(spec))
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -14,7 +14,8 @@
 
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -28,7 +29,26 @@ from kappa.dagster.resources import KappaResource
 GROUP = "analytics"
 
 
+@contextmanager
+def scoped_environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set ``values`` in ``os.environ`` inside the block and restore every previous value (or its
+    absence) after it."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class KappaDbtTranslator(DagsterDbtTranslator):
+    """dbt nodes as Kappa's Dagster assets: group ``analytics``, rebuilt eagerly after an upstream
+    promotion or rollback."""
+
     def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
         return GROUP
 
@@ -47,10 +67,13 @@ def build_dbt_definitions(settings: Settings) -> dg.Definitions:
     def dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource, kappa: KappaResource):
         run_settings = kappa.settings()
         endpoint = ensure_endpoint(run_settings)
-        # dbt reads its connection and mart location from the environment (dbt/profiles.yml).
-        os.environ.update(dbt_env(run_settings, endpoint.host, endpoint.port,
-                                  client_credentials(run_settings, endpoint)))
-        yield from dbt.cli(["build"], context=context).stream()
+        # dbt reads its connection and mart location from the environment (dbt/profiles.yml), and
+        # DbtCliResource.cli hands the dbt process a copy of os.environ taken when it starts it: set
+        # the variables for that moment only, so nothing leaks into the rest of the run's process.
+        with scoped_environ(dbt_env(run_settings, endpoint.host, endpoint.port,
+                                    client_credentials(run_settings, endpoint))):
+            invocation = dbt.cli(["build"], context=context)
+        yield from invocation.stream()
 
     dbt = DbtCliResource(project_dir=str(project_dir(settings)), profiles_dir=str(project_dir(settings)),
                          target_path=target_dir(settings), dbt_executable=dbt_executable())

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Iterator
 
 import dagster as dg
+from pydantic import Field
 
 from kappa.streaming.checkpoint import read_checkpoint
 from kappa.dagster.metadata import ProgressLog, gate_check_results, meta_value, result_metadata
@@ -25,9 +26,23 @@ from kappa.errors import KappaError
 from kappa.runners.local import kafka_offsets, records_read
 
 if TYPE_CHECKING:
-    from kappa.dagster.component import StreamingRunConfig
     from kappa.dagster.resources import KappaResource
     from kappa.spec import Catalog
+
+
+class StreamingRunConfig(dg.Config):
+    """Run configuration of one streaming asset (every field optional, so a plain "Materialize"
+    works)."""
+
+    mode: RunMode | None = Field(
+        None, description="until_caught_up: available-now trigger, stop when caught up. continuous: the "
+        "asset's processing-time trigger, until duration_s passes or the run is terminated. "
+        "Default: the component's per-asset setting (`continuous:`), else until_caught_up.",
+    )
+    duration_s: float | None = Field(
+        None, gt=0, description="continuous mode only: stop after this many seconds (default: run until "
+        "the run is terminated).",
+    )
 
 
 def table_exists(table_path: str, settings) -> bool:
@@ -114,13 +129,13 @@ def materialize(
     """Body of a streaming asset's op (see module doc), whatever the runner. Raises
     :class:`dagster.Failure` with the library's message for expected errors (a failed query, a
     changed declaration, …)."""
-    from kappa.lifecycle.gate import recorded_gate
+    from kappa.quality.gate import recorded_gate
 
     key = dg.AssetKey(name)
     settings = kappa.settings(assets_dir=str(options.assets_path))
     try:
         runner = kappa.build_runner(settings)
-        detached = getattr(runner, "detached", False)
+        detached = runner.detached
         wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
         gated = False  # a fresh gate runs after a run in this process, not after a detached start
         if key in context.selected_asset_keys:
@@ -128,7 +143,7 @@ def materialize(
             mode = config.mode or default
             context.log.info(f"running {name} ({mode.value}) on the {runner.kind} runner")
             if mode == RunMode.until_caught_up:
-                from kappa.runners.local import run_until_caught_up
+                from kappa.runners import run_until_caught_up
 
                 current = Registry(settings).latest(name)
                 rows_before = table_rows(current.table_path)[0] if current else 0

@@ -142,7 +142,7 @@ def registry_events_since(registry: Registry, cursor: str | None, declared: dict
 def build_registry_sensor(catalog: "Catalog", options: LoadOptions, interval_s: int = 10) -> dg.SensorDefinition:
     """The ``kappa_registry`` sensor over the assets of ``catalog`` (on by default, every
     ``interval_s`` seconds)."""
-    from kappa.lifecycle.gate import check_names
+    from kappa.quality.gate import check_names
 
     declared = {spec.name: list(check_names(spec)) for spec in catalog}
 

@@ -55,9 +55,9 @@ class KappaResource(dg.ConfigurableResource):
         return load_settings(**{**fields, **overrides})
 
     def build_runner(self, settings: Settings):
-        """The runner ``settings.runner`` names (:func:`kappa.runners.base.pick_runner`), with this
+        """The runner ``settings.runner`` names (:func:`kappa.runners.pick_runner`), with this
         resource's kubernetes overrides, poll interval and start timeout, and this process's Spark."""
-        from kappa.runners.base import pick_runner
+        from kappa.runners import pick_runner
 
         config = {f"KAPPA_K8S_{k.upper()}": str(v) for k, v in (self.kubernetes or {}).items()}
         return pick_runner(settings, config=config, poll_s=self.kubernetes_poll_s,

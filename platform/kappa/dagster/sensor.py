@@ -35,7 +35,7 @@ def _observe(settings, catalog: "Catalog", options: LoadOptions, kappa: KappaRes
     """Queries of this process's runner: checkpoints and log end offsets. Queries that outlive the
     process (a detached runner: Kubernetes): their applications' states."""
     runner = kappa.build_runner(settings)
-    if getattr(runner, "detached", False):
+    if runner.detached:
         from kappa.dagster import kubernetes
 
         return kubernetes.observe(settings, catalog, runner, names)

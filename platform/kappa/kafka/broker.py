@@ -16,10 +16,11 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa.services import processes
+from kappa.core import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
 from kappa.core.jvm import jar_dir, java_executable
+from kappa.core.service import LocalService
 
 
 class BrokerError(KappaError, RuntimeError):
@@ -37,7 +38,12 @@ class BrokerStatus:
     controller_port: int
 
     def to_json(self) -> str:
+        """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
+
+    def summary(self) -> list[str]:
+        """Where the broker listens, its pid, state folder and log (plain text)."""
+        return [f"at {self.bootstrap_servers} (pid {self.pid or '-'}, state {self.state_dir}); log: {self.log_file}"]
 
 
 def _paths(settings: Settings) -> dict[str, Path]:
@@ -224,3 +230,9 @@ def ensure_running(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
             time.sleep(0.5)
         raise BrokerError(f"the broker (pid {st.pid}) runs but does not answer at {settings.bootstrap_servers}")
     return start(settings, timeout_s)
+
+
+SERVICE = LocalService(
+    name="kafka", title="broker", help="The local single-node KRaft Kafka broker.",
+    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
+    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=90.0)

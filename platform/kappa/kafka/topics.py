@@ -172,3 +172,15 @@ def log_end_offsets(settings: Settings, topics: list[str], timeout_s: float = 30
         except TopicError:
             out[topic] = {}
     return out
+
+
+def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
+    """topic -> partition -> log start offset: where a new version starts reading ({} without
+    topics, or for a topic that does not exist yet: it starts at 0)."""
+    out: dict[str, dict[str, int]] = {}
+    for topic in topics:
+        try:
+            out[topic] = {str(p.partition): p.start for p in offsets(settings, [topic])}
+        except TopicError:
+            out[topic] = {}
+    return out

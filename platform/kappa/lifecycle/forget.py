@@ -86,7 +86,7 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     topic and key. ``on_step(step, details)`` is called after each step this call runs.
 
     Raises :class:`ForgetError` for an unknown topic or an empty key or reason;
-    :class:`kappa.runners.local.RunError` if a replay fails."""
+    :class:`kappa.runners.base.RunError` if a replay fails."""
     from kappa.spec import load_catalog
 
     if not key:

@@ -24,9 +24,9 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, RegistryError, Version
 from kappa.errors import KappaError
 from kappa.kafka.topics import offsets
-from kappa.lifecycle.gate import GateReport
+from kappa.quality.gate import GateReport
 from kappa.runners.base import AssetRunResult
-from kappa.runners.local import start_offsets
+from kappa.kafka.topics import start_offsets
 from kappa.spec import load_catalog
 from kappa.streaming.kinds import kind_of
 
@@ -144,7 +144,7 @@ def replay(
 
     1. :func:`begin_replay`: the chain (``asset`` and everything downstream), retention checked,
        version N+1 of each created in the registry (its paths and writer id made there, once);
-    2. :func:`kappa.runners.base.catch_up` on ``runner`` (default: :func:`~kappa.runners.base.pick_runner`
+    2. :func:`kappa.runners.base.catch_up` on ``runner`` (default: :func:`~kappa.runners.pick_runner`
        with ``spark``): every new version runs until it has read the log end offsets taken when
        the replay started (a long-running query's catch-up is read from its checkpoint);
     3. ``runner.gate`` on every new version (locally in this Spark; on Kubernetes a batch
@@ -153,8 +153,9 @@ def replay(
        then the runner stops every older version's query (on Kubernetes: deletes its application).
 
     Raises :class:`RetentionError` before creating anything if the log is incomplete;
-    :class:`kappa.runners.local.RunError` if a query fails or does not catch up within ``timeout_s``."""
-    from kappa.runners.base import catch_up, pick_runner
+    :class:`kappa.runners.base.RunError` if a query fails or does not catch up within ``timeout_s``."""
+    from kappa.runners import pick_runner
+    from kappa.runners.base import catch_up
 
     say = on_step or (lambda _m: None)
     started = time.monotonic()
@@ -189,8 +190,8 @@ def gate_and_promote(
     targets = (dict(versions) if len(passed) == len(versions) else {}) if atomic else passed
     if not promote or not targets:
         return gates, {}, []
-    Registry(settings).promote(targets, reason=reason, chain=list(targets),
-                               gates={n: gates[n].passed for n in targets})
+    commit_promotion(settings, targets, reason=reason, chain=list(targets),
+                     gates={n: gates[n].passed for n in targets})
     # Only after the promotion commit: readers have moved to the new versions, so the old queries
     # can stop. Their tables and checkpoints stay (a rollback can read them).
     stopped = []
@@ -199,6 +200,20 @@ def gate_and_promote(
             if runner.stop(name, old):
                 stopped.append(f"{name}/v{old}")
     return gates, targets, stopped
+
+
+def commit_promotion(settings: Settings, targets: dict[str, int], reason: str, **evidence: object) -> None:
+    """Point each stable name in ``targets`` at its version in one registry commit
+    (:meth:`kappa.delta.registry.Registry.promote`), then wait until a running SQL endpoint
+    (``kappa serve``) has swapped its views, so the next query through it reads what was just
+    promoted.
+
+    Raises :class:`RegistryError` for an unknown or retired version;
+    :class:`kappa.services.serve.ServeError` if a running endpoint does not apply it within 30 s."""
+    from kappa.services.serve import await_in_step
+
+    Registry(settings).promote(targets, reason=reason, **evidence)
+    await_in_step(settings)
 
 
 def latest_gate(version: Version) -> tuple[bool, list[dict]] | None:
@@ -219,7 +234,7 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
     report = None
     gate = latest_gate(ver)
     if gate is None:
-        from kappa.runners.base import pick_runner
+        from kappa.runners import pick_runner
 
         report = (runner or pick_runner(settings, spark=spark)).gate(asset, version)
         gate = (report.passed, [c.__dict__ for c in report.checks])
@@ -230,7 +245,7 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
             f"{asset} v{version} failed its gate; not promoted. Failed checks: "
             + "; ".join(f"{c['name']} (observed {c['observed']}; expected {c['expected']})" for c in failed)
         )
-    registry.promote({asset: version}, reason="manual")
+    commit_promotion(settings, {asset: version}, reason="manual")
     return report
 
 
@@ -241,5 +256,5 @@ def rollback(settings: Settings, asset: str) -> int:
     target = registry.previous_promoted(asset)
     if target is None:
         raise RegistryError(f"{asset} has no previously promoted version to roll back to")
-    registry.promote({asset: target}, reason="rollback")
+    commit_promotion(settings, {asset: target}, reason="rollback")
     return target

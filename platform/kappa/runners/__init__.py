@@ -1,1 +1,73 @@
-"""Runners: where a streaming query runs (local Spark process or a SparkApplication on Kubernetes)."""
+"""Runners: where a streaming query runs, a local Spark process or a SparkApplication on Kubernetes.
+
+* :mod:`kappa.runners.base` — the :class:`~kappa.runners.base.Runner` protocol, :class:`RunError`
+  and the one catch-up loop above any runner;
+* :mod:`kappa.runners.local` and :mod:`kappa.runners.kubernetes` — the two implementations;
+* this package — :func:`pick_runner`, the only branch on ``settings.runner``, and
+  :func:`run_until_caught_up`, what ``kappa run``, ``kappa demo`` and Dagster call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kappa.runners.base import AssetRunResult, Runner, RunError, catch_up
+
+if TYPE_CHECKING:
+    from kappa.config import Settings
+    from kappa.delta.registry import Version
+
+
+def pick_runner(settings: "Settings", **options) -> Runner:
+    """The runner ``settings.runner`` names: :class:`~kappa.runners.local.LocalRunner` (``options``:
+    ``spark``, ``on_progress``) or :class:`~kappa.runners.kubernetes.runner.KubernetesRunner`
+    (``options``: ``config``, ``api``, ``poll_s``, ``start_timeout_s``; the configuration defaults
+    to ``KAPPA_K8S_*``). The ONLY place that branches on the runner."""
+    if settings.runner == "kubernetes":
+        from kappa.runners.kubernetes.runner import KubernetesRunner
+
+        return KubernetesRunner.from_settings(settings, **options)
+    from kappa.runners.local import LocalRunner
+
+    return LocalRunner(settings, **options)
+
+
+def run_until_caught_up(
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    spark=None,
+    versions: dict[str, Version] | None = None,
+    on_progress: Callable[[str, dict], None] | None = None,
+    runner=None,
+    timeout_s: float | None = None,
+) -> list[AssetRunResult]:
+    """Run ``names`` (default: every asset) until each has caught up with the log as it is now,
+    upstream levels before downstream levels (:func:`kappa.runners.base.catch_up`), on ``runner``
+    (default: :func:`pick_runner` with ``spark``).
+
+    ``versions`` overrides which version of an asset runs (replay passes the new versions).
+    Raises :class:`~kappa.runners.base.RunError` if a query fails, :class:`~kappa.runners.local.LogicChangedError` if a declaration changed.
+    """
+    from kappa.delta.registry import Registry
+    from kappa.runners.local import ensure_source_topics, resolve_versions
+    from kappa.spec import load_catalog
+
+    catalog = load_catalog(settings.assets_dir)
+    names = catalog.topological(names or list(catalog.assets))
+    ensure_source_topics(settings, catalog, names)
+    chosen = dict(versions or {})
+    missing = [n for n in names if n not in chosen]
+    if missing:
+        chosen.update(resolve_versions(catalog, missing, Registry(settings)))
+    if runner is None:
+        runner = pick_runner(settings, spark=spark)
+    try:
+        return catch_up(runner, settings, catalog, names, chosen, on_progress=on_progress, timeout_s=timeout_s)
+    finally:
+        if not runner.detached:
+            for name in names:  # bounded queries have ended; this only tidies the handles
+                runner.stop(name, chosen[name].version)
+
+
+__all__ = ["RunError", "Runner", "pick_runner", "run_until_caught_up"]

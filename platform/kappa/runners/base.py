@@ -4,7 +4,7 @@ A :class:`Runner` starts a version's query, reports its status, waits until it h
 given end offsets, stops it, and runs the gate where Spark runs. Two implementations:
 :class:`kappa.runners.local.LocalRunner` (this process's Spark, ``local[*]``) and
 :class:`kappa.runners.kubernetes.runner.KubernetesRunner` (one SparkApplication per version).
-:func:`pick_runner` is the only place that looks at ``settings.runner``; everything above (the
+:func:`kappa.runners.pick_runner` is the only place that looks at ``settings.runner``; everything above (the
 CLI, Dagster, ``kappa demo``, :func:`kappa.lifecycle.promotion.replay`) works with any runner.
 
 What a version runs with (its table path, checkpoint path and idempotent-writer id ``txnAppId``) is
@@ -19,10 +19,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from kappa.errors import KappaError
+
 if TYPE_CHECKING:
     from kappa.config import Settings
     from kappa.delta.registry import Version
-    from kappa.lifecycle.gate import GateReport
+    from kappa.quality.gate import GateReport
     from kappa.spec import AssetSpec, Catalog
     from kappa.streaming.checkpoint import CatchUpTarget
 
@@ -90,17 +92,25 @@ class AssetRunResult:
         return asdict(self)
 
 
+class RunError(KappaError, RuntimeError):
+    """A streaming query failed, or did not start or catch up in time; the message names the asset
+    version and the error (Spark's, or the operator's on Kubernetes)."""
+
+
 class Runner(Protocol):
     """Where asset versions run (see the module docstring)."""
 
     #: ``local`` or ``kubernetes`` (recorded with the version's ``running`` event).
     kind: str
+    #: Whether a started query runs outside this process and outlives it (a SparkApplication):
+    #: front ends then read its progress from its checkpoint instead of waiting on it here.
+    detached: bool
 
     def start(self, spec: "AssetSpec", version: "Version", *, bounded: bool = False) -> RunStatus:
         """Start the version's query unless it runs already. ``bounded``: read what is available
         now and stop (available-now trigger) where the runner can; a runner that cannot (a
         long-running SparkApplication) starts the processing-time query and catch-up is read from
-        the checkpoint. Raises :class:`kappa.runners.local.RunError` if it cannot start."""
+        the checkpoint. Raises :class:`RunError` if it cannot start."""
         ...
 
     def status(self, asset: str, version: int) -> RunStatus:
@@ -113,7 +123,7 @@ class Runner(Protocol):
     ) -> AssetRunResult:
         """Block until the version has read up to ``target`` (:func:`kappa.streaming.checkpoint.remaining`
         is 0 for its checkpoint, or its bounded query ended); return its metrics. Raises
-        :class:`kappa.runners.local.RunError` when the query fails or ``timeout_s`` passes."""
+        :class:`RunError` when the query fails or ``timeout_s`` passes."""
         ...
 
     def stop(self, asset: str, version: int) -> bool:
@@ -124,20 +134,6 @@ class Runner(Protocol):
         """Run the gate of the version where this runner runs Spark; the report is recorded in the
         registry (``gate_passed`` / ``gate_failed``)."""
         ...
-
-
-def pick_runner(settings: "Settings", **options) -> Runner:
-    """The runner ``settings.runner`` names: :class:`~kappa.runners.local.LocalRunner` (``options``:
-    ``spark``, ``on_progress``) or :class:`~kappa.runners.kubernetes.runner.KubernetesRunner`
-    (``options``: ``config``, ``api``, ``poll_s``, ``start_timeout_s``; the configuration defaults
-    to ``KAPPA_K8S_*``). The ONLY place that branches on the runner."""
-    if settings.runner == "kubernetes":
-        from kappa.runners.kubernetes.runner import KubernetesRunner
-
-        return KubernetesRunner.from_settings(settings, **options)
-    from kappa.runners.local import LocalRunner
-
-    return LocalRunner(settings, **options)
 
 
 def catch_up(
@@ -155,10 +151,9 @@ def catch_up(
 
     Kafka sources catch up to the log end offsets taken here, before anything starts; an asset
     that reads an upstream table catches up to that table's Delta version once the upstream level
-    has caught up. Raises :class:`kappa.runners.local.RunError` for a failed query."""
+    has caught up. Raises :class:`RunError` for a failed query."""
     from kappa.delta.registry import Registry
     from kappa.kafka.topics import log_end_offsets
-    from kappa.runners.local import RunError
     from kappa.streaming.checkpoint import CatchUpTarget
 
     registry = Registry(settings)

@@ -15,8 +15,15 @@ from typing import Callable
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
-from kappa.errors import KappaError
-from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus, catch_up, poll_until
+from kappa.runners.base import (
+    AssetRunResult,
+    Outcome,
+    ProgressCallback,
+    RunError,
+    RunStatus,
+    poll_until,
+)
+from kappa.kafka.topics import start_offsets
 from kappa.spec import Catalog, SpecError, load_catalog
 from kappa.streaming.kinds import kind_of
 
@@ -43,27 +50,9 @@ def restartable(error: str) -> bool:
     return PYTHON_CONNECT_BACK in error
 
 
-class RunError(KappaError, RuntimeError):
-    """A streaming query failed; the message names the asset version and Spark's error."""
-
-
 class LogicChangedError(SpecError):
     """An asset's declaration changed since its current version was created: a new version (a
     replay) is needed, its checkpoint must not be reused with other logic."""
-
-
-def start_offsets(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
-    """topic -> partition -> log start offset: where a new version starts reading ({} without
-    topics, or for a topic that does not exist yet: it starts at 0)."""
-    from kappa.kafka.topics import TopicError, offsets
-
-    out: dict[str, dict[str, int]] = {}
-    for topic in topics:
-        try:
-            out[topic] = {str(p.partition): p.start for p in offsets(settings, [topic])}
-        except TopicError:
-            out[topic] = {}
-    return out
 
 
 def ensure_source_topics(settings: Settings, catalog: Catalog, names: list[str]) -> list[str]:
@@ -286,45 +275,9 @@ class LocalRunner:
         return True
 
     def gate(self, asset: str, version: int):
-        from kappa.lifecycle.gate import run_gate
+        from kappa.quality.gate import run_gate
 
         return run_gate(self.settings, asset, version, spark=self.spark)
-
-
-def run_until_caught_up(
-    settings: Settings,
-    names: list[str] | None = None,
-    *,
-    spark=None,
-    versions: dict[str, Version] | None = None,
-    on_progress: Callable[[str, dict], None] | None = None,
-    runner=None,
-    timeout_s: float | None = None,
-) -> list[AssetRunResult]:
-    """Run ``names`` (default: every asset) until each has caught up with the log as it is now,
-    upstream levels before downstream levels (:func:`kappa.runners.base.catch_up`), on ``runner``
-    (default: :func:`kappa.runners.base.pick_runner` with ``spark``).
-
-    ``versions`` overrides which version of an asset runs (replay passes the new versions).
-    Raises :class:`RunError` if a query fails, :class:`LogicChangedError` if a declaration changed.
-    """
-    catalog = load_catalog(settings.assets_dir)
-    names = catalog.topological(names or list(catalog.assets))
-    ensure_source_topics(settings, catalog, names)
-    chosen = dict(versions or {})
-    missing = [n for n in names if n not in chosen]
-    if missing:
-        chosen.update(resolve_versions(catalog, missing, Registry(settings)))
-    if runner is None:
-        from kappa.runners.base import pick_runner
-
-        runner = pick_runner(settings, spark=spark)
-    try:
-        return catch_up(runner, settings, catalog, names, chosen, on_progress=on_progress, timeout_s=timeout_s)
-    finally:
-        if not getattr(runner, "detached", False):
-            for name in names:  # bounded queries have ended; this only tidies the handles
-                runner.stop(name, chosen[name].version)
 
 
 def run_continuous(

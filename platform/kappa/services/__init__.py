@@ -1,0 +1,27 @@
+"""Local real parts started and stopped on this machine, all of one shape
+(:class:`~kappa.core.service.LocalService`).
+
+* :mod:`kappa.core.service` — the shape (low in the layers: every part declares itself with it);
+* :mod:`kappa.services.serve` — the SQL endpoint (Spark Thrift Server);
+* :mod:`kappa.services.cluster` — the Kubernetes control plane for tests (no containers);
+
+The broker lives with :mod:`kappa.kafka` and PostgreSQL and Connect with :mod:`kappa.cdc`, beside
+the code that uses them; :func:`services` lists all five. How a part's process is spawned,
+watched and stopped is :mod:`kappa.core.processes`, below them all.
+"""
+
+from __future__ import annotations
+
+from kappa.core.service import LocalService
+
+
+def services() -> list[LocalService]:
+    """Every local part, in start order (broker, PostgreSQL, Connect, SQL endpoint, control plane)."""
+    from kappa.cdc import connect, postgres
+    from kappa.kafka import broker
+    from kappa.services import cluster, serve
+
+    return [broker.SERVICE, postgres.SERVICE, connect.SERVICE, serve.SERVICE, cluster.SERVICE]
+
+
+__all__ = ["LocalService", "services"]

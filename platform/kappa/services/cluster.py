@@ -45,8 +45,9 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kappa.services import processes
+from kappa.core import processes
 from kappa.config import Settings
+from kappa.core.service import LocalService
 from kappa.errors import KappaError
 
 #: Start order; stop runs it backwards.
@@ -77,7 +78,14 @@ class ClusterStatus:
     started_in_s: float | None = None
 
     def to_json(self) -> str:
+        """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
+
+    def summary(self) -> list[str]:
+        """The API server, how to use its kubeconfig, and each process's pid (plain text)."""
+        took = f" (started in {self.started_in_s} s)" if self.started_in_s is not None else ""
+        return [f"at {self.server or '-'}{took}", f"export KUBECONFIG={self.kubeconfig}",
+                *(f"  {name:<24} {'pid ' + str(pid) if pid else 'not running'}" for name, pid in self.processes.items())]
 
 
 # ------------------------------------------------------------------------------------- paths
@@ -420,3 +428,16 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
     return stopped
 
 
+def ensure_running(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
+    """The running control plane of this state dir, started if it is not running (see :func:`start`)."""
+    st = status(settings)
+    return st if st.up else start(settings, timeout_s=timeout_s)
+
+
+SERVICE = LocalService(
+    name="cluster", title="control plane",
+    help="The local Kubernetes control plane for tests (no containers): kine, kube-apiserver, "
+         "kube-controller-manager, kube-scheduler, kwok and the Spark operator on free local ports "
+         "(binaries from `make cluster-tools`).",
+    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
+    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s), start_timeout_s=120.0)

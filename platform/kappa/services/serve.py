@@ -36,8 +36,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa.services import processes
+from kappa.core import processes
 from kappa.config import Settings, join
+from kappa.core.service import LocalService
 from kappa.errors import KappaError
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
 
@@ -73,7 +74,15 @@ class ServeStatus:
     password_file: str | None = None
 
     def to_json(self) -> str:
+        """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
+
+    def summary(self) -> list[str]:
+        """The JDBC URL, pid, authentication, the tables served and the log (plain text)."""
+        login = f"user and password from {self.password_file}" if self.auth == "CUSTOM" else "no password"
+        return [f"at {self.jdbc_url} (pid {self.pid or '-'}, {self.auth} authentication); log: {self.log_file}",
+                f"tables: {', '.join(sorted(self.tables or {})) or 'nothing promoted yet'}",
+                f"connect: beeline -u {self.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})"]
 
 
 def jdbc_url(host: str, port: int) -> str:
@@ -391,3 +400,20 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def ensure_running(settings: Settings, timeout_s: float = 180.0, port: int | None = None) -> ServeStatus:
+    """The running endpoint of this state dir, started (on ``port``, default ``settings.serve_port``:
+    ``KAPPA_SERVE_PORT`` or 10000) if it is not running. Raises :class:`ServeError` if it cannot
+    start."""
+    st = status(settings)
+    if st.up:
+        return st
+    return start(settings, port=port or settings.serve_port, timeout_s=timeout_s)
+
+
+SERVICE = LocalService(
+    name="serve", title="kappa serve",
+    help="The SQL endpoint (Spark Thrift Server, HiveServer2 protocol) over promoted tables.",
+    start=lambda settings, timeout_s: start(settings, port=settings.serve_port, timeout_s=timeout_s), stop=stop,
+    status=status, ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s), start_timeout_s=300.0)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunStatus
+from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunError, RunStatus
 from kappa.runners.kubernetes.application import build_gate_application, build_spark_application
 from kappa.runners.kubernetes.client import SparkApplications
 from kappa.runners.kubernetes.config import KubernetesRunnerConfig
@@ -24,7 +24,7 @@ from kappa.runners.kubernetes.states import error_message, outcome_of, state_of
 if TYPE_CHECKING:
     from kappa.config import Settings
     from kappa.delta.registry import Version
-    from kappa.lifecycle.gate import GateReport
+    from kappa.quality.gate import GateReport
     from kappa.spec import AssetSpec
     from kappa.streaming.checkpoint import CatchUpTarget
 
@@ -151,9 +151,8 @@ class KubernetesRunner:
     ) -> AssetRunResult:
         """Poll the version's checkpoint (and its application's state) every ``poll_s`` seconds
         until :func:`~kappa.streaming.checkpoint.remaining` is 0. Raises
-        :class:`kappa.runners.local.RunError` when the application failed (with the operator's
+        :class:`kappa.runners.base.RunError` when the application failed (with the operator's
         message), disappeared, or ``timeout_s`` passed."""
-        from kappa.runners.local import RunError
         from kappa.streaming.checkpoint import read_checkpoint, remaining
 
         started = self._clock()
@@ -184,10 +183,9 @@ class KubernetesRunner:
         """Run the gate as a batch SparkApplication (``kappa gate ASSET VERSION`` in the image),
         wait until it ends, then return the report it recorded in the registry. A leftover gate
         application of the version is deleted first (a gate is re-run by re-creating it). Raises
-        :class:`kappa.runners.local.RunError` when the job ended without recording a result."""
+        :class:`kappa.runners.base.RunError` when the job ended without recording a result."""
         from kappa.delta.registry import Registry
-        from kappa.lifecycle.gate import recorded_gate
-        from kappa.runners.local import RunError
+        from kappa.quality.gate import recorded_gate
         from kappa.spec import load_catalog
 
         registry = Registry(self.settings)

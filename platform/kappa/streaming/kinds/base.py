@@ -30,7 +30,7 @@ StartWriter = Callable[["SparkSession", "AssetSpec", "Version", "Settings", "Dat
 #: ids and key columns whatever their kind (:mod:`kappa.lifecycle.forget`).
 ForgetRule = Literal["record_key", "event_ids", "key_columns"]
 
-#: The kind-specific checks of the gate (:mod:`kappa.lifecycle.gate`), besides the asset's
+#: The kind-specific checks of the gate (:mod:`kappa.quality.gate`), besides the asset's
 #: expectations and the shadow diff: ``quarantine_rate`` (bad records / records read) and
 #: ``late_rows`` (rows a stateful operator's watermark dropped).
 GateCheck = Literal["quarantine_rate", "late_rows"]

