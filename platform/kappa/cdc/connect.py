@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kappa.core import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
-from kappa.core.jvm import jar_dir, java_executable
+from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
 from kappa.core.service import LocalService
 
 #: The worker's group and internal topics (compacted, created by the worker itself).
@@ -183,20 +183,11 @@ def _worker_properties(settings: Settings) -> str:
         # scan, which costs ~20 s at start.
         "plugin.discovery": "service_load",
     }
-    return "".join(f"{k}={v}\n" for k, v in props.items())
+    return properties_text(props)
 
 
-_LOG4J = """\
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-logger.reflections.name = org.reflections
-logger.reflections.level = ERROR
-"""
+#: The Debezium plugin scan's reflections library is noisy below ERROR.
+_LOG_LEVELS = {"org.reflections": "ERROR"}
 
 
 def running_pid(settings: Settings) -> int | None:
@@ -279,7 +270,7 @@ def start(settings: Settings, timeout_s: float = 120.0, register_connectors: boo
 
     paths["dir"].mkdir(parents=True, exist_ok=True)
     paths["config"].write_text(_worker_properties(settings))
-    paths["log4j"].write_text(_LOG4J.format(log=paths["log"]))
+    paths["log4j"].write_text(log4j2_file_config(paths["log"], _LOG_LEVELS))
     jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms128m", "-Xmx768m", "-XX:+UseG1GC"]
     deadline = time.monotonic() + timeout_s
     proc = processes.spawn([java, *jvm_opts, "-cp", classpath, "org.apache.kafka.connect.cli.ConnectDistributed",
@@ -340,22 +331,15 @@ def wait_running(settings: Settings, names: list[str], timeout_s: float = 60.0) 
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
     """Stop the worker cleanly (SIGTERM: it commits its offsets and leaves the group; SIGKILL after
     ``grace_s`` seconds); returns its pid. Raises :class:`CdcError` when it is not running."""
-    pid = running_pid(settings)
-    if pid is None:
-        raise CdcError(f"the Connect worker is not running (state dir {settings.connect_dir})")
-    processes.terminate(pid, grace_s)
-    _paths(settings)["pid"].unlink(missing_ok=True)
-    return pid
+    return processes.stop_from_pid_file(
+        _paths(settings)["pid"], CdcError(f"the Connect worker is not running (state dir {settings.connect_dir})"),
+        grace_s=grace_s)
 
 
 def kill(settings: Settings) -> int:
     """SIGKILL the worker (fault injection). Raises :class:`CdcError` when it is not running."""
-    pid = running_pid(settings)
-    if pid is None:
-        raise CdcError("the Connect worker is not running")
-    processes.kill(pid)
-    _paths(settings)["pid"].unlink(missing_ok=True)
-    return pid
+    return processes.stop_from_pid_file(_paths(settings)["pid"], CdcError("the Connect worker is not running"),
+                                        sigkill=True)
 
 
 def ensure_running(settings: Settings, timeout_s: float = 120.0) -> ConnectStatus:

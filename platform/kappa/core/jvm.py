@@ -52,3 +52,22 @@ def spark_jars(settings: Settings) -> list[Path]:
 
     shipped = {artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return sorted(j for j in jar_dir(settings, "spark").glob("*.jar") if artifact_name(j) not in shipped)
+
+
+def properties_text(props: dict[str, str]) -> str:
+    """A Java ``.properties`` file's text, one ``key=value`` line per entry (values are written as
+    given: no escaping, so keys and values must be plain)."""
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def log4j2_file_config(log_file: Path | str, levels: dict[str, str]) -> str:
+    """A log4j2 properties configuration that writes every log line of a JVM Kappa starts (the
+    broker, the Connect worker) to ``log_file`` at INFO, with ``levels`` (logger name -> level)
+    overriding chosen loggers (log4j2 manual, "Configuration with Properties")."""
+    lines = ["rootLogger.level = INFO", "rootLogger.appenderRef.file.ref = FILE", "appender.file.type = File",
+             "appender.file.name = FILE", f"appender.file.fileName = {log_file}",
+             "appender.file.layout.type = PatternLayout", "appender.file.layout.pattern = [%d] %p %m (%c)%n"]
+    for i, (logger, level) in enumerate(levels.items()):
+        lines += [f"logger.l{i}.name = {logger}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+

@@ -140,6 +140,22 @@ def kill(pid: int) -> None:
         time.sleep(0.05)
 
 
+def stop_from_pid_file(pid_file: Path, not_running: Exception, *, grace_s: float = 30.0, sigkill: bool = False) -> int:
+    """Stop the process ``pid_file`` names: SIGTERM, then SIGKILL after ``grace_s`` seconds
+    (:func:`terminate`), or SIGKILL at once with ``sigkill`` (fault injection); remove the pid file
+    and return the pid. Raises ``not_running`` (the caller's :class:`~kappa.errors.KappaError`) when
+    no live process is recorded there."""
+    pid = running_pid(pid_file)
+    if pid is None:
+        raise not_running
+    if sigkill:
+        kill(pid)
+    else:
+        terminate(pid, grace_s)
+    pid_file.unlink(missing_ok=True)
+    return pid
+
+
 def _reap(pid: int) -> None:
     """Collect ``pid``'s exit status if it is our child (else a zombie would look alive)."""
     try:

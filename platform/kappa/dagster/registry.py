@@ -26,6 +26,7 @@ import dagster as dg
 
 from kappa.dagster.names import LoadOptions
 from kappa.dagster.resources import KappaResource
+from kappa.dagster.sensor import running_sensor
 from kappa.delta.registry import Registry, Version
 
 if TYPE_CHECKING:
@@ -146,14 +147,10 @@ def build_registry_sensor(catalog: "Catalog", options: LoadOptions, interval_s: 
 
     declared = {spec.name: list(check_names(spec)) for spec in catalog}
 
-    @dg.sensor(
-        name=REGISTRY_SENSOR,
-        minimum_interval_seconds=interval_s,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Reports the promotion registry: each promotion or rollback (by the CLI, a Dagster "
+    @running_sensor(REGISTRY_SENSOR, interval_s,
+                    "Reports the promotion registry: each promotion or rollback (by the CLI, a Dagster "
                     "run or a replay) as a materialization of the stable-name asset, and the promoted "
-                    "version's latest gate as its check evaluations.",
-    )
+                    "version's latest gate as its check evaluations.")
     def _sensor(context: dg.SensorEvaluationContext, kappa: KappaResource) -> dg.SensorResult:
         settings = kappa.settings(assets_dir=str(options.assets_path))
         events, cursor = registry_events_since(Registry(settings), context.cursor or None, declared)

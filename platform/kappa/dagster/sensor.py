@@ -65,15 +65,19 @@ def build_health_checks(catalog: "Catalog", options: LoadOptions, specs: list["A
     return checks
 
 
+def running_sensor(name: str, interval_s: int, description: str):
+    """``@dg.sensor`` that is on from the start (``DefaultSensorStatus.RUNNING``), evaluated at most
+    every ``interval_s`` seconds: Kappa's sensors observe, they never launch runs, so no one has to
+    turn them on."""
+    return dg.sensor(name=name, minimum_interval_seconds=interval_s, default_status=dg.DefaultSensorStatus.RUNNING,
+                     description=description)
+
+
 def build_sensor(catalog: "Catalog", options: LoadOptions) -> dg.SensorDefinition:
-    @dg.sensor(
-        name=SENSOR_NAME,
-        minimum_interval_seconds=options.sensor_interval_s,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Observes every streaming asset's latest version: consumer lag per partition "
+    @running_sensor(SENSOR_NAME, options.sensor_interval_s,
+                    "Observes every streaming asset's latest version: consumer lag per partition "
                     "(log end offset - checkpoint's committed offset), last progress, input rate; "
-                    "fails query_health for a failed or stalled query.",
-    )
+                    "fails query_health for a failed or stalled query.")
     def _sensor(context: dg.SensorEvaluationContext, kappa: KappaResource) -> dg.SensorResult:
         settings = kappa.settings(assets_dir=str(options.assets_path))
         now = time.time()

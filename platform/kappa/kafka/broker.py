@@ -19,7 +19,7 @@ from pathlib import Path
 from kappa.core import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
-from kappa.core.jvm import jar_dir, java_executable
+from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
 from kappa.core.service import LocalService
 
 
@@ -93,22 +93,11 @@ def _server_properties(settings: Settings, data_dir: Path) -> str:
         "message.max.bytes": str(16 * 1024 * 1024),
         "replica.fetch.max.bytes": str(16 * 1024 * 1024),
     }
-    return "".join(f"{k}={v}\n" for k, v in props.items())
+    return properties_text(props)
 
 
-_LOG4J = """\
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = FILE
-appender.file.type = File
-appender.file.name = FILE
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%d] %p %m (%c)%n
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.state.name = state.change.logger
-logger.state.level = WARN
-"""
+#: What the broker logs besides INFO: its state-change chatter only from WARN.
+_LOG_LEVELS = {"kafka": "INFO", "state.change.logger": "WARN"}
 
 
 def _kafka_uuid() -> str:
@@ -175,7 +164,7 @@ def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
 
     paths["data"].mkdir(parents=True, exist_ok=True)
     paths["config"].write_text(_server_properties(settings, paths["data"]))
-    paths["log4j"].write_text(_LOG4J.format(log=paths["log"]))
+    paths["log4j"].write_text(log4j2_file_config(paths["log"], _LOG_LEVELS))
     jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC"]
 
     if not (paths["data"] / "meta.properties").exists():
@@ -198,23 +187,16 @@ def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
     """Stop the broker cleanly (SIGTERM, then SIGKILL after ``grace_s`` seconds); returns its pid.
     Raises :class:`BrokerError` when it is not running."""
-    pid = running_pid(settings)
-    if pid is None:
-        raise BrokerError(f"the local broker is not running (state dir {settings.broker_dir})")
-    processes.terminate(pid, grace_s)
-    _paths(settings)["pid"].unlink(missing_ok=True)
-    return pid
+    return processes.stop_from_pid_file(
+        _paths(settings)["pid"], BrokerError(f"the local broker is not running (state dir {settings.broker_dir})"),
+        grace_s=grace_s)
 
 
 def kill(settings: Settings) -> int:
     """SIGKILL the broker (fault injection: no clean shutdown). Raises :class:`BrokerError` when it
     is not running."""
-    pid = running_pid(settings)
-    if pid is None:
-        raise BrokerError("the local broker is not running")
-    processes.kill(pid)
-    _paths(settings)["pid"].unlink(missing_ok=True)
-    return pid
+    return processes.stop_from_pid_file(_paths(settings)["pid"], BrokerError("the local broker is not running"),
+                                        sigkill=True)
 
 
 def ensure_running(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:

@@ -45,23 +45,24 @@ def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: f
     ]
     if not new:
         return []
-    for name, fut in client.create_topics(new, operation_timeout=timeout_s).items():
-        try:
-            fut.result()
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise TopicError(f"cannot create topic {name!r}: {exc}") from None
+    _wait_for(client.create_topics(new, operation_timeout=timeout_s), "create", "TOPIC_ALREADY_EXISTS")
     return [t.topic for t in new]
 
 
 def delete_topics(settings: Settings, names: list[str], timeout_s: float = 30.0) -> None:
-    client = admin(settings)
-    for name, fut in client.delete_topics(names, operation_timeout=timeout_s).items():
+    _wait_for(admin(settings).delete_topics(names, operation_timeout=timeout_s), "delete", "UNKNOWN_TOPIC")
+
+
+def _wait_for(futures: dict, action: str, already_done: str) -> None:
+    """Wait for every topic's AdminClient future; a refusal whose Kafka error code is
+    ``already_done`` (the topic already exists / is already gone) counts as done. Raises
+    :class:`TopicError` naming the topic otherwise."""
+    for name, fut in futures.items():
         try:
             fut.result()
         except KafkaException as exc:
-            if "UNKNOWN_TOPIC" not in str(exc):
-                raise TopicError(f"cannot delete topic {name!r}: {exc}") from None
+            if already_done not in str(exc):
+                raise TopicError(f"cannot {action} topic {name!r}: {exc}") from None
 
 
 def alter_topic_config(settings: Settings, topic: str, config: dict[str, str]) -> None:

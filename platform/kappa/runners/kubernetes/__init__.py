@@ -27,17 +27,8 @@ from kappa.runners.kubernetes.application import (
 from kappa.runners.kubernetes.catalog import chart_catalog, example_version, render_chart_catalog
 from kappa.runners.kubernetes.client import SparkApplications
 from kappa.runners.kubernetes.config import KubernetesRunnerConfig
-from kappa.runners.kubernetes.naming import (
-    LABEL_ASSET,
-    LABEL_COMPONENT,
-    LABEL_KAFKA_CLIENT,
-    LABEL_VERSION,
-    application_name,
-    dns_name,
-    gate_application_name,
-    group_prefix,
-    kafka_user_name,
-)
+from kappa.runners.kubernetes.naming import LABEL_ASSET, LABEL_COMPONENT, LABEL_KAFKA_CLIENT, LABEL_VERSION
+from kappa.runners.kubernetes.naming import application_name, dns_name, gate_application_name, group_prefix, kafka_user_name
 from kappa.runners.kubernetes.runner import AppStatus, KubernetesRunner
 from kappa.runners.kubernetes.states import STATE_OUTCOMES, error_message, outcome_of, state_of
 
