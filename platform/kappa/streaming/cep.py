@@ -60,10 +60,15 @@ class Event:
     values: tuple
 
     def to_json(self) -> str:
+        """The event as one JSON array, ``[time_us, order, event_id, steps, values]``: the form the
+        pattern processor keeps in Spark's state store (:meth:`Matcher.state`)."""
         return json.dumps([self.time_us, list(self.order), self.event_id, list(self.steps), list(self.values)])
 
     @classmethod
     def from_json(cls, text: str) -> "Event":
+        """The inverse of :meth:`to_json` (lists back to tuples, steps to bools). Raises
+        ``ValueError`` (``json.JSONDecodeError`` among them) or ``TypeError`` for text that is not
+        such an array."""
         t, order, eid, steps, values = json.loads(text)
         return cls(int(t), tuple(order), eid, tuple(bool(s) for s in steps), tuple(values))
 
@@ -76,18 +81,24 @@ def order_key(event: Event) -> tuple:
 
 @dataclass(frozen=True)
 class Match:
+    """One complete match: the events that satisfied the pattern's positions, in order (as many as
+    :attr:`Pattern.positions`, never empty)."""
+
     events: tuple[Event, ...]
 
     @property
     def event_ids(self) -> list[str]:
+        """The ids of the matched events, in match order (the ``event_ids`` column of the output)."""
         return [e.event_id for e in self.events]
 
     @property
     def first_us(self) -> int:
+        """Event time of the match's first event, microseconds since the epoch (UTC)."""
         return self.events[0].time_us
 
     @property
     def last_us(self) -> int:
+        """Event time of the match's last event, microseconds since the epoch (UTC)."""
         return self.events[-1].time_us
 
     def collected(self, i: int) -> list:
@@ -107,9 +118,13 @@ class Pattern:
 
     @classmethod
     def from_counts(cls, counts: Sequence[int], within_us: int | None, contiguity: Contiguity = "strict") -> "Pattern":
+        """The pattern of steps with these counts, in order: ``(3,)`` is ``positions=(0, 0, 0)``,
+        ``(1, 2)`` is ``(0, 1, 1)``. ``within_us`` in microseconds (None: unbounded)."""
         return cls(tuple(i for i, c in enumerate(counts) for _ in range(c)), within_us, contiguity)
 
     def fits(self, first: Event, last: Event) -> bool:
+        """Whether ``first`` and ``last`` are close enough to be in one match: at most
+        ``within_us`` microseconds apart (inclusive), or no bound at all."""
         return self.within_us is None or last.time_us - first.time_us <= self.within_us
 
 
@@ -125,13 +140,20 @@ class Matcher:
         self.buffer: list[Event] = list(buffer)
 
     def state(self) -> list[str]:
+        """The buffer as one JSON string per event (:meth:`Event.to_json`), oldest first: what the
+        processor writes to its state store; ``[]`` when no partial match is alive."""
         return [e.to_json() for e in self.buffer]
 
     @classmethod
     def restore(cls, pattern: Pattern, state: Iterable[str]) -> "Matcher":
+        """A matcher of ``pattern`` whose buffer is ``state`` (the output of :meth:`state`), so it
+        continues exactly where the saved one stopped."""
         return cls(pattern, [Event.from_json(s) for s in state])
 
     def feed(self, event: Event) -> Match | None:
+        """Advance the state machine by the key's next event (events in :func:`order_key` order;
+        the matcher does not check it). Returns the match ``event`` completes, after which the
+        buffer is empty (matches never share events), or None."""
         if self.pattern.contiguity == "strict":
             return self._strict(event)
         return self._relaxed(event)

@@ -64,6 +64,9 @@ def _typed(col: Column, type_name: str) -> Column:
 
 
 def row_schema(transform: ChangelogTransform) -> list[T.StructField]:
+    """The declared columns as Spark fields, in declaration order, all nullable, with their table
+    types (a ``date`` is a ``DateType`` here; on the wire it is days since the epoch). The output
+    table's schema is these plus the mode's bookkeeping columns (:func:`table_schema`)."""
     return [T.StructField(n, SPARK_TYPES[f.type], True) for n, f in transform.fields.items()]
 
 

@@ -95,10 +95,15 @@ class QueryHealth:
 
     @property
     def total_lag(self) -> int:
+        """Kafka records not yet committed, summed over every topic and partition of :attr:`lag`
+        (0 for a Delta-sourced asset: see :attr:`upstream_versions_behind`)."""
         return sum(v for parts in self.lag.values() for v in parts.values())
 
     @property
     def seconds_since_progress(self) -> float | None:
+        """Seconds (wall clock, never negative) since :attr:`last_progress_at`: the newest commit of
+        the checkpoint, or the version's last ``running`` event if later (a query just started has
+        not stalled). None when neither is known."""
         return None if self.last_progress_at is None else max(0.0, time.time() - self.last_progress_at)
 
 

@@ -59,6 +59,9 @@ _NEVER = -(2**62)
 
 
 def cep_pattern(spec: AssetSpec) -> Pattern:
+    """The matcher's :class:`~kappa.streaming.cep.Pattern` for a ``pattern`` asset: one position per
+    counted step, ``within`` converted to microseconds, the declared contiguity. ``spec`` must have a
+    ``transform.pattern`` (an assertion, not a user error: the spec validated it)."""
     p = spec.transform.pattern
     assert p is not None
     return Pattern.from_counts([s.count for s in p.steps], int(interval_seconds(p.within) * 1_000_000), p.contiguity)
