@@ -195,6 +195,12 @@ class AssetSpec(StrictModel):
 
     @property
     def sink_mode(self) -> str:
+        """``append`` or ``merge``: ``sink.mode`` when declared, else by kind. ``merge`` for
+        tumbling and hopping windows (an open window's row is updated by MERGE on
+        :attr:`merge_keys`), parse, changelog and materialized views (rows replaced by key);
+        ``append`` for session windows (emitted once closed) and every other kind. For a frame kind
+        it picks the sink (:func:`kappa.streaming.writers.frame_sink`); the parse, changelog,
+        lookup, pattern and materialized-view kinds write through their own writers."""
         if self.sink.mode:
             return self.sink.mode
         w = self.transform.window
@@ -249,6 +255,8 @@ class AssetSpec(StrictModel):
 
     @property
     def topics(self) -> list[str]:
+        """The Kafka topics the asset reads (``source.kafka.topics``, in declared order); ``[]``
+        for an asset that reads an upstream asset's table."""
         return list(self.source.kafka.topics) if self.source.kafka else []
 
     def fingerprint(self) -> str:

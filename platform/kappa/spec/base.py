@@ -35,6 +35,9 @@ def interval_seconds(text: str) -> float:
 
 
 def check_interval(value: str) -> str:
+    """A pydantic validator's body for interval fields: ``value`` stripped of surrounding
+    whitespace if :func:`interval_seconds` accepts it. Raises ``ValueError`` otherwise (pydantic
+    reports it as a validation error of the field)."""
     interval_seconds(value)
     return value.strip()
 

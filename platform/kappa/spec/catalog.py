@@ -26,6 +26,11 @@ class TopicSpec(StrictModel):
     description: str = ""
 
     def kafka_config(self) -> dict[str, str]:
+        """The topic-level configs to create the topic with (Kafka's "Topic Configs"): name ->
+        value, all strings as the admin API takes them. ``retention.ms`` (ms, ``-1`` forever),
+        ``cleanup.policy`` (``compact`` or ``delete``), ``message.timestamp.after.max.ms`` (ms,
+        the largest Java long: any timestamp ahead of the broker's clock is accepted) and
+        ``max.message.bytes`` (16 MiB, in bytes)."""
         return {
             "retention.ms": str(self.retention_ms),
             "cleanup.policy": "compact" if self.compacted else "delete",
@@ -38,6 +43,9 @@ class TopicSpec(StrictModel):
 
 
 class TopicsFile(StrictModel):
+    """The contents of ``assets/topics.yaml``: ``topics:`` mapping each source topic's name to its
+    :class:`TopicSpec`. Unknown keys are refused, as everywhere in a declaration."""
+
     topics: dict[str, TopicSpec]
 
 

@@ -12,6 +12,12 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from kappa.spec.base import NAME_RE, FieldType, StrictModel, check_interval, interval_seconds, schema_shorthand
 
 class FieldSpec(StrictModel):
+    """One declared column of a ``schema:`` mapping (parse and changelog transforms): its type (one
+    of :data:`~kappa.spec.base.FieldType`, mapped to Spark's by
+    :data:`kappa.streaming.parse.SPARK_TYPES`), whether a record lacking it is bad input
+    (``required``: quarantined, not a null), and a description shown in Dagster's column schema.
+    ``year: int`` is shorthand for ``year: {type: int}``."""
+
     type: FieldType
     required: bool = False
     description: str | None = None
@@ -26,6 +32,12 @@ class KafkaSource(StrictModel):
 
 
 class Source(StrictModel):
+    """Where an asset reads from, exactly one of: ``kafka`` (topics of the log, from the earliest
+    retained offset) or ``asset`` (the Delta table of the upstream asset's version this version
+    pins, read as a stream). Declaring both or neither is refused (pydantic's
+    ``ValidationError``, which :func:`~kappa.spec.load_asset` reports as a ``SpecError`` naming the
+    file and field)."""
+
     kafka: KafkaSource | None = None
     asset: str | None = None
 
@@ -37,6 +49,13 @@ class Source(StrictModel):
 
 
 class ParseTransform(StrictModel):
+    """Silver from a topic of JSON events: each record value parsed with ``schema`` (column ->
+    :class:`FieldSpec`), one row per ``event_id``. ``event_id`` and ``event_time`` must be declared,
+    the latter as a ``timestamp``. A bad record (empty, over ``max_value_bytes`` bytes, not UTF-8,
+    not a JSON object, a wrong type, a required field missing, an event time more than
+    ``max_future`` ahead) goes to the quarantine table with its reason (:mod:`kappa.streaming.parse`).
+    Output: the declared columns, typed (:func:`kappa.streaming.parse.row_schema`)."""
+
     format: Literal["json"] = "json"
     schema_: dict[str, FieldSpec] = Field(alias="schema", min_length=1)
     event_id: str = "event_id"
@@ -58,6 +77,8 @@ class ParseTransform(StrictModel):
 
     @property
     def fields(self) -> dict[str, FieldSpec]:
+        """The declared columns, column name -> :class:`FieldSpec`, in declaration order (a copy of
+        ``schema``, whose Python name is ``schema_``: pydantic's ``BaseModel`` owns ``schema``)."""
         return dict(self.schema_)
 
     @model_validator(mode="after")
@@ -190,6 +211,8 @@ class SlidingTransform(StrictModel):
 
     @property
     def out_columns(self) -> list[str]:
+        """The output table's columns, in order: ``columns`` (default ``event_id``, the group-by
+        columns, ``time_column``) then the count column ``output``."""
         cols = self.columns or ["event_id", *self.group_by, self.time_column]
         return [*cols, self.output]
 
@@ -219,6 +242,8 @@ class ChangelogTransform(StrictModel):
 
     @property
     def fields(self) -> dict[str, FieldSpec]:
+        """The declared row columns, column name -> :class:`FieldSpec`, in declaration order (a copy
+        of ``schema``; the key columns are among them)."""
         return dict(self.schema_)
 
     @model_validator(mode="after")
@@ -346,6 +371,13 @@ def _snake(v: str) -> str:
 
 
 class Transform(StrictModel):
+    """An asset's ``transform:``: exactly one of the :data:`TRANSFORM_KINDS` keys. ``raw`` is an
+    empty mapping (``raw: {}``), ``sql`` a ``SELECT … FROM input`` over the source stream, ``python``
+    a ``module.py:function`` beside the asset's YAML; the others are the models above. None or two
+    of them is refused (a ``ValidationError``; a ``SpecError`` naming the file from
+    :func:`~kappa.spec.load_asset`). The kind's query builder is found by :attr:`kind`
+    (:func:`kappa.streaming.kinds.kind_of`)."""
+
     raw: dict | None = None
     parse: ParseTransform | None = None
     window: WindowTransform | None = None
@@ -367,6 +399,7 @@ class Transform(StrictModel):
 
     @property
     def kind(self) -> str:
+        """The one kind declared: the :data:`TRANSFORM_KINDS` key that is set (e.g. ``"parse"``)."""
         return next(k for k in TRANSFORM_KINDS if getattr(self, k) is not None)
 
 
