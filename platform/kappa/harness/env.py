@@ -35,6 +35,7 @@ class IsolatedEnv:
 
     @property
     def logs(self) -> Path:
+        """``<root>/logs``, created on first use: where the harness's subprocesses write."""
         path = self.root / "logs"
         path.mkdir(parents=True, exist_ok=True)
         return path
@@ -58,11 +59,15 @@ class IsolatedEnv:
         return env
 
     def start_broker(self) -> None:
+        """Start this environment's own broker (:func:`kappa.kafka.broker.start`, up to 120 s).
+        Raises :class:`kappa.kafka.broker.BrokerError` if it does not come up."""
         from kappa.kafka import broker
 
         broker.start(self.settings, timeout_s=120)
 
     def stop_broker(self) -> None:
+        """Stop this environment's broker (SIGTERM, SIGKILL after 20 s); a broker that is not
+        running is not an error."""
         from kappa.kafka import broker
 
         try:
