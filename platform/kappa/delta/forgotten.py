@@ -121,6 +121,8 @@ class Request:
 
     @property
     def state(self) -> str:
+        """``done`` once the request's last step is recorded, else ``in progress`` (``kappa
+        forget`` with the same topic and key resumes it)."""
         return "done" if "done" in self.steps else "in progress"
 
 
@@ -171,6 +173,10 @@ def forgotten_condition(settings: Settings, topics: list[str]):
 
 
 def record_step(settings: Settings, req: Request, event: str, details: dict | None = None) -> None:
+    """Append one event of ``req`` (``requested`` or a step of :data:`STEPS`) to the forgotten list,
+    one row of the module docstring's schema stamped now (UTC), ``details`` as JSON (values JSON
+    cannot hold as ``str``), and note the step in ``req.steps``. The key itself is never written,
+    only its hash. One delta-rs append (a Delta commit) per call."""
     from deltalake import write_deltalake
 
     row = {"request_id": req.request_id, "topic": req.topic, "key_sha256": req.key_sha256, "event": event,

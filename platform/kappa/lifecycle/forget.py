@@ -75,6 +75,10 @@ def _is_key(catalog, req: "Request"):
 
 @dataclass
 class ForgetReport:
+    """What one :func:`forget` call did: the request (its steps done so far, this call's and
+    earlier ones), the call's wall-clock duration in seconds (one decimal) and the steps it ran
+    itself, in order (a resumed request runs only the steps an earlier call did not finish)."""
+
     request: Request
     seconds: float
     ran: list[str]  # steps run by this call (the others were done before)

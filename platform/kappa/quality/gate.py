@@ -34,6 +34,12 @@ SHADOW_CHECK = "shadow_diff"
 
 @dataclass
 class CheckResult:
+    """One check of a gate run. ``name``: the check (a GX expectation's name, or
+    ``quarantine_rate``, ``late_rows``, ``shadow_diff``); ``blocking``: whether failing it blocks
+    promotion; ``observed``/``expected``: what was measured and the bound, as shown to a person
+    (a number or a short text); ``details``: JSON data kept with the record (the shadow diff's
+    summary, a GX result's unexpected counts, why a check was not evaluated)."""
+
     name: str
     passed: bool
     blocking: bool
@@ -52,6 +58,13 @@ class CheckResult:
 
 @dataclass
 class GateReport:
+    """The outcome of one gate run of ``asset`` version ``version``: ``passed`` when every blocking
+    check passed; ``data_docs_path`` the ``index.html`` of the GX Data Docs site (None: the asset
+    declares no expectations, or the site was not built); ``shadow_diff`` the candidate-vs-promoted
+    summary (None: no other version promoted to compare with).
+    The registry records it as ``gate_passed``/``gate_failed`` (:func:`recorded_gate` reads it
+    back)."""
+
     asset: str
     version: int
     passed: bool
@@ -61,9 +74,13 @@ class GateReport:
 
     @property
     def failed(self) -> list[CheckResult]:
+        """The blocking checks that did not pass, in check order (empty when :attr:`passed`); a
+        non-blocking shadow diff that found differences is not among them."""
         return [c for c in self.checks if c.blocking and not c.passed]
 
     def to_dict(self) -> dict:
+        """The report as plain data (``dataclasses.asdict``: ``checks`` a list of dicts), for
+        ``--json`` output and run metrics."""
         return asdict(self)
 
 
