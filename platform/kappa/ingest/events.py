@@ -57,6 +57,8 @@ def flight_event_times(df: pd.DataFrame) -> pd.Series:
 
 
 def weather_event_ids(df: pd.DataFrame) -> pd.Series:
+    """``<origin>/<time_hour>`` per row of the ``weather`` table (``time_hour`` as the package
+    gives it, an ISO-8601 UTC string: ``EWR/2013-01-01T06:00:00Z``); unique in the data."""
     return df["origin"] + "/" + df["time_hour"]
 
 

@@ -25,6 +25,10 @@ class IngestError(KappaError, RuntimeError):
 
 @dataclass
 class ProduceReport:
+    """What one :func:`produce` call delivered: ``records`` acknowledged records to ``topic`` in
+    ``seconds`` (monotonic clock, from the first send to the last acknowledgement), and how many
+    went to each partition (partition -> records, partitions in order)."""
+
     topic: str
     records: int
     seconds: float
@@ -32,10 +36,17 @@ class ProduceReport:
 
     @property
     def events_per_s(self) -> float:
+        """Delivered records per second over the call (``inf`` when it took no measurable time)."""
         return self.records / self.seconds if self.seconds > 0 else float("inf")
 
 
 def producer_config(settings: Settings, **overrides: object) -> dict:
+    """The librdkafka configuration of Kappa's producers (confluent-kafka ``Producer(config)``):
+    the broker and its security settings, idempotence with ``acks=all``, batching (``linger.ms``
+    20 ms, up to 10,000 messages, lz4), records up to 16 MiB (``message.max.bytes``, bytes),
+    retries through a broker restart for up to 300 s (``message.timeout.ms``) and one request in
+    flight (why: below). ``overrides`` replace any key (librdkafka's names, e.g.
+    ``{"linger.ms": 0}``)."""
     cfg: dict = {
         "bootstrap.servers": settings.bootstrap_servers,
         **settings.librdkafka_options(),
