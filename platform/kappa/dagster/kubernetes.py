@@ -103,6 +103,9 @@ def health_of(status: AppStatus) -> tuple[bool, dg.AssetCheckSeverity, str]:
 
 
 def status_metadata(status: AppStatus) -> dict[str, object]:
+    """Dagster metadata of a version's SparkApplication: version, ``<asset>/v<N>``, application
+    name and namespace, the operator's state (``NEW`` before it reports one), the outcome the
+    state maps to (``missing``: no application), and the operator's error when there is one."""
     md: dict[str, object] = {
         "version": status.version,
         "version_name": f"{status.asset}/v{status.version}",

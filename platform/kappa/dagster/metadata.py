@@ -80,6 +80,8 @@ class ProgressLog:
             )
 
     def batches(self, asset: str) -> list[dict]:
+        """Every distinct progress seen for ``asset`` (Spark's ``StreamingQueryProgress`` as a dict:
+        ``batchId``, ``numInputRows``, ``durationMs``, …), one per micro-batch, by batch id."""
         return [p for (a, _), p in sorted(self.seen.items()) if a == asset]
 
 
@@ -113,6 +115,10 @@ def health_metadata(h) -> dict[str, object]:
 
 
 def check_metadata(check, report) -> dict[str, object]:
+    """Metadata of one gate check (a :class:`kappa.lifecycle.gate.CheckResult` of ``report``, a
+    :class:`~kappa.lifecycle.gate.GateReport`): version, observed, expected, blocking, each
+    ``details`` entry as ``details/<key>``, the GX Data Docs as a URL and a path when built, and
+    the whole shadow-diff summary on the ``shadow_diff`` check."""
     md: dict[str, object] = {
         "version": report.version,
         "observed": meta_value(check.observed),
@@ -131,6 +137,8 @@ def check_metadata(check, report) -> dict[str, object]:
 
 
 def check_description(check, report) -> str:
+    """One line for the Dagster UI: ``<asset>/v<N> <check> passed|FAILED: observed …, expected …``
+    (a check not evaluated shows as FAILED, as it did not pass)."""
     verdict = "passed" if check.passed else "FAILED"
     return (f"{report.asset}/v{report.version} {check.name} {verdict}: observed {check.observed!r}, "
             f"expected {check.expected}")

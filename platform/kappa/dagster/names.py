@@ -16,6 +16,11 @@ REPLAY_JOB = "replay"
 
 
 class RunMode(str, Enum):
+    """How a materialization runs an asset's query (``StreamingRunConfig.mode``):
+    ``until_caught_up`` with Spark's available-now trigger, stopping once the query has read the
+    log as it was at the start; ``continuous`` with the asset's processing-time trigger until the
+    configured duration passes or the run is terminated."""
+
     until_caught_up = "until_caught_up"
     continuous = "continuous"
 

@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 
 def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinition:
+    """The ``replay`` job of the module docstring: one op, ``replay_asset``, configured with
+    ``asset`` (an enum of ``catalog``'s assets, in dependency order) and ``promote`` (default
+    false); it needs the ``kappa`` resource. The op returns a summary (new versions, ``promoted``,
+    ``seconds``, the blocking checks that failed, the versions stopped) and raises
+    ``dg.Failure`` for a library error or a refused promotion."""
     names = catalog.topological()
     asset_enum = dg.Enum("StreamingAsset", [dg.EnumValue(n) for n in names])
 

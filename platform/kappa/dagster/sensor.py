@@ -4,7 +4,7 @@ Every tick, for the latest version of every asset, the sensor reports an ``Asset
 (consumer lag per partition, committed and log end offsets, time of last progress, input rate
 between ticks) and a ``query_health`` check evaluation. A failed or stalled query fails the check,
 so it shows red in the UI rather than going quiet. Each source topic gets an observation of its log
-start and end offsets too. The logic is in :mod:`kappa.streaming.checkpoint`.
+end offsets too (per partition, and their total). The logic is in :mod:`kappa.streaming.checkpoint`.
 """
 
 
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 
 def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEvaluation:
+    """The ``query_health`` check evaluation of one observation, as the sensor reports it: passed
+    when ``h.healthy``, severity ``h.severity`` (``ERROR``, or ``WARN`` for an application not yet
+    running), ``h.reason`` as the description, :func:`~kappa.dagster.metadata.health_metadata`."""
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey(h.asset), check_name=HEALTH_CHECK, passed=h.healthy,
         severity=dg.AssetCheckSeverity(h.severity), description=h.reason, metadata=health_metadata(h),
@@ -74,6 +77,13 @@ def running_sensor(name: str, interval_s: int, description: str):
 
 
 def build_sensor(catalog: "Catalog", options: LoadOptions) -> dg.SensorDefinition:
+    """The ``kappa_streaming_queries`` sensor (running by default, a tick every
+    ``options.sensor_interval_s`` seconds). Each tick observes the latest version of every asset
+    in ``catalog`` and reports, per asset, an ``AssetObservation`` (health metadata, plus
+    ``input_rows_per_s``: records committed per second since the previous tick, from the cursor)
+    and a :func:`health_evaluation`; per source topic, an observation of its log end offsets. It
+    requests no runs. A broker that does not answer shows as unhealthy assets, not as a failed tick
+    (:func:`kappa.streaming.checkpoint.observe`)."""
     @running_sensor(SENSOR_NAME, options.sensor_interval_s,
                     "Observes every streaming asset's latest version: consumer lag per partition "
                     "(log end offset - checkpoint's committed offset), last progress, input rate; "
