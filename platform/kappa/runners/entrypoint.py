@@ -49,6 +49,12 @@ def mismatches(version: Version, upstream: dict[str, int], environ: dict[str, st
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the version's query (module docstring) until it stops; returns the exit status: 0 when
+    stopped by SIGTERM or SIGINT, 1 when the query ended without being asked to. A query that
+    fails raises Spark's ``StreamingQueryException`` out of ``awaitTermination`` (the process
+    fails); a mismatch with the registry exits 2 (``argparse``'s ``SystemExit``); an unknown asset
+    or version raises :class:`~kappa.spec.SpecError` or
+    :class:`~kappa.delta.registry.RegistryError`."""
     parser = argument_parser()
     args = parser.parse_args(argv)
 

@@ -39,6 +39,10 @@ class SparkApplications:
 
     @property
     def api(self) -> Any:
+        """The ``CustomObjectsApi`` in use: the one given (or installed by
+        :func:`use_kubernetes_api`), else built on first use from the in-cluster service account,
+        falling back to the local kubeconfig. Raises the client's ``ConfigException`` when
+        neither is available."""
         if self._api is None:
             from kubernetes import client, config
 
@@ -50,6 +54,11 @@ class SparkApplications:
         return self._api
 
     def create(self, app: Mapping[str, Any]) -> dict:
+        """Create the SparkApplication ``app`` (a whole manifest, e.g. from
+        :func:`~kappa.runners.kubernetes.application.build_spark_application`) in the namespace;
+        returns the object as the API server stored it. Raises ``ApiException``, status 409 when an
+        application of that name exists (:class:`~kappa.runners.kubernetes.runner.KubernetesRunner`
+        then observes the existing one)."""
         return self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, dict(app))
 
     def get(self, name: str) -> dict | None:

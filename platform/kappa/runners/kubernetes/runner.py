@@ -95,10 +95,15 @@ class KubernetesRunner:
         )
 
     def status(self, asset: str, version: int) -> RunStatus:
+        """What the cluster says of the version's (streaming) SparkApplication now: one GET, no
+        waiting. ``outcome`` None when it does not exist; ``error`` the operator's message when it
+        failed, retries or is in an unknown state. Raises ``ApiException`` for API errors other
+        than 404."""
         name = application_name(asset, version)
         return self._status(asset, version, name, self.apps.get(name))
 
     def outcome(self, asset: str, version: int) -> Outcome | None:
+        """The :class:`~kappa.runners.base.Outcome` of :meth:`status` (None: no application)."""
         return self.status(asset, version).outcome
 
     # -- start / stop -----------------------------------------------------------------------------
