@@ -46,6 +46,9 @@ ALTER TABLE fleet REPLICA IDENTITY FULL;
 
 @dataclass
 class LoadReport:
+    """What :func:`load` did with one operational table: ``rows`` in it afterwards (loaded now, or
+    already there when ``loaded`` is False)."""
+
     table: str
     rows: int
     loaded: bool  # False: the table already held rows and was kept as it is

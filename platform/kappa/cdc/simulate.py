@@ -46,6 +46,12 @@ class Commit:
 
 @dataclass
 class SimulateReport:
+    """What one :func:`simulate` call applied: ``changes`` row-changing statements in
+    ``transactions`` committed transactions; ``by_kind`` how many changes of each :data:`KINDS`
+    kind (a two-statement kind counts once); ``retries`` transactions re-run after PostgreSQL went
+    away; ``seconds`` the call's duration (monotonic clock); ``commits`` one :class:`Commit` per
+    transaction, in commit order (the keys each one changed, to check the changelogs against)."""
+
     changes: int = 0
     transactions: int = 0
     by_kind: Counter = field(default_factory=Counter)

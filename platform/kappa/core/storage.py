@@ -56,6 +56,8 @@ def filesystem(location: str | Path, settings: Settings | None = None) -> tuple[
 
 
 def exists(location: str | Path, settings: Settings | None = None) -> bool:
+    """Whether a file or folder is at ``location`` (a path or URI, as :func:`filesystem` takes
+    it). On an object store a "folder" exists when some key has it as a prefix."""
     fs, path = filesystem(location, settings)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
@@ -69,6 +71,9 @@ def list_names(location: str | Path, settings: Settings | None = None) -> list[s
 
 
 def read_text(location: str | Path, settings: Settings | None = None) -> str:
+    """The whole file at ``location`` decoded as UTF-8 (meant for small files: checkpoint offsets
+    and commits). Raises ``OSError`` when it cannot be read (``FileNotFoundError`` for a missing
+    local file), ``UnicodeDecodeError`` when it is not UTF-8."""
     fs, path = filesystem(location, settings)
     with fs.open_input_stream(path) as f:
         return f.read().decode("utf-8")

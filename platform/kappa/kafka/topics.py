@@ -23,6 +23,9 @@ class TopicError(KappaError, RuntimeError):
 
 @dataclass(frozen=True)
 class PartitionOffsets:
+    """The retained range of one partition, as offsets (module docstring): ``end - start`` records
+    are retained (fewer on a compacted topic, which leaves gaps)."""
+
     topic: str
     partition: int
     start: int  # log start offset (earliest retained)
@@ -30,6 +33,9 @@ class PartitionOffsets:
 
 
 def admin(settings: Settings) -> AdminClient:
+    """A confluent-kafka ``AdminClient`` for ``settings``' broker, with its security settings
+    (:meth:`kappa.config.Settings.librdkafka_options`). It connects lazily: nothing is raised here
+    for a broker that does not answer; its calls time out instead."""
     return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.librdkafka_options()})
 
 
@@ -50,6 +56,8 @@ def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: f
 
 
 def delete_topics(settings: Settings, names: list[str], timeout_s: float = 30.0) -> None:
+    """Delete the topics ``names`` (broker-side operation timeout ``timeout_s`` seconds); a topic
+    that does not exist is not an error. Raises :class:`TopicError` for any other refusal."""
     _wait_for(admin(settings).delete_topics(names, operation_timeout=timeout_s), "delete", "UNKNOWN_TOPIC")
 
 
