@@ -22,6 +22,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import sys
 from types import ModuleType
 
 import kappa
@@ -151,3 +152,50 @@ def test_pending_lists_only_names_still_missing():
             if gone:
                 stale[module.__name__] = sorted(gone)
     assert not stale, f"documented now, remove from PENDING: {stale}"
+
+
+_SAMPLE = '''
+"""A module."""
+import dataclasses, functools
+from pathlib import Path
+
+class Base:
+    """Documented."""
+    def write(self):
+        """What a write does."""
+
+@dataclasses.dataclass
+class Plain:
+    x: int
+    def helper(self):
+        pass
+    @property
+    def size(self):
+        """Bytes."""
+    def _private(self):
+        pass
+
+class Child(Base):
+    """Documented."""
+    def write(self):
+        pass
+    alias = Path.exists
+
+def undocumented():
+    pass
+
+@functools.lru_cache
+def cached():
+    """Documented, through the cache wrapper."""
+
+CONSTANT = 3
+'''
+
+
+def test_the_check_finds_what_it_should(monkeypatch):
+    module = ModuleType("sample")
+    monkeypatch.setitem(sys.modules, "sample", module)  # dataclasses look their module up there
+    exec(compile(_SAMPLE, "sample.py", "exec"), module.__dict__)
+    # A dataclass's generated signature is no docstring; an override inherits; imports, aliases,
+    # constants and private names are not checked.
+    assert _undocumented(module) == ["Plain", "Plain.helper", "undocumented"]
