@@ -115,8 +115,8 @@ def health_metadata(h) -> dict[str, object]:
 
 
 def check_metadata(check, report) -> dict[str, object]:
-    """Metadata of one gate check (a :class:`kappa.lifecycle.gate.CheckResult` of ``report``, a
-    :class:`~kappa.lifecycle.gate.GateReport`): version, observed, expected, blocking, each
+    """Metadata of one gate check (a :class:`kappa.quality.gate.CheckResult` of ``report``, a
+    :class:`~kappa.quality.gate.GateReport`): version, observed, expected, blocking, each
     ``details`` entry as ``details/<key>``, the GX Data Docs as a URL and a path when built, and
     the whole shadow-diff summary on the ``shadow_diff`` check."""
     md: dict[str, object] = {
