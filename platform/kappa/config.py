@@ -66,6 +66,7 @@ def find_project_dir(start: Path | None = None) -> Path:
 
 
 def is_uri(location: object) -> bool:
+    """Whether ``location`` is a URI string (``s3a://…``, ``file://…``) rather than a local path."""
     return isinstance(location, str) and "://" in location
 
 

@@ -62,6 +62,7 @@ class ConnectorSpec(BaseModel):
 
     @property
     def topics(self) -> list[str]:
+        """The changelog topic of each captured table, in ``tables`` order (:meth:`topic`)."""
         return [self.topic(t) for t in self.tables]
 
     def connector_config(self, settings: Settings) -> dict[str, str]:
@@ -101,6 +102,7 @@ class ConnectorSpec(BaseModel):
 
 
 class ConnectorsFile(BaseModel):
+    """``assets/connectors.yaml``: connector name -> :class:`ConnectorSpec`."""
     model_config = ConfigDict(extra="forbid")
     connectors: dict[str, ConnectorSpec]
 
@@ -123,6 +125,8 @@ def load_connectors(assets_dir: Path) -> dict[str, ConnectorSpec]:
 
 @dataclass
 class ConnectStatus:
+    """The Connect worker as ``kappa connect status`` reports it: ``up`` (the REST API answers), ``url``,
+    ``pid``, state folder and log, and each declared connector's and task's state."""
     up: bool
     url: str
     pid: int | None
@@ -154,6 +158,7 @@ def _paths(settings: Settings) -> dict[str, Path]:
 
 
 def url(settings: Settings) -> str:
+    """The local worker's REST API: ``http://127.0.0.1:<KAPPA_CONNECT_PORT>``."""
     return f"http://127.0.0.1:{settings.connect_port}"
 
 

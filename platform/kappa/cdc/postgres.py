@@ -44,6 +44,8 @@ SERVER_OPTIONS = {
 
 @dataclass
 class PostgresStatus:
+    """The local PostgreSQL as ``kappa postgres status`` reports it: ``up`` (it accepts connections),
+    where it listens, the database and user, a ``dsn`` for psycopg, pid, state folder and log."""
     up: bool
     host: str
     port: int

@@ -69,7 +69,7 @@ def print_frame(df, fmt: OutputFormat) -> None:
 
 
 def gate_table(report) -> Table:
-    """A gate report (:class:`~kappa.lifecycle.gate.GateReport`) as a table of its checks."""
+    """A gate report (:class:`~kappa.quality.gate.GateReport`) as a table of its checks."""
     table = Table(title=f"gate: {report.asset} v{report.version} — {'PASSED' if report.passed else 'FAILED'}")
     for col in ("check", "blocking", "result", "observed", "expected"):
         table.add_column(col, overflow="fold")

@@ -115,10 +115,12 @@ class StreamingAssets(dg.Component, dg.Resolvable):
     # -- what was loaded ---------------------------------------------------------------------------
     @property
     def catalog(self) -> Catalog:
+        """The validated catalog of ``assets_dir`` (loaded in ``__post_init__``)."""
         return self._catalog
 
     @property
     def assets_path(self) -> Path:
+        """The resolved folder of asset YAML files the component loads."""
         return self._assets_path
 
     @property
@@ -132,6 +134,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
 
     # -- definitions -------------------------------------------------------------------------------
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        """One Dagster asset per declaration (with its gate checks and ``query_health``), the topics as
+        external assets, the sensors and the replay job."""
         specs = [self._catalog[n] for n in self._catalog.topological()]
         return dg.Definitions(
             assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
@@ -160,6 +164,9 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         return out
 
     def asset_spec(self, spec: AssetSpec) -> dg.AssetSpec:
+        """The Dagster ``AssetSpec`` of one declaration: key, upstream topics and assets, group, owner, and
+        metadata (layer, transform kind, sink mode, source, trigger, watermark, code references, the
+        declared column schema where the kind fixes one)."""
         deps = [topic_key(t) for t in spec.topics] + [dg.AssetKey(u) for u in spec.upstream]
         metadata: dict = {
             "layer": spec.layer,

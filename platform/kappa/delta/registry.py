@@ -63,6 +63,7 @@ class Version:
 
     @property
     def name(self) -> str:
+        """``<asset>/v<N>``, how messages and the CLI name a version."""
         return f"{self.asset}/v{self.version}"
 
     def writer_id(self, side: str | None = None) -> str:
@@ -178,6 +179,7 @@ class Registry:
         return [by_version[k] for k in sorted(by_version)]
 
     def version(self, asset: str, version: int, events: list[dict] | None = None) -> Version:
+        """Version ``version`` of ``asset``. Raises :class:`RegistryError` when it does not exist."""
         for v in self.versions(asset, events):
             if v.version == version:
                 return v
@@ -196,6 +198,7 @@ class Registry:
         return live[-1] if live else None
 
     def promoted(self, asset: str, events: list[dict] | None = None) -> Version | None:
+        """The version ``asset``'s stable name points at, or None (never promoted)."""
         for v in self.versions(asset, events):
             if v.state == "promoted":
                 return v
@@ -221,6 +224,8 @@ class Registry:
         write_deltalake(self.uri, table, mode="append")
 
     def record(self, asset: str, version: int, event: str, **details: object) -> None:
+        """Append one lifecycle ``event`` (one of :data:`EVENTS`) of ``asset`` ``version`` with its
+        ``details``. Raises ``ValueError`` for an unknown event name."""
         if event not in EVENTS:
             raise ValueError(f"unknown registry event {event!r}")
         self._append([{"asset": asset, "version": version, "event": event, "details": details}])

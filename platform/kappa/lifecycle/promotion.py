@@ -44,6 +44,8 @@ class GateFailedError(KappaError, RuntimeError):
 
 @dataclass
 class ReplayReport:
+    """What one replay did: the new version per asset, each run's result and gate, whether the chain
+    was promoted, how long it took (seconds), the versions promoted before and the queries stopped."""
     versions: dict[str, int]
     results: list[AssetRunResult]
     gates: dict[str, GateReport]
@@ -55,6 +57,7 @@ class ReplayReport:
 
     @property
     def passed(self) -> bool:
+        """Whether every new version's gate passed."""
         return all(g.passed for g in self.gates.values())
 
 

@@ -44,6 +44,7 @@ class Outcome(str, enum.Enum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the query is over for good (succeeded or failed), so waiting on it is pointless."""
         return self in (Outcome.SUCCEEDED, Outcome.FAILED)
 
 
@@ -89,6 +90,7 @@ class AssetRunResult:
     state_bytes: int = 0  # memory used by that state (Spark's memoryUsedBytes)
 
     def to_dict(self) -> dict:
+        """The result as a JSON-ready dict (every field)."""
         return asdict(self)
 
 

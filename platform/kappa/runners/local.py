@@ -199,6 +199,7 @@ class LocalRunner:
 
     @property
     def spark(self):
+        """The runner's Spark session, created on first use (:func:`kappa.streaming.session.spark_session`)."""
         if self._spark is None:
             from kappa.streaming.session import spark_session
 
@@ -206,6 +207,7 @@ class LocalRunner:
         return self._spark
 
     def start(self, spec, version: Version, *, bounded: bool = False) -> RunStatus:
+        """Start the version's query in this process (see :meth:`kappa.runners.base.Runner.start`)."""
         from kappa.streaming.query import start_query
 
         key = (spec.name, version.version)
@@ -217,6 +219,7 @@ class LocalRunner:
                          namespace="local", outcome=Outcome.RUNNING, state="ACTIVE", created=True)
 
     def status(self, asset: str, version: int) -> RunStatus:
+        """The version's query in this process (see :meth:`kappa.runners.base.Runner.status`)."""
         found = self._running.get((asset, version))
         if found is None:
             return RunStatus(asset=asset, version=version, name=f"{asset}/v{version}", namespace="local", outcome=None)
@@ -268,6 +271,7 @@ class LocalRunner:
         return _collect(self.spark, self.settings, running, time.monotonic() - started)
 
     def stop(self, asset: str, version: int) -> bool:
+        """Stop the version's query between micro-batches; False if none runs here."""
         found = self._running.pop((asset, version), None)
         if found is None:
             return False
@@ -275,6 +279,7 @@ class LocalRunner:
         return True
 
     def gate(self, asset: str, version: int):
+        """Run the version's gate in this process's Spark (:func:`kappa.quality.gate.run_gate`)."""
         from kappa.quality.gate import run_gate
 
         return run_gate(self.settings, asset, version, spark=self.spark)

@@ -92,6 +92,7 @@ class ClusterStatus:
 
 
 def state_dir(settings: Settings) -> Path:
+    """``<KAPPA_HOME>/cluster``: the control plane's state, logs and kubeconfig."""
     assert settings.home is not None
     return settings.home / "cluster"
 

@@ -57,6 +57,9 @@ class ServeError(KappaError, RuntimeError):
 
 @dataclass
 class ServeStatus:
+    """The SQL endpoint as ``kappa serve status`` reports it: ``up`` (ready, with the promoted tables
+    registered), where it listens and its JDBC URL, pid, state folder and log, the registry version
+    and tables it serves, and its authentication."""
     up: bool
     host: str
     port: int
@@ -86,6 +89,7 @@ class ServeStatus:
 
 
 def jdbc_url(host: str, port: int) -> str:
+    """The HiveServer2 JDBC URL of an endpoint at ``host``:``port`` (database ``default``)."""
     return f"jdbc:hive2://{host}:{port}/default"
 
 
@@ -387,6 +391,8 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m kappa.services.serve --host H --port P``: the endpoint's own process (started by
+    :func:`start`); serves until terminated."""
     import argparse
 
     from kappa.config import load_settings
