@@ -77,6 +77,36 @@ def test_replay_with_a_broken_transform_fails_the_gate_and_keeps_v1_promoted(mak
         promote(settings, "departures_hourly", 2, spark=spark)
 
 
+def test_a_shadow_diff_difference_warns_and_blocks_promotion_only_when_declared_blocking(make_env, spark):
+    """A replay whose logic changes the numbers (the mean delay shifted by one minute; every
+    expectation still holds): the shadow diff reports the difference as a failed check. Without
+    ``shadow_diff_blocking`` the gate passes and the version is promoted; with it, the gate fails
+    and the promoted version stays."""
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=1_000)
+    _promote_all_v1(settings, spark)
+    gold_yaml = settings.assets_dir / "flights" / "departures_hourly.yaml"
+    shifted = "avg_dep_delay_min: avg(CASE WHEN dep_time IS NOT NULL THEN dep_delay END) + 1"
+    gold_yaml.write_text(gold_yaml.read_text().replace(
+        "avg_dep_delay_min: avg(CASE WHEN dep_time IS NOT NULL THEN dep_delay END)", shifted))
+
+    warned = replay(settings, "departures_hourly", promote=True, spark=spark)
+
+    diff = next(c for c in warned.gates["departures_hourly"].checks if c.name == "shadow_diff")
+    assert not diff.passed and not diff.blocking and "1 column sums differ" in diff.observed
+    assert warned.passed and warned.promoted
+    assert Registry(settings).promoted("departures_hourly").version == 2
+
+    gold_yaml.write_text(gold_yaml.read_text().replace(shifted, shifted + " + 1") + "shadow_diff_blocking: true\n")
+    blocked = replay(settings, "departures_hourly", promote=True, spark=spark)
+
+    diff = next(c for c in blocked.gates["departures_hourly"].checks if c.name == "shadow_diff")
+    assert not diff.passed and diff.blocking
+    assert [c.name for c in blocked.gates["departures_hourly"].failed] == ["shadow_diff"]
+    assert not blocked.passed and not blocked.promoted
+    assert Registry(settings).promoted("departures_hourly").version == 2
+
+
 def test_gate_blocks_a_quarantine_rate_above_the_threshold(make_env, spark):
     settings, suffix = make_env()
     topic = f"flights_{suffix}"

@@ -60,3 +60,23 @@ def test_late_rows_counts_a_patterns_named_late_events_too(tmp_path):
     assert late_rows(reg.version("delay_streaks", 1)).passed
     late = late_rows(reg.version("delay_streaks", 1), named=1)
     assert (late.evaluated, late.passed, late.observed, late.details["late_events"]) == (True, False, 1, 1)
+
+
+def test_a_non_blocking_difference_is_a_warning_in_dagster_not_a_pass():
+    """A shadow diff that found a difference has not passed, blocking or not; only a blocking one
+    fails the gate. Dagster shows the non-blocking one with WARN severity (it does not block)."""
+    import dagster as dg
+
+    from kappa.dagster.metadata import gate_check_results
+    from kappa.quality.gate import SHADOW_CHECK, CheckResult, GateReport
+
+    for blocking in (False, True):
+        diff = CheckResult(name=SHADOW_CHECK, passed=False, blocking=blocking, observed="rows 10 -> 11",
+                           expected="no difference")
+        ok = CheckResult(name="expect_table_row_count_to_be_between", passed=True, blocking=True, observed=11,
+                         expected=">= 1")
+        report = GateReport(asset="departures_hourly", version=2, passed=not blocking, checks=[ok, diff])
+        [_, shown] = gate_check_results(dg.AssetKey("departures_hourly"), report, [ok.name, SHADOW_CHECK])
+        assert shown.passed is False
+        assert shown.severity == (dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN)
+        assert [c.name for c in report.failed] == ([SHADOW_CHECK] if blocking else [])

@@ -333,7 +333,9 @@ def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: in
                 f"rows {summary['rows_promoted']} -> {summary['rows_candidate']}, "
                 f"{summary.get('keys_only_in_candidate', 0)} new keys, {summary.get('keys_only_in_promoted', 0)} missing keys, "
                 f"{len(summary.get('aggregate_differences', {}))} column sums differ")
-    return CheckResult(name=SHADOW_CHECK, passed=not (differs and spec.shadow_diff_blocking),
+    # A difference fails the check whether or not it blocks: ``shadow_diff_blocking`` decides only
+    # whether that failure blocks promotion (a non-blocking one is a warning, never a pass).
+    return CheckResult(name=SHADOW_CHECK, passed=not differs,
                        blocking=spec.shadow_diff_blocking, observed=observed,
                        expected="no difference" + ("" if spec.shadow_diff_blocking else " (reported, not blocking)"),
                        details=_jsonable(summary))
