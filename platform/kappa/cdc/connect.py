@@ -180,13 +180,19 @@ class ConnectStatus:
     log_file: str
     #: per connector: {"state": RUNNING|PAUSED|FAILED|UNASSIGNED|not registered, "tasks": [{"id", "state", "trace"}]}
     connectors: dict[str, dict] = field(default_factory=dict)
+    #: per connector, its replication slot whether the worker runs or not (a stopped connector's slot
+    #: keeps WAL too): {"slot", "active", "confirmed_flush_lsn", "wal_lsn", "lag_bytes", "error"}, the
+    #: fields of :class:`kappa.cdc.postgres.SlotPosition` (null when the slot does not exist yet or
+    #: PostgreSQL does not answer; ``error`` says which).
+    slots: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
-        """Where the worker listens, then each declared connector's and task's state (plain text)."""
+        """Where the worker listens, each declared connector's and task's state, then where each
+        connector's replication slot stands (plain text)."""
         lines = [f"at {self.url} (pid {self.pid or '-'}, state {self.state_dir}); log: {self.log_file}"]
         for name, c in self.connectors.items():
             tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no tasks"
@@ -194,6 +200,14 @@ class ConnectStatus:
             for t in c["tasks"]:
                 if t["trace"]:
                     lines.append(f"    task {t['id']}: {t['trace'].splitlines()[0]}")
+        for name, s in self.slots.items():
+            if s["error"]:
+                lines.append(f"  slot {s['slot']} ({name}): {s['error']}")
+                continue
+            behind = "nothing confirmed yet" if s["lag_bytes"] is None else f"{s['lag_bytes']:,} bytes behind"
+            idle = "" if s["active"] else " (no connector streaming from it: PostgreSQL keeps its WAL)"
+            lines.append(f"  slot {s['slot']} ({name}): confirmed {s['confirmed_flush_lsn']}, WAL at {s['wal_lsn']}: "
+                         f"{behind}{idle}")
         return lines
 
 
@@ -283,17 +297,37 @@ def connector_status(settings: Settings, name: str) -> dict:
             "tasks": [{"id": t["id"], "state": t["state"], "trace": (t.get("trace") or "")[:2000]} for t in body["tasks"]]}
 
 
+def slot_status(settings: Settings, connectors: dict[str, ConnectorSpec]) -> dict[str, dict]:
+    """Per connector, where its replication slot stands (:func:`kappa.cdc.postgres.replication_slots`)
+    as the ``slots`` entry of :class:`ConnectStatus`; never raises."""
+    from kappa.cdc import postgres
+
+    empty = {"active": None, "confirmed_flush_lsn": None, "wal_lsn": None, "lag_bytes": None}
+    try:
+        found = postgres.replication_slots(settings, [spec.slot for spec in connectors.values()]) if connectors else {}
+    except CdcError as exc:
+        return {name: {"slot": spec.slot, **empty, "error": str(exc)} for name, spec in connectors.items()}
+    out = {}
+    for name, spec in connectors.items():
+        pos = found[spec.slot]
+        out[name] = ({**asdict(pos), "error": None} if pos else
+                     {"slot": spec.slot, **empty, "error": "no such replication slot (the connector creates it on its first start)"})
+    return out
+
+
 def status(settings: Settings) -> ConnectStatus:
-    """Whether the worker answers, and the state of every declared connector and its tasks."""
+    """Whether the worker answers, the state of every declared connector and its tasks, and where
+    each connector's replication slot stands in PostgreSQL's WAL."""
     paths = _paths(settings)
     pid = running_pid(settings)
     up = pid is not None and _reachable(settings)
+    declared = load_connectors(settings.assets_dir)
     connectors = {}
     if up:
-        for name in load_connectors(settings.assets_dir):
+        for name in declared:
             connectors[name] = connector_status(settings, name)
     return ConnectStatus(up=up, url=url(settings), pid=pid, state_dir=str(paths["dir"]), log_file=str(paths["log"]),
-                         connectors=connectors)
+                         connectors=connectors, slots=slot_status(settings, declared))
 
 
 def start(settings: Settings, timeout_s: float = 120.0, register_connectors: bool = True) -> ConnectStatus:
