@@ -17,6 +17,7 @@ CATALOG = load_catalog(ROOT / "assets")
 KAFKA_ASSETS = {s.name: s for s in CATALOG if s.topics}
 CONNECTORS = connect.load_connectors(ROOT / "assets")
 CHANGELOGS = {t for c in CONNECTORS.values() for t in c.topics}
+HEARTBEATS = {c.heartbeat_topic for c in CONNECTORS.values() if c.heartbeat_topic}
 
 
 def _acls(user: dict) -> list[dict]:
@@ -88,9 +89,9 @@ def _topics(objs: list[dict], role: str = "source") -> list[dict]:
 def test_every_declared_source_topic_has_a_kafkatopic(rendered):
     topics = {t["spec"]["topicName"]: t for t in _topics(rendered)}
     assert set(topics) == set(CATALOG.topics)
-    # the only other topics are Kafka Connect's three internal ones
+    # the only other topics are Kafka Connect's three internal ones and Debezium's heartbeat topics
     others = {t["spec"]["topicName"] for t in kinds(rendered, "KafkaTopic")} - set(topics)
-    assert others == {connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC}
+    assert others == {connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC, *HEARTBEATS}
 
 
 def test_source_topics_keep_their_log_forever_by_default(default_objects):
@@ -529,6 +530,11 @@ def test_kafka_connect_builds_the_debezium_plugin_of_the_local_worker_and_connec
     assert set(internal) == {connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC}
     assert {t["config"]["cleanup.policy"] for t in internal.values()} == {"compact"}
     assert internal[connect.CONFIG_TOPIC]["partitions"] == 1
+    # each connector's heartbeat topic exists before Debezium writes to it (the connector stops
+    # sending while one is missing), compacted: the latest beat per connector stays
+    beats = {t["spec"]["topicName"]: t["spec"] for t in _topics(rendered, "connect-heartbeat")}
+    assert set(beats) == HEARTBEATS == {"__debezium-heartbeat.ops"}
+    assert all(b["config"]["cleanup.policy"] == "compact" and b["partitions"] == 1 for b in beats.values())
 
 
 def test_kafka_connector_config_is_what_kappa_connect_start_registers(default_objects):
@@ -552,14 +558,14 @@ def test_kafka_connector_config_is_what_kappa_connect_start_registers(default_ob
         assert rendered["topic.prefix"] == "ops" and rendered["database.password"].startswith("${secrets:")
 
 
-def test_connect_user_may_only_use_its_group_its_internal_topics_and_write_the_changelogs(rendered):
+def test_connect_user_may_only_use_its_group_its_internal_topics_and_write_the_changelogs_and_heartbeats(rendered):
     (user,) = _users(rendered, "connect")
     acls = {(a["resource"]["type"], a["resource"]["name"], a["resource"]["patternType"]): sorted(a["operations"])
             for a in _acls(user)}
     internal = ["Describe", "DescribeConfigs", "Read", "Write"]
     expected = {("group", connect.GROUP_ID, "literal"): ["Read"],
                 **{("topic", t, "literal"): internal for t in (connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC)},
-                **{("topic", t, "literal"): ["Describe", "Write"] for t in CHANGELOGS}}
+                **{("topic", t, "literal"): ["Describe", "Write"] for t in CHANGELOGS | HEARTBEATS}}
     assert acls == expected and len(_acls(user)) == len(expected)
 
 

@@ -86,6 +86,58 @@ def test_changelog_topics_are_compacted_and_fold_into_the_tables(cdc_settings):
     assert fold(planes) == pg_rows(cdc_settings, "planes")
 
 
+def _lsn(text: str) -> int:
+    """PostgreSQL's text form of an LSN (``0/1D23320``) as a byte position."""
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) + int(lo, 16)
+
+
+def test_the_replication_slot_keeps_up_while_only_uncaptured_tables_change(cdc_settings):
+    """Changes captured, then the captured tables idle while a table outside the publication takes
+    ~1 MB of WAL: Debezium's heartbeat (connectors.yaml ``heartbeat_interval_ms``, a logical
+    decoding message per beat) lets the connector confirm a position at or past the WAL end of the
+    last write within a few beats, as `kappa connect status --format json` shows, and adds nothing
+    to the changelogs. Without heartbeats the slot stays at the last captured commit and PostgreSQL
+    keeps that WAL (Debezium's PostgreSQL connector docs, "WAL disk space consumption")."""
+    import time
+
+    from kappa.kafka.topics import offsets
+
+    spec = connect.load_connectors(cdc_settings.assets_dir)["ops"]
+    simulate(cdc_settings, 40, seed=31)
+    for table in operational.TABLES:
+        wait_topic_equals_table(cdc_settings, table)
+    changelogs = {p.topic: p.end for p in offsets(cdc_settings, spec.topics)}
+    with postgres.connect(cdc_settings, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS audit_log (id bigserial PRIMARY KEY, note text NOT NULL)")
+        for _ in range(20):  # 20 transactions of 200 rows: ~1 MB of WAL the slot decodes and skips
+            conn.execute("INSERT INTO audit_log (note) SELECT repeat('x', 200) FROM generate_series(1, 200)")
+        end = _lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    written = time.monotonic()
+
+    def confirmed() -> int:
+        return _lsn(postgres.replication_slots(cdc_settings, [spec.slot])[spec.slot].confirmed_flush_lsn)
+
+    lag_at_end = end - confirmed()
+    while (behind := end - confirmed()) > 0:
+        assert time.monotonic() < written + 45, (
+            f"slot {spec.slot} still confirms a position {behind:,} bytes before the WAL end of the last write "
+            f"after 45 s (heartbeat_interval_ms={spec.heartbeat_interval_ms})")
+        time.sleep(0.5)
+    caught_up_s = time.monotonic() - written
+
+    slot = json.loads(kappa("connect", "status", "--format", "json", env=_env(cdc_settings)).stdout)["slots"]["ops"]
+    assert (slot["slot"], slot["active"], slot["error"]) == (spec.slot, True, None)
+    assert _lsn(slot["confirmed_flush_lsn"]) >= end
+    assert slot["lag_bytes"] == _lsn(slot["wal_lsn"]) - _lsn(slot["confirmed_flush_lsn"]) >= 0
+    assert f"slot {spec.slot} (ops): confirmed " in kappa("connect", "status", env=_env(cdc_settings)).stdout
+    # The heartbeats went to their own topic; the changelogs got nothing while only audit_log changed.
+    assert {p.topic: p.end for p in offsets(cdc_settings, spec.topics)} == changelogs
+    assert offsets(cdc_settings, [spec.heartbeat_topic])[0].end > 0
+    print(f"\nslot {spec.slot}: {lag_at_end:,} bytes behind the WAL end after the writes, confirmed past it "
+          f"{caught_up_s:.1f} s later; now {slot['lag_bytes']:,} bytes behind")
+
+
 CURRENT = {"airlines": "airlines", "airports": "airports", "planes": "planes", "fleet": "fleet"}
 CDC_ASSETS = [*CURRENT, "planes_history", "fleet_by_airline"]
 #: The table-table join fleet_by_airline is declared to equal, run in PostgreSQL.

@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,6 +29,9 @@ from kappa.cdc import CdcError
 from kappa.config import Settings
 from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
 from kappa.core.service import LocalService
+
+if TYPE_CHECKING:
+    from kappa.spec import TopicSpec
 
 #: The worker's group and internal topics (compacted, created by the worker itself).
 GROUP_ID = "kappa-connect"
@@ -42,6 +46,27 @@ CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 #: values and Secret); every other key comes from :meth:`ConnectorSpec.declared_config`.
 CONNECTION_KEYS = ("database.hostname", "database.port", "database.user", "database.password")
 
+#: Milliseconds between two Debezium heartbeats, by default (``heartbeat_interval_ms`` in
+#: connectors.yaml). Debezium confirms an LSN to the replication slot only when it commits a source
+#: offset, and it commits one only when it sends a record; when the captured tables are idle nothing
+#: is sent, and PostgreSQL keeps every WAL segment written since the last captured commit (Debezium's
+#: PostgreSQL connector docs, "WAL disk space consumption"). Each beat sends one record to the
+#: heartbeat topic and runs :data:`HEARTBEAT_ACTION_QUERY`; at 5 s the slot confirms the WAL's end
+#: within about two beats (the confirmed position trails by the last beat's ~100-byte WAL record),
+#: for one WAL record and one Kafka record per beat.
+HEARTBEAT_INTERVAL_MS = 5_000
+#: What each heartbeat runs in the captured database: a non-transactional logical decoding message
+#: (PostgreSQL >= 14 decodes these with pgoutput; any role may call the function). It is one WAL record
+#: the slot decodes whatever the publication holds, so Debezium receives it, moves its offset to its
+#: LSN and the next heartbeat record commits that offset, which confirms the LSN to the slot.
+#: A write to a heartbeat table would not do: PostgreSQL >= 15 does not send a transaction that
+#: touches no published table (an unpublished heartbeat table moves nothing), and a published one is
+#: captured as data (a topic ``<prefix>.public.<table>`` of heartbeat rows).
+HEARTBEAT_ACTION_QUERY = "SELECT pg_logical_emit_message(false, 'kappa.heartbeat', now()::text)"
+#: Debezium's heartbeat topic is ``<prefix>.<topic.prefix>`` (``__debezium-heartbeat.ops``); set
+#: explicitly so the name Kappa creates cannot drift from the one Debezium writes.
+HEARTBEAT_TOPIC_PREFIX = "__debezium-heartbeat"
+
 
 class ConnectorSpec(BaseModel):
     """One Debezium PostgreSQL source connector (``assets/connectors.yaml``)."""
@@ -55,6 +80,9 @@ class ConnectorSpec(BaseModel):
     slot: str = Field(pattern=r"^[a-z0-9_]+$")  # PostgreSQL replication slot names: lower case, digits, _
     publication: str = Field(pattern=r"^[a-z0-9_]+$")
     topic_prefix: str = Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    #: Milliseconds between heartbeats; 0 turns them off (and the slot then stays at the last
+    #: captured commit while the captured tables are idle).
+    heartbeat_interval_ms: int = Field(HEARTBEAT_INTERVAL_MS, ge=0)
 
     def topic(self, table: str) -> str:
         """The changelog topic of ``table``: ``<topic_prefix>.<schema>.<table>`` (Debezium's naming)."""
@@ -64,6 +92,12 @@ class ConnectorSpec(BaseModel):
     def topics(self) -> list[str]:
         """The changelog topic of each captured table, in ``tables`` order (:meth:`topic`)."""
         return [self.topic(t) for t in self.tables]
+
+    @property
+    def heartbeat_topic(self) -> str | None:
+        """Where Debezium sends heartbeat records (``__debezium-heartbeat.<topic_prefix>``), None
+        when heartbeats are off."""
+        return f"{HEARTBEAT_TOPIC_PREFIX}.{self.topic_prefix}" if self.heartbeat_interval_ms else None
 
     def connector_config(self, settings: Settings) -> dict[str, str]:
         """The connector's configuration as Connect's REST API takes it (every value a string):
@@ -80,7 +114,7 @@ class ConnectorSpec(BaseModel):
         """Everything of the connector's configuration but the keys in :data:`CONNECTION_KEYS`
         (where the database runs and who logs in): the part `kappa connect start` and the Helm
         chart's KafkaConnector share (helm/kappa/catalog.yaml is generated from it)."""
-        return {
+        config = {
             "connector.class": CONNECTOR_CLASS,
             "tasks.max": "1",  # a PostgreSQL connector always runs one task (one replication stream)
             "plugin.name": "pgoutput",  # PostgreSQL's built-in logical decoding plugin
@@ -98,7 +132,19 @@ class ConnectorSpec(BaseModel):
             "key.converter.schemas.enable": "false",
             "value.converter": "org.apache.kafka.connect.json.JsonConverter",
             "value.converter.schemas.enable": "false",
+            # Logical decoding messages (the heartbeat's, or any application's) are not captured: one
+            # would go to the topic <prefix>.message, which nothing creates (the broker does not
+            # auto-create topics), and the connector would stop sending anything until it existed.
+            # An excluded message still moves the connector's position (and so the slot).
+            "message.prefix.exclude.list": ".*",
         }
+        if self.heartbeat_interval_ms:
+            config |= {
+                "heartbeat.interval.ms": str(self.heartbeat_interval_ms),
+                "heartbeat.action.query": HEARTBEAT_ACTION_QUERY,
+                "topic.heartbeat.prefix": HEARTBEAT_TOPIC_PREFIX,
+            }
+        return config
 
 
 class ConnectorsFile(BaseModel):
@@ -134,13 +180,19 @@ class ConnectStatus:
     log_file: str
     #: per connector: {"state": RUNNING|PAUSED|FAILED|UNASSIGNED|not registered, "tasks": [{"id", "state", "trace"}]}
     connectors: dict[str, dict] = field(default_factory=dict)
+    #: per connector, its replication slot whether the worker runs or not (a stopped connector's slot
+    #: keeps WAL too): {"slot", "active", "confirmed_flush_lsn", "wal_lsn", "lag_bytes", "error"}, the
+    #: fields of :class:`kappa.cdc.postgres.SlotPosition` (null when the slot does not exist yet or
+    #: PostgreSQL does not answer; ``error`` says which).
+    slots: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """The status as one JSON object (every field)."""
         return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
-        """Where the worker listens, then each declared connector's and task's state (plain text)."""
+        """Where the worker listens, each declared connector's and task's state, then where each
+        connector's replication slot stands (plain text)."""
         lines = [f"at {self.url} (pid {self.pid or '-'}, state {self.state_dir}); log: {self.log_file}"]
         for name, c in self.connectors.items():
             tasks = ", ".join(f"task {t['id']} {t['state']}" for t in c["tasks"]) or "no tasks"
@@ -148,6 +200,14 @@ class ConnectStatus:
             for t in c["tasks"]:
                 if t["trace"]:
                     lines.append(f"    task {t['id']}: {t['trace'].splitlines()[0]}")
+        for name, s in self.slots.items():
+            if s["error"]:
+                lines.append(f"  slot {s['slot']} ({name}): {s['error']}")
+                continue
+            behind = "nothing confirmed yet" if s["lag_bytes"] is None else f"{s['lag_bytes']:,} bytes behind"
+            idle = "" if s["active"] else " (no connector streaming from it: PostgreSQL keeps its WAL)"
+            lines.append(f"  slot {s['slot']} ({name}): confirmed {s['confirmed_flush_lsn']}, WAL at {s['wal_lsn']}: "
+                         f"{behind}{idle}")
         return lines
 
 
@@ -237,17 +297,37 @@ def connector_status(settings: Settings, name: str) -> dict:
             "tasks": [{"id": t["id"], "state": t["state"], "trace": (t.get("trace") or "")[:2000]} for t in body["tasks"]]}
 
 
+def slot_status(settings: Settings, connectors: dict[str, ConnectorSpec]) -> dict[str, dict]:
+    """Per connector, where its replication slot stands (:func:`kappa.cdc.postgres.replication_slots`)
+    as the ``slots`` entry of :class:`ConnectStatus`; never raises."""
+    from kappa.cdc import postgres
+
+    empty = {"active": None, "confirmed_flush_lsn": None, "wal_lsn": None, "lag_bytes": None}
+    try:
+        found = postgres.replication_slots(settings, [spec.slot for spec in connectors.values()]) if connectors else {}
+    except CdcError as exc:
+        return {name: {"slot": spec.slot, **empty, "error": str(exc)} for name, spec in connectors.items()}
+    out = {}
+    for name, spec in connectors.items():
+        pos = found[spec.slot]
+        out[name] = ({**asdict(pos), "error": None} if pos else
+                     {"slot": spec.slot, **empty, "error": "no such replication slot (the connector creates it on its first start)"})
+    return out
+
+
 def status(settings: Settings) -> ConnectStatus:
-    """Whether the worker answers, and the state of every declared connector and its tasks."""
+    """Whether the worker answers, the state of every declared connector and its tasks, and where
+    each connector's replication slot stands in PostgreSQL's WAL."""
     paths = _paths(settings)
     pid = running_pid(settings)
     up = pid is not None and _reachable(settings)
+    declared = load_connectors(settings.assets_dir)
     connectors = {}
     if up:
-        for name in load_connectors(settings.assets_dir):
+        for name in declared:
             connectors[name] = connector_status(settings, name)
     return ConnectStatus(up=up, url=url(settings), pid=pid, state_dir=str(paths["dir"]), log_file=str(paths["log"]),
-                         connectors=connectors)
+                         connectors=connectors, slots=slot_status(settings, declared))
 
 
 def start(settings: Settings, timeout_s: float = 120.0, register_connectors: bool = True) -> ConnectStatus:
@@ -289,9 +369,22 @@ def start(settings: Settings, timeout_s: float = 120.0, register_connectors: boo
     return status(settings)
 
 
+def heartbeat_topic_spec() -> TopicSpec:
+    """The heartbeat topic: one partition, compacted (Debezium keys each record by the connector's
+    ``topic.prefix``, ``{"serverName": "ops"}``, so the latest beat stays). Not a source topic, so
+    not in topics.yaml: no asset reads it; its records carry the offsets that let Debezium confirm
+    the slot's position."""
+    from kappa.spec import TopicSpec
+
+    return TopicSpec(partitions=1, compacted=True, description="Debezium heartbeats (the latest per connector).")
+
+
 def ensure_changelog_topics(settings: Settings, connectors: dict[str, ConnectorSpec]) -> list[str]:
     """Create the connectors' changelog topics as ``assets/topics.yaml`` declares them (compacted)
-    before Debezium writes to them. Raises :class:`CdcError` for a topic not declared there."""
+    and their heartbeat topics (:func:`heartbeat_topic_spec`) before Debezium writes to them: the
+    broker does not auto-create topics, and a record for a missing topic stops the connector's
+    sending until it exists. Returns the names created. Raises :class:`CdcError` for a changelog
+    topic not declared in topics.yaml."""
     from kappa.kafka.topics import ensure_topics
     from kappa.spec import load_catalog
 
@@ -303,6 +396,8 @@ def ensure_changelog_topics(settings: Settings, connectors: dict[str, ConnectorS
                 raise CdcError(f"{settings.assets_dir / 'connectors.yaml'}: connectors.{name}: changelog topic "
                                f"{topic!r} is not declared in {settings.assets_dir / 'topics.yaml'}")
             wanted[topic] = declared[topic]
+        if spec.heartbeat_topic:
+            wanted[spec.heartbeat_topic] = heartbeat_topic_spec()
     return ensure_topics(settings, wanted)
 
 

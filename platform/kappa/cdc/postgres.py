@@ -266,6 +266,44 @@ def connect(settings: Settings, autocommit: bool = False):
                        f"({str(exc).strip().splitlines()[0]}); start it with `kappa postgres start`") from None
 
 
+@dataclass
+class SlotPosition:
+    """Where a logical replication slot stands in the WAL (PostgreSQL's ``pg_replication_slots``).
+
+    ``confirmed_flush_lsn`` is the position the consumer (Debezium) has confirmed; PostgreSQL keeps
+    the WAL the slot may still need (from its ``restart_lsn``, which follows the confirmed position),
+    so a confirmed position that stays behind ``wal_lsn`` keeps WAL on disk. ``lag_bytes`` is
+    ``pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)``: bytes of WAL written since the
+    position the consumer confirmed (with heartbeats on, a few hundred at most while it keeps up).
+    LSNs are PostgreSQL's text form (``0/1D23320``); ``confirmed_flush_lsn`` and ``lag_bytes`` are
+    None until the slot has confirmed anything. ``active``: a walsender streams from the slot now."""
+
+    slot: str
+    active: bool
+    confirmed_flush_lsn: str | None
+    wal_lsn: str
+    lag_bytes: int | None
+
+
+def replication_slots(settings: Settings, names: list[str], timeout_s: float = 5.0) -> dict[str, SlotPosition | None]:
+    """Each slot of ``names`` as :class:`SlotPosition`, None for a slot that does not exist (yet: the
+    connector creates it on its first start). Raises :class:`CdcError` when PostgreSQL does not
+    answer within ``timeout_s`` seconds."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn(settings), connect_timeout=max(1, int(timeout_s)), autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT slot_name, active, confirmed_flush_lsn::text, pg_current_wal_lsn()::text, "
+                "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = ANY(%s)", (list(names),)).fetchall()
+    except psycopg.Error as exc:
+        raise CdcError(f"cannot read the replication slots from PostgreSQL at {settings.postgres_host}:"
+                       f"{settings.postgres_port} ({str(exc).strip().splitlines()[0]})") from None
+    found = {r[0]: SlotPosition(*r) for r in rows}
+    return {name: found.get(name) for name in names}
+
+
 SERVICE = LocalService(
     name="postgres", title="PostgreSQL", help="The local operational PostgreSQL (the CDC source).",
     start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,

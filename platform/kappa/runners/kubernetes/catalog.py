@@ -41,8 +41,10 @@ def chart_connect(assets_dir: Path) -> dict:
     worker's group and internal topics and the Debezium plugin (:mod:`kappa.cdc.connect`, the
     names `kappa connect start` uses locally), and per connector its class, tasks, changelog
     topics and :meth:`~kappa.cdc.connect.ConnectorSpec.declared_config` without class and tasks
-    (Strimzi's KafkaConnector takes them as ``spec.class`` and ``spec.tasksMax``). The chart adds
-    the keys in :data:`~kappa.cdc.connect.CONNECTION_KEYS` from its values."""
+    (Strimzi's KafkaConnector takes them as ``spec.class`` and ``spec.tasksMax``), and its
+    heartbeat topic (``heartbeat``: name, partitions, config; absent when heartbeats are off), which
+    the chart creates as the local worker does. The chart adds the keys in
+    :data:`~kappa.cdc.connect.CONNECTION_KEYS` from its values."""
     from kappa.cdc import connect
 
     connectors = connect.load_connectors(assets_dir)
@@ -57,6 +59,10 @@ def chart_connect(assets_dir: Path) -> dict:
             "topics": spec.topics,
             "config": dict(sorted(config.items())),
         }
+        if spec.heartbeat_topic:
+            beat = connect.heartbeat_topic_spec()
+            out[name]["heartbeat"] = {"topic": spec.heartbeat_topic, "partitions": beat.partitions,
+                                      "config": dict(sorted(beat.kafka_config().items()))}
     return {
         "connect": {
             "groupId": connect.GROUP_ID,
