@@ -67,7 +67,10 @@ def test_query_through_serve_returns_the_promoted_count_and_follows_a_rollback(s
     v2 = registry.create_version("flights", v1.fingerprint, v1.upstream, reason="test")
     write_deltalake(v2.table_path, DeltaTable(v1.table_path).to_pyarrow_table().slice(0, 100))
     registry.record("flights", v2.version, "gate_passed", checks=[])
-    promoted = kappa(settings, "promote", "flights", str(v2.version))
+    # --only: the downstream tables stay over v1 (a promotion alone would refuse to split the cut)
+    refused = kappa(settings, "promote", "flights", str(v2.version))
+    assert refused.returncode == 1 and "--only" in refused.stderr and "Traceback" not in refused.stderr
+    promoted = kappa(settings, "promote", "flights", str(v2.version), "--only")
     assert promoted.returncode == 0, promoted.stderr
     assert hive_count(port, "flights") == 100
 

@@ -105,3 +105,63 @@ def test_kafka_security_settings_for_spark_and_librdkafka(monkeypatch, tmp_path)
                                       "ssl.ca.location": "/etc/kafka-ca/ca.crt"}
     assert load_settings(home=tmp_path / "x", kafka_security_protocol=None, kafka_sasl_mechanism=None,
                          kafka_sasl_jaas_config=None, kafka_ssl_truststore_location=None).librdkafka_options() == {}
+
+
+def _gated_chain(reg: Registry, n: int) -> None:
+    """Version n of silver ``s`` and of gold ``g`` (pinned to ``s`` vn), both gate-passed."""
+    reg.create_version("s", f"f{n}", {})
+    reg.create_version("g", f"f{n}", {"s": n})
+    for asset in ("s", "g"):
+        reg.record(asset, n, "gate_passed", checks=[])
+
+
+def test_rollback_moves_the_chain_promoted_with_the_asset_in_one_commit(settings):
+    from deltalake import DeltaTable
+
+    from kappa.lifecycle.promotion import commit_promotion, rollback
+
+    reg = Registry(settings)
+    _gated_chain(reg, 1)
+    commit_promotion(settings, {"s": 1, "g": 1}, reason="demo", chain=["s", "g"])
+    _gated_chain(reg, 2)
+    commit_promotion(settings, {"s": 2, "g": 2}, reason="replay", chain=["s", "g"])
+    before = DeltaTable(reg.uri).version()
+
+    assert rollback(settings, "g") == {"g": 1, "s": 1}  # gold alone would sit over silver v2
+
+    assert DeltaTable(reg.uri).version() == before + 1
+    assert {a: v.version for a, v in reg.promoted_all().items()} == {"s": 1, "g": 1}
+    assert rollback(settings, "s") == {"s": 2, "g": 2}  # a rollback is a chain too: undone whole
+
+
+def test_rollback_refuses_when_a_chain_member_was_promoted_again_since(settings):
+    from kappa.lifecycle.promotion import commit_promotion, rollback
+
+    reg = Registry(settings)
+    _gated_chain(reg, 1)
+    commit_promotion(settings, {"s": 1, "g": 1}, reason="demo", chain=["s", "g"])
+    _gated_chain(reg, 2)
+    commit_promotion(settings, {"s": 2, "g": 2}, reason="replay", chain=["s", "g"])
+    reg.create_version("g", "f3", {"s": 2})
+    commit_promotion(settings, {"g": 3}, reason="manual")
+    with pytest.raises(RegistryError, match="g was promoted with s but has been promoted again since"):
+        rollback(settings, "s")
+    assert reg.promoted("s").version == 2 and reg.promoted("g").version == 3
+
+
+def test_promoting_one_version_refuses_to_split_the_cut_unless_only(settings):
+    from kappa.lifecycle.promotion import InconsistentPromotionError, commit_promotion, promote
+
+    reg = Registry(settings)
+    _gated_chain(reg, 1)
+    commit_promotion(settings, {"s": 1, "g": 1}, reason="demo", chain=["s", "g"])
+    _gated_chain(reg, 2)
+    with pytest.raises(InconsistentPromotionError, match=r"g v1 was computed from s v1, but s would point at v2"):
+        promote(settings, "s", 2)
+    with pytest.raises(InconsistentPromotionError, match=r"g v2 was computed from s v2, but s would point at v1"):
+        promote(settings, "g", 2)
+    assert reg.promoted("s").version == 1
+    promote(settings, "s", 2, only=True)
+    assert reg.promoted("s").version == 2
+    promote(settings, "g", 2)  # now consistent: g v2 reads s v2
+    assert reg.promoted("g").version == 2

@@ -397,23 +397,29 @@ def _forget_steps(steps: dict[str, dict]) -> str:
 
 
 @app.command("promote")
-def promote(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
-    """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed."""
+def promote(
+    asset: str, version: int = typer.Argument(..., help="Version number (2 for v2)."),
+    only: bool = typer.Option(False, "--only", help="Promote this version alone even if a downstream "
+                              "(or upstream) stable name stays pinned over a different version of it."),
+) -> None:
+    """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed and
+    every other stable name stays at one cut with it (else it refuses, naming the pins; `--only`)."""
     from kappa.lifecycle import promotion
 
     with Guard():
-        promotion.promote(load_settings(), asset, version)
+        promotion.promote(load_settings(), asset, version, only=only)
         console.print(f"{asset} -> v{version}")
 
 
 @app.command("rollback")
 def rollback(asset: str) -> None:
-    """Point the stable name of ASSET back at the previously promoted version."""
+    """Point the stable names promoted with ASSET (its chain) back at their previously promoted
+    versions, in one registry commit."""
     from kappa.lifecycle import promotion
 
     with Guard():
-        target = promotion.rollback(load_settings(), asset)
-        console.print(f"{asset} -> v{target} (rolled back)")
+        targets = promotion.rollback(load_settings(), asset)
+        console.print(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -79,7 +79,7 @@ def demo(
         pending = {r.asset: r.version for r in results
                    if (p := registry.promoted(r.asset)) is None or p.version != r.version}
         gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
-                                                          atomic=False)
+                                                          atomic=True)
         for report in gates.values():
             if not report.passed:
                 console.print(gate_table(report))

@@ -227,13 +227,44 @@ def latest_gate(version: Version) -> tuple[bool, list[dict]] | None:
     return None
 
 
-def promote(settings: Settings, asset: str, version: int, spark=None, runner: "Runner | None" = None) -> GateReport | None:
+class InconsistentPromotionError(KappaError, RuntimeError):
+    """Promoting one version alone would leave stable names pinned over different versions of the
+    same upstream (a downstream table computed from another version than the one its name reads)."""
+
+
+def pin_conflicts(registry: Registry, targets: dict[str, int]) -> list[str]:
+    """What pointing the stable names of ``targets`` (asset -> version) at those versions would make
+    inconsistent: every promoted (or targeted) version whose pinned upstream version differs from
+    the version that upstream's stable name would point at, where one side of the pair is a target.
+    Empty when the promotion keeps every chain at one cut."""
+    after = {a: v.version for a, v in registry.promoted_all().items()} | dict(targets)
+    conflicts = []
+    for name, number in sorted(after.items()):
+        for upstream, pinned in sorted(registry.version(name, number).upstream.items()):
+            if upstream in after and after[upstream] != pinned and (name in targets or upstream in targets):
+                conflicts.append(f"{name} v{number} was computed from {upstream} v{pinned}, but {upstream} would "
+                                 f"point at v{after[upstream]}")
+    return conflicts
+
+
+def promote(settings: Settings, asset: str, version: int, spark=None, runner: "Runner | None" = None,
+            only: bool = False) -> GateReport | None:
     """Promote one version after its gate passes (running the gate if it never ran).
 
-    Raises :class:`GateFailedError` naming the failed checks; :class:`RegistryError` for an unknown
-    or retired version."""
+    Unless ``only``, refuses when the promotion would leave a downstream stable name pinned over a
+    different version of this asset, or this version pinned over a different version of an upstream
+    than the one promoted (:func:`pin_conflicts`): promote the chain with ``kappa replay --promote``.
+
+    Raises :class:`GateFailedError` naming the failed checks; :class:`InconsistentPromotionError`
+    naming the conflicting pins; :class:`RegistryError` for an unknown or retired version."""
     registry = Registry(settings)
     ver = registry.version(asset, version)
+    conflicts = [] if only else pin_conflicts(registry, {asset: version})
+    if conflicts:
+        raise InconsistentPromotionError(
+            f"promoting {asset} v{version} alone would leave names over different versions: "
+            + "; ".join(conflicts) + ". Promote the chain together (`kappa replay " + asset
+            + " --promote`), or promote this version alone with --only")
     report = None
     gate = latest_gate(ver)
     if gate is None:
@@ -252,12 +283,29 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
     return report
 
 
-def rollback(settings: Settings, asset: str) -> int:
-    """Point ``asset`` back at its previously promoted version; returns that version.
-    Raises :class:`RegistryError` when there is none."""
+def rollback(settings: Settings, asset: str) -> dict[str, int]:
+    """Roll back the chain that was promoted with ``asset``'s current version (every stable name of
+    that promotion commit, e.g. a replay's asset and its downstream assets) to each name's previously
+    promoted version, in one registry commit; returns asset -> the version it points at now.
+
+    Raises :class:`RegistryError` when ``asset`` (or a member of its chain) has no previously
+    promoted version, or when a member of the chain has been promoted again since (rolling it back
+    would undo that later promotion: roll that one back first)."""
     registry = Registry(settings)
-    target = registry.previous_promoted(asset)
-    if target is None:
-        raise RegistryError(f"{asset} has no previously promoted version to roll back to")
-    commit_promotion(settings, {asset: target}, reason="rollback")
-    return target
+    promotions = [e for e in registry.events(asset) if e["event"] == "promoted"]
+    if not promotions:
+        raise RegistryError(f"{asset} has never been promoted: nothing to roll back")
+    last = promotions[-1]
+    chain = list(dict.fromkeys([asset, *(last["details"].get("chain") or [])]))
+    targets: dict[str, int] = {}
+    for name in chain:
+        mine = [e for e in registry.events(name) if e["event"] == "promoted"]
+        if not mine or mine[-1]["at"] != last["at"]:
+            raise RegistryError(f"{name} was promoted with {asset} but has been promoted again since; "
+                                f"roll {name} back first")
+        target = registry.previous_promoted(name)
+        if target is None:
+            raise RegistryError(f"{name} has no previously promoted version to roll back to")
+        targets[name] = target
+    commit_promotion(settings, targets, reason="rollback", chain=list(targets))
+    return targets
