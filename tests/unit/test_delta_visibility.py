@@ -1,7 +1,8 @@
 """When a row became visible, read from a real Delta table (delta-rs, no mocks): the first commit
 that added it with dataChange true. An OPTIMIZE re-adds every row with dataChange false and must
 change no row's answer (issue 19: the bench took the last commit naming a row, so a row's latency
-became the time of the compaction that rewrote it)."""
+became the time of the compaction that rewrote it); Delta's change data feed, a second method,
+gives the same commits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from kappa.harness.delta_log import commit_actions, commit_time, first_visible, rearranges_only, wait_for_commit
+from kappa.harness.delta_log import (change_data_feed_enabled, commit_actions, commit_time, first_visible,
+                                     first_visible_cdf, rearranges_only, wait_for_commit)
 
 
 def _append(path, ids: list[str]) -> int:
@@ -52,6 +54,17 @@ def test_an_optimize_changes_no_rows_visibility(table):
     assert first_visible(table, "event_id", after=0) == before  # nor do the earlier rows appear
     assert _append(table, ["c-0"]) == v + 1  # a row appended after the compaction: its own commit
     assert first_visible(table, "event_id", after=0) == {**before, "c-0": (v + 1, commit_time(table, v + 1))}
+
+
+def test_the_change_data_feed_places_every_row_in_the_same_commit(table):
+    _optimize(table)
+    _append(table, ["c-0"])
+    assert change_data_feed_enabled(table)
+    log, feed = first_visible(table, "event_id", after=0), first_visible_cdf(table, "event_id", after=0)
+    assert feed.keys() == log.keys() and len(log) == 6
+    assert {k: v for k, (v, _) in feed.items()} == {k: v for k, (v, _) in log.items()}
+    # Two clocks of one commit: the feed's millisecond timestamp and the commit file's mtime.
+    assert max(abs(feed[k][1] - log[k][1]) for k in log) < 0.05
 
 
 def test_a_compaction_is_not_taken_for_a_new_micro_batch(table):

@@ -2,10 +2,11 @@
 history from the ``_delta_log`` folder, columns through delta-rs.
 
 When a row became visible is answered here once, for the bench and the tests:
-:func:`first_visible` from the log's ``add`` actions. A commit whose files change no data
-(OPTIMIZE, Delta's auto-compaction, which Kappa's sessions turn on) re-adds rows visible long
-before; such a commit does not make a row visible again, and :func:`wait_for_commit` does not take
-one for a micro-batch.
+:func:`first_visible` from the log's ``add`` actions, :func:`first_visible_cdf` from Delta's change
+data feed as a second method. A commit whose files change no data (OPTIMIZE, Delta's
+auto-compaction, which Kappa's sessions turn on) re-adds rows visible long before; neither method
+lets such a commit make a row visible again, and :func:`wait_for_commit` does not take one for a
+micro-batch.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import re
 import time
+from datetime import timezone
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote
@@ -108,6 +110,43 @@ def first_visible(table: str | Path, column: str, after: int, through: int | Non
             for value in pq.read_table(Path(table) / path, columns=[column]).column(column).to_pylist():
                 seen.setdefault(value, (version, at))
     return seen
+
+
+def first_visible_cdf(table: str | Path, column: str, after: int, through: int | None = None) -> dict:
+    """:func:`first_visible` by a second method: Delta's change data feed read with delta-rs
+    (``load_cdf``), the smallest ``_commit_version`` of an ``insert`` or ``update_postimage`` row
+    per value and that commit's ``_commit_timestamp`` (epoch seconds, millisecond precision). That
+    timestamp is not :func:`commit_time`: delta-rs reports the ``timestamp`` of the commit's
+    ``commitInfo``, which a Spark writer takes before it writes the commit file (21 to 203 ms
+    before the file's mtime on a table of ``tests/integration/test_latency_visibility.py`` here),
+    so the latencies of the two methods differ by about that much. The feed has no change rows for
+    the files of an OPTIMIZE (``tests/unit/test_delta_visibility.py``: the rows it rewrote do not
+    reappear), and this method never reads the ``add`` actions itself. Needs
+    ``delta.enableChangeDataFeed`` on the table for every commit from ``after + 1``."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    through = latest_commit(table) if through is None else through
+    if through <= after:
+        return {}
+    feed = pa.table(DeltaTable(str(table)).load_cdf(
+        starting_version=after + 1, ending_version=through,
+        columns=[column, "_change_type", "_commit_version", "_commit_timestamp"]).read_all())
+    seen: dict = {}
+    rows = zip(*(feed.column(c).to_pylist() for c in (column, "_change_type", "_commit_version", "_commit_timestamp")))
+    for value, kind, version, stamp in sorted(rows, key=lambda r: r[2]):
+        if kind in ("insert", "update_postimage"):
+            # delta-rs gives a timestamp without a zone; it is UTC (Delta's commit timestamps are
+            # epoch milliseconds), not this machine's local time.
+            seen.setdefault(value, (version, stamp.replace(tzinfo=stamp.tzinfo or timezone.utc).timestamp()))
+    return seen
+
+
+def change_data_feed_enabled(table: str | Path) -> bool:
+    """Whether the table's current metadata has ``delta.enableChangeDataFeed`` true."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(table)).metadata().configuration.get("delta.enableChangeDataFeed", "").lower() == "true"
 
 
 def read_delta(path: str, columns: list[str]):
