@@ -315,7 +315,7 @@ def _variable(field: str) -> str:
 def describe_invalid(exc: ValidationError, overrides: typing.Mapping[str, object] | None = None) -> str:
     """One line for a :class:`Settings` validation error: per bad field, its variable and value
     (``KAPPA_RUNNER='foo'``; ``runner='foo'`` and the variable when a :func:`load_settings` override
-    gave it), why, when pydantic's reason adds to the form, and what the field takes
+    gave it), for ``KAPPA_FAULT`` which part is wrong, and what the field takes
     (:func:`_expected`); several bad fields are joined with ``"; "``."""
     problems, seen = [], set()
     for error in exc.errors():
