@@ -37,19 +37,34 @@ variable                       meaning                                         d
 ``KAPPA_DEDUP_ANTI_JOIN``      test only: ``false`` turns off silver's          ``true``
                                anti-join on ``event_id`` against the table
 =============================  ==============================================  ======================
+
+A value that does not validate (``KAPPA_RUNNER=foo``, ``KAPPA_KAFKA_PORT=abc``, ``KAPPA_FAULT=x``)
+raises :class:`SettingsError`, a :class:`kappa.errors.KappaError` whose one line names the variable,
+the value and what it should be, so the ``kappa`` command prints it without a traceback.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import types
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dataclasses import dataclass
-
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsError as _SourceError
+
+from kappa.errors import KappaError
+
+ENV_PREFIX = "KAPPA_"
+
+
+class SettingsError(KappaError):
+    """A ``KAPPA_*`` variable (or a :func:`load_settings` override) whose value does not validate.
+    The message is one line: the variable, its value and the allowed values or expected form."""
 
 
 def find_project_dir(start: Path | None = None) -> Path:
@@ -92,6 +107,8 @@ def join(root: Path | str, *parts: str) -> Path | str:
 #: late-events append committed; the asset's table committed (append or MERGE); the batch function
 #: returned (Spark has not yet written the batch to the checkpoint's commit log).
 FAULT_POINTS = ("before_write", "after_quarantine_commit", "after_late_commit", "after_table_commit", "after_batch")
+#: ``KAPPA_FAULT``'s form, as error messages state it.
+FAULT_FORM = f"<asset>:<point>:<batch_id>, <point> one of {', '.join(FAULT_POINTS)}, <batch_id> an integer >= 0"
 
 
 @dataclass(frozen=True)
@@ -106,15 +123,16 @@ class Fault:
 
     @classmethod
     def parse(cls, text: str) -> "Fault":
-        """``<asset>:<point>:<batch_id>`` -> Fault. Raises ValueError naming what is wrong."""
+        """``<asset>:<point>:<batch_id>`` -> Fault. Raises ValueError saying what is wrong (the
+        caller names the variable and :data:`FAULT_FORM`)."""
         parts = text.split(":")
         if len(parts) != 3 or not parts[0]:
-            raise ValueError(f"KAPPA_FAULT={text!r}: expected <asset>:<point>:<batch_id>")
+            raise ValueError("not three fields")
         asset, point, batch = parts
         if point not in FAULT_POINTS:
-            raise ValueError(f"KAPPA_FAULT={text!r}: unknown point {point!r}; one of {', '.join(FAULT_POINTS)}")
+            raise ValueError(f"unknown point {point!r}")
         if not batch.isdigit():
-            raise ValueError(f"KAPPA_FAULT={text!r}: batch id {batch!r} is not a non-negative integer")
+            raise ValueError(f"batch id {batch!r} is not a non-negative integer")
         return cls(asset, point, int(batch))
 
     def hit(self, asset: str, point: str, batch_id: int) -> None:
@@ -142,7 +160,7 @@ class Fault:
 class Settings(BaseSettings):
     """Every knob Kappa reads. Paths are absolute after validation."""
 
-    model_config = SettingsConfigDict(env_prefix="KAPPA_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore")
 
     project_dir: Path = Field(default_factory=find_project_dir)
     home: Path | None = None
@@ -276,5 +294,67 @@ def kubernetes_values() -> dict[str, str]:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Read ``KAPPA_*`` from the environment now; keyword ``overrides`` win over the environment."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    """Read ``KAPPA_*`` from the environment now; keyword ``overrides`` win over the environment.
+    Raises :class:`SettingsError` (one line, see :func:`describe_invalid`) when a value does not
+    validate."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise SettingsError(describe_invalid(exc, overrides)) from exc
+    except _SourceError as exc:  # pydantic-settings could not decode a value (JSON of a complex field)
+        raise SettingsError(re.sub(r'field "(\w+)"', lambda m: _variable(m.group(1)), str(exc))) from exc
+
+
+#: Fields whose value an error message must not echo.
+_SECRET = re.compile(r"password|jaas")
+
+
+def _variable(field: str) -> str:
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def describe_invalid(exc: ValidationError, overrides: typing.Mapping[str, object] | None = None) -> str:
+    """One line for a :class:`Settings` validation error: per bad field, its variable and value
+    (``KAPPA_RUNNER='foo'``; ``runner='foo'`` and the variable when a :func:`load_settings` override
+    gave it), for ``KAPPA_FAULT`` which part is wrong, and what the field takes
+    (:func:`_expected`); several bad fields are joined with ``"; "``."""
+    problems, seen = [], set()
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else ""
+        if field not in Settings.model_fields:  # a model-level check: its own message
+            problems.append(error["msg"])
+            continue
+        if field in seen:  # a union field fails once per member type: one problem is enough
+            continue
+        seen.add(field)
+        value = "<hidden>" if _SECRET.search(field) else repr(error.get("input"))
+        name = (f"{field}={value} (load_settings override of {_variable(field)})"
+                if field in (overrides or {}) else f"{_variable(field)}={value}")
+        why, expected = _expected(field, error)
+        problems.append(f"{name} is not valid{f' ({why})' if why else ''}: expected {expected}")
+    return "; ".join(problems)
+
+
+def _expected(field: str, error: dict) -> tuple[str | None, str]:
+    """(why, what ``field`` takes), from its annotation and constraints rather than pydantic's
+    wording, which speaks of Python types: ``one of local, kubernetes``, ``an integer from 1 to
+    65535``…; why is the fault parser's reason (which part of the form is wrong), else None."""
+    info = Settings.model_fields[field]
+    if field == "fault":
+        cause = error.get("ctx", {}).get("error")
+        return (str(cause) if cause else None), FAULT_FORM
+    union = typing.get_origin(info.annotation) in (typing.Union, types.UnionType)
+    kinds = [a for a in typing.get_args(info.annotation) if a is not type(None)] if union else [info.annotation]
+    literals = [v for k in kinds if typing.get_origin(k) is typing.Literal for v in typing.get_args(k)]
+    if literals:
+        return None, "one of " + ", ".join(str(v) for v in literals)
+    if bool in kinds:
+        return None, "true or false (also 1/0, yes/no, on/off)"
+    if int in kinds:
+        bounds = {b: getattr(m, b) for m in info.metadata for b in ("ge", "le") if hasattr(m, b)}
+        if "ge" in bounds and "le" in bounds:
+            return None, f"an integer from {bounds['ge']} to {bounds['le']}"
+        if "ge" in bounds:
+            return None, f"an integer >= {bounds['ge']}"
+        return None, "an integer"
+    return None, error["msg"][:1].lower() + error["msg"][1:]

@@ -36,6 +36,9 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     for key in KEYS:
         assert key in result, key
     assert set(result["latency_ms"]) >= {"p50", "p95", "p99"}
+    latency = result["latency"]  # the second method (the live table's change data feed) agrees on every row
+    assert latency["rows_measured"] > 0 and latency["cross_check"]["rows_measured"] == latency["rows_measured"]
+    assert latency["cross_check"]["rows_in_another_commit"] == 0
     assert result["cores"] == os.cpu_count()
     assert result["u1_events_per_s"] > 0 and result["u2_events_per_s"] > 0 and result["replay_events_per_s"] > 0
     assert result["replay"]["rows"] == result["input"]["events"]  # the replay read every event once
