@@ -115,16 +115,23 @@ def _gated_chain(reg: Registry, n: int) -> None:
         reg.record(asset, n, "gate_passed", checks=[])
 
 
+def _two_chain_promotions(settings) -> Registry:
+    """v1 of ``s`` and ``g`` promoted together (``kappa demo``), then v2 of both (a replay)."""
+    from kappa.lifecycle.promotion import commit_promotion
+
+    reg = Registry(settings)
+    for n, reason in ((1, "demo"), (2, "replay")):
+        _gated_chain(reg, n)
+        commit_promotion(settings, {"s": n, "g": n}, reason=reason, chain=["s", "g"])
+    return reg
+
+
 def test_rollback_moves_the_chain_promoted_with_the_asset_in_one_commit(settings):
     from deltalake import DeltaTable
 
-    from kappa.lifecycle.promotion import commit_promotion, rollback
+    from kappa.lifecycle.promotion import rollback
 
-    reg = Registry(settings)
-    _gated_chain(reg, 1)
-    commit_promotion(settings, {"s": 1, "g": 1}, reason="demo", chain=["s", "g"])
-    _gated_chain(reg, 2)
-    commit_promotion(settings, {"s": 2, "g": 2}, reason="replay", chain=["s", "g"])
+    reg = _two_chain_promotions(settings)
     before = DeltaTable(reg.uri).version()
 
     assert rollback(settings, "g") == {"g": 1, "s": 1}  # gold alone would sit over silver v2
@@ -137,11 +144,7 @@ def test_rollback_moves_the_chain_promoted_with_the_asset_in_one_commit(settings
 def test_rollback_refuses_when_a_chain_member_was_promoted_again_since(settings):
     from kappa.lifecycle.promotion import commit_promotion, rollback
 
-    reg = Registry(settings)
-    _gated_chain(reg, 1)
-    commit_promotion(settings, {"s": 1, "g": 1}, reason="demo", chain=["s", "g"])
-    _gated_chain(reg, 2)
-    commit_promotion(settings, {"s": 2, "g": 2}, reason="replay", chain=["s", "g"])
+    reg = _two_chain_promotions(settings)
     reg.create_version("g", "f3", {"s": 2})
     commit_promotion(settings, {"g": 3}, reason="manual")
     with pytest.raises(RegistryError, match="g was promoted with s but has been promoted again since"):
