@@ -34,13 +34,23 @@ def test_only_a_user_of_the_password_file_with_its_password_logs_in(served):
     assert hive_count(port, "flights") > 0  # the right one: rows
 
 
-def test_serve_refuses_a_malformed_password_file_naming_file_and_line(served, tmp_path):
+@pytest.mark.parametrize("second_line, message", [
+    ("no-colon-here", "line 2 is not `user:pbkdf2_sha256"),
+    ("legacy:opensesame", "line 2 (user 'legacy'): a plain-text password (or an unknown scheme): only salted "
+                          "hashes are accepted; set it with `kappa serve user add legacy --file "),
+])
+def test_serve_refuses_a_malformed_or_plain_text_password_file_naming_file_and_line(served, tmp_path, second_line,
+                                                                                   message):
+    from kappa.services.serve_users import add_user
+
     settings, port = served
     bad = tmp_path / "passwords"
-    bad.write_text("analyst:ok\nno-colon-here\n")
+    add_user(bad, "analyst", "ok", iterations=100_000)
+    with bad.open("a") as f:
+        f.write(second_line + "\n")
     refused = kappa(settings, "serve", "--port", str(port), "--auth", str(bad))
-    assert refused.returncode == 1 and f"{bad}: line 2 is not `user:password`" in refused.stderr.replace("\n", "")
-    assert "Traceback" not in refused.stderr
+    assert refused.returncode == 1 and f"{bad}: {message}" in refused.stderr.replace("\n", ""), refused.stderr
+    assert "Traceback" not in refused.stderr and "opensesame" not in refused.stderr
 
 
 def test_a_second_serve_on_the_same_state_is_refused_clearly(served):
