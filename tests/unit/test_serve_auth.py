@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kappa.config import load_settings
-from kappa.services.serve import AUTH_CLASS, ServeError, ServeStatus, client_credentials, server_conf
+from kappa.services.serve import (AUTH_CLASS, ServeError, ServeStatus, check_exposure, client_credentials,
+                                  is_loopback, server_conf)
 from kappa.services.serve_users import (MIN_ITERATIONS, PasswordFileError, PasswordHash, add_user, hash_password,
                                         read_password_file, user_line, verify_password)
 
@@ -147,6 +148,25 @@ def test_kappa_serve_user_add_reads_the_password_from_standard_input_never_the_c
     assert argv.returncode == 2 and "No such option" in argv.stderr
     empty = _kappa("serve", "user", "add", "analyst", "--file", str(f), home=tmp_path, stdin="")
     assert empty.returncode == 1 and "the password is empty; nothing written" in empty.stderr
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("127.8.9.10", True), ("::1", True),
+                                            ("localhost", True), ("0.0.0.0", False), ("::", False),
+                                            ("10.1.2.3", False), ("kappa.example.com", False)])
+def test_only_a_loopback_host_may_go_without_a_password_file(host, loopback, tmp_path):
+    assert is_loopback(host) is loopback
+    check_exposure(host, tmp_path / "users")  # with a password file any host is allowed
+    if not loopback:
+        with pytest.raises(ServeError, match=f"kappa serve --host {re.escape(host)} without a password file"):
+            check_exposure(host, None)
+
+
+def test_kappa_serve_on_all_interfaces_without_a_password_file_exits_1_with_one_line(tmp_path):
+    refused = _kappa("serve", "--host", "0.0.0.0", "--port", "1", home=tmp_path)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and refused.stderr.startswith(
+        "error: kappa serve --host 0.0.0.0 without a password file would let anyone"), refused.stderr
+    assert not (tmp_path / "serve").exists()  # refused before anything was started
 
 
 def test_server_conf_is_custom_authentication_only_with_a_password_file(tmp_path):

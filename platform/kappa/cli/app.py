@@ -455,7 +455,8 @@ def serve_start(
     auth: Optional[Path] = typer.Option(
         None, "--auth", metavar="PASSWORD_FILE",
         help="Only the users of this file log in (salted hashes written by `kappa serve user add`; "
-             "HiveServer2 CUSTOM authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password."),
+             "HiveServer2 CUSTOM authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password, "
+             "which only a loopback --host allows."),
 ) -> None:
     """Start the endpoint in the background: every promoted table under its stable name, kept in
     step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""

@@ -15,7 +15,8 @@ pyspark package's jars) and keeps the catalog in step with the promotion registr
 
 Any HiveServer2 client connects: ``beeline -u jdbc:hive2://127.0.0.1:10000/default``, PyHive,
 dbt-spark (``method: thrift``), JDBC/ODBC BI tools. By default authentication is NONE (SASL PLAIN,
-any user name and password) and the server binds to 127.0.0.1: a local developer endpoint. With a password
+any user name and password) and the server binds to 127.0.0.1: a local developer endpoint; it
+refuses to bind any other address without a password file (:func:`check_exposure`). With a password
 file (``kappa serve --auth FILE`` or ``KAPPA_SERVE_PASSWORD_FILE``; salted hashes written by ``kappa
 serve user add``, see :mod:`kappa.services.serve_users`) it is HiveServer2's CUSTOM authentication
 with :data:`AUTH_CLASS` (``jvm/serve-auth``), which refuses any other user or password and locks a
@@ -29,6 +30,7 @@ Delta docs, "Table batch reads and writes" (``delta.`path``` identifiers).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -89,6 +91,26 @@ def beeline_path() -> str:
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None
     return str(Path(spec.origin).parent / "bin" / "beeline")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` reaches only this machine: ``localhost`` or a loopback address
+    (127.0.0.0/8, ::1). Any other name or address (``0.0.0.0``, a host name) counts as exposed."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, password_file: Path | str | None) -> None:
+    """Raise :class:`ServeError` when the endpoint would bind a non-loopback ``host`` without a
+    password file: HiveServer2's NONE authentication lets in any user name with any password."""
+    if password_file is None and not is_loopback(host):
+        raise ServeError(f"kappa serve --host {host} without a password file would let anyone who reaches "
+                         f"{host} read every table: give --auth FILE (or KAPPA_SERVE_PASSWORD_FILE; "
+                         f"`kappa serve user add NAME --file FILE` writes it) or bind 127.0.0.1")
 
 
 def auth_jar(settings: Settings) -> Path:
@@ -171,11 +193,13 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
           password_file: Path | str | None = None) -> ServeStatus:
     """Start the endpoint in the background and wait until it accepts connections with every
     promoted table registered. With ``password_file`` (default ``settings.serve_password_file``)
-    only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if it already runs, the port
+    only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if ``host`` is
+    not loopback and there is no password file (:func:`check_exposure`), it already runs, the port
     is taken, the authentication jar is missing, or it exits or is not ready within ``timeout_s``
     seconds (with the tail of its log); :class:`~kappa.services.serve_users.PasswordFileError` when
     the password file is missing or malformed (a plain-text line included)."""
     password_file = password_file or settings.serve_password_file
+    check_exposure(host, password_file)
     if password_file is not None:
         password_file = Path(password_file).resolve()
         read_password_file(password_file)
@@ -316,12 +340,14 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
 def serve_forever(settings: Settings, host: str, port: int) -> None:
     """The endpoint's process, in the foreground (``python -m kappa.services.serve``; what the Kubernetes
     Deployment runs): a Spark driver running HiveThriftServer2 until SIGTERM. Raises
+    :class:`ServeError` for a non-loopback ``host`` without a password file,
     :class:`~kappa.services.serve_users.PasswordFileError` when the password file is malformed."""
     from pyspark.sql import SparkSession
 
     from kappa.core.jvm import java_executable
 
     java_executable()
+    check_exposure(host, settings.serve_password_file)
     if settings.serve_password_file is not None:
         read_password_file(settings.serve_password_file)  # fail now, naming the file, not at the first login
     _paths(settings)["dir"].mkdir(parents=True, exist_ok=True)
