@@ -27,9 +27,9 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_PORT``           port ``kappa serve`` listens on when none given  ``10000``
                                (``kappa demo``, ``kappa dbt`` starting one)
 ``KAPPA_SERVE_PASSWORD_FILE``  ``kappa serve`` checks logins against this file  none (no password)
-                               (``user:password`` lines, see :mod:`kappa.services.serve`)
-``KAPPA_SERVE_USER``           user / password ``kappa dbt`` logs in with       the file's first user
-``KAPPA_SERVE_PASSWORD``       when the endpoint checks passwords
+                               (salted hashes, see :mod:`kappa.services.serve_users`)
+``KAPPA_SERVE_USER``           user / password ``kappa dbt`` logs in with       none (required when
+``KAPPA_SERVE_PASSWORD``       when the endpoint checks passwords               it checks passwords)
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
 ``KAPPA_FAULT``                ``<asset>:<point>:<batch_id>``: exit there      none

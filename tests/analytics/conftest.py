@@ -22,16 +22,19 @@ SLICE = 3_000
 ANALYSTS_ASSETS = ["flights_bronze", "weather_bronze", "flights", "weather", "departures_hourly"]
 
 KAPPA = str(Path(sys.executable).parent / "kappa")
-#: The login the session's endpoint accepts (the only line of its password file).
+#: The login the session's endpoint accepts (the first user of its password file).
 SERVE_USER, SERVE_PASSWORD = "analyst", "s3cret:with-colon"
 
 
-def kappa(settings, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The `kappa` command as a user runs it, on ``settings``' state."""
+def kappa(settings, *args: str, timeout: float = 600, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The `kappa` command as a user runs it, on ``settings``' state; `kappa dbt` logs in to the
+    endpoint as SERVE_USER (the password file holds only hashes, so the login is given)."""
     env = {**os.environ, "COLUMNS": "200", "KAPPA_HOME": str(settings.home),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
-           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
-    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+           "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD}
+    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO,
+                          input=stdin)
 
 
 @pytest.fixture(scope="session")
@@ -57,11 +60,14 @@ def analysts_state(tmp_path_factory, broker_settings, spark):
 @pytest.fixture(scope="session")
 def served(analysts_state):
     """`kappa serve --auth FILE` on the analysts' state (started with the CLI, stopped at the end);
-    only SERVE_USER with SERVE_PASSWORD logs in. `kappa dbt` logs in as the file's first user."""
+    only SERVE_USER with SERVE_PASSWORD logs in (a salted hash of the real cost, as `kappa serve
+    user add` writes it). `kappa dbt` logs in as SERVE_USER (:func:`kappa`)."""
+    from kappa.services.serve_users import add_user
+
     settings, _ = analysts_state
     port = free_port()
     passwords = settings.home / "serve-passwords"
-    passwords.write_text(f"# the analysts' endpoint\n{SERVE_USER}:{SERVE_PASSWORD}\n")
+    add_user(passwords, SERVE_USER, SERVE_PASSWORD)
     started = kappa(settings, "serve", "--port", str(port), "--auth", str(passwords))
     assert started.returncode == 0, started.stdout + started.stderr
     yield settings, port

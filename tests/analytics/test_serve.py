@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
+import stat
+import statistics
 import sys
+import time
+import uuid
 
 import pytest
 
@@ -34,13 +39,121 @@ def test_only_a_user_of_the_password_file_with_its_password_logs_in(served):
     assert hive_count(port, "flights") > 0  # the right one: rows
 
 
-def test_serve_refuses_a_malformed_password_file_naming_file_and_line(served, tmp_path):
+def login_seconds(port: int, user: str, password: str) -> tuple[bool, float]:
+    """(logged in?, seconds) of one PyHive connection (SASL PLAIN) as ``user``; a login that
+    succeeds is closed at once."""
+    from pyhive import hive
+    from thrift.transport.TTransport import TTransportException
+
+    started = time.perf_counter()
+    try:
+        hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM").close()
+        return True, time.perf_counter() - started
+    except TTransportException:
+        return False, time.perf_counter() - started
+
+
+def test_the_password_file_holds_salted_hashes_only(served):
+    settings, _ = served
+    passwords = settings.home / "serve-passwords"
+    text = passwords.read_text()
+    assert SERVE_PASSWORD not in text and SERVE_PASSWORD.split(":")[0] not in text
+    lines = text.splitlines()
+    assert lines[0].startswith(f"{SERVE_USER}:")
+    for line in lines:  # other tests add users: every line is a salted hash all the same
+        assert re.fullmatch(r"[^:]+:pbkdf2_sha256\$600000\$[A-Za-z0-9+/]{22}==\$[A-Za-z0-9+/]{43}=", line), line
+    assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
+
+
+def test_a_wrong_password_and_an_unknown_user_are_refused_in_the_same_time(served):
+    """Users added with `kappa serve user add` to the running endpoint's file (applied at the next
+    login, no restart); then, interleaved, one wrong password per known user and one unknown
+    user per round. Each round's two attempts run back to back, so the machine's load (2 shared
+    cores) weighs on both alike: the median of the per-round differences must stay within a
+    tolerance well below what the check itself costs, which the lock-out's unchecked refusals
+    measure (a refusal that skipped the hash for unknown users would differ by that cost)."""
+    settings, port = served
+    passwords = settings.home / "serve-passwords"
+    rounds, tag = 9, uuid.uuid4().hex[:6]
+    for i in range(rounds):
+        added = kappa(settings, "serve", "user", "add", f"timing{tag}{i}", "--file", str(passwords), stdin=f"pw-{i}\n")
+        assert added.returncode == 0, added.stderr
+    assert login_seconds(port, f"timing{tag}0", "pw-0")[0]  # a right login: the new file applies; warms the JIT
+    wrong, unknown = [], []
+    for i in range(rounds):
+        attempts = [(wrong, f"timing{tag}{i}"), (unknown, f"nobody{tag}{i}")]
+        for samples, user in attempts if i % 2 == 0 else attempts[::-1]:
+            ok, seconds = login_seconds(port, user, "not-the-password")
+            assert not ok
+            samples.append(seconds)
+    locked = f"locked{tag}"
+    for _ in range(5):  # an unknown name, locked out like a known one
+        assert not login_seconds(port, locked, "x")[0]
+    unchecked = [login_seconds(port, locked, "x")[1] for _ in range(3)]  # refused during the 2 s lock-out
+
+    check_s = statistics.median(wrong + unknown) - statistics.median(unchecked)
+    gap_s = statistics.median(u - w for u, w in zip(unknown, wrong))
+    tolerance_s = max(0.25 * check_s, 0.05)
+    print(f"\nlogin refusals, s: wrong password {[round(x, 3) for x in wrong]} median {statistics.median(wrong):.3f}; "
+          f"unknown user {[round(x, 3) for x in unknown]} median {statistics.median(unknown):.3f}; "
+          f"median per-round gap {gap_s:+.3f} (tolerance {tolerance_s:.3f}); unchecked (locked out) "
+          f"{[round(x, 3) for x in unchecked]}; the check costs {check_s:.3f}")
+    assert check_s > 2 * tolerance_s, "the check is too cheap here to tell a skipped one from noise"
+    assert abs(gap_s) <= tolerance_s
+
+
+def test_failed_logins_lock_the_name_out_for_a_doubling_window_even_for_the_right_password(served):
+    """The lock-out of PasswordFileAuthenticator: after 5 failures 2 s, after the 6th 4 s; during
+    it the right password is refused without a check (fast); after it, logs in and clears."""
+    from kappa.services.serve_users import add_user
+
+    settings, port = served
+    user = f"backoff{uuid.uuid4().hex[:6]}"
+    add_user(settings.home / "serve-passwords", user, "right-one")
+
+    def fail_until_locked() -> tuple[float, float]:
+        """(when the 5th failure returned, median seconds of a checked refusal)"""
+        checked = [login_seconds(port, user, "wrong") for _ in range(5)]
+        assert not any(ok for ok, _ in checked)
+        return time.monotonic(), statistics.median(s for _, s in checked)
+
+    assert login_seconds(port, user, "right-one")[0]  # the file applies
+    locked_at, checked_s = fail_until_locked()
+    ok, unchecked_s = login_seconds(port, user, "right-one")
+    assert not ok and unchecked_s < checked_s / 2, (unchecked_s, checked_s)
+    time.sleep(max(0.0, locked_at + 2.3 - time.monotonic()))
+    assert login_seconds(port, user, "right-one")[0]  # the 2 s are over; the failures are cleared
+
+    locked_at, _ = fail_until_locked()  # 2 s again (cleared), then a 6th failure: 4 s
+    time.sleep(max(0.0, locked_at + 2.3 - time.monotonic()))
+    assert not login_seconds(port, user, "wrong")[0]
+    sixth_at = time.monotonic()
+    time.sleep(2.3)
+    assert not login_seconds(port, user, "right-one")[0]  # 2.3 s into 4 s: still locked out
+    time.sleep(max(0.0, sixth_at + 4.3 - time.monotonic()))
+    assert login_seconds(port, user, "right-one")[0]
+    log = (settings.home / "serve" / "serve.log").read_text()
+    print(f"\nchecked refusal {checked_s:.3f} s, refusal during the lock-out {unchecked_s:.3f} s")
+    assert f"user {user} is locked out for" in log, "the endpoint's log does not say why"
+
+
+@pytest.mark.parametrize("second_line, message", [
+    ("no-colon-here", "line 2 is not `user:pbkdf2_sha256"),
+    ("legacy:opensesame", "line 2 (user 'legacy'): a plain-text password (or an unknown scheme): only salted "
+                          "hashes are accepted; set it with `kappa serve user add legacy --file "),
+], ids=["malformed", "plain text"])
+def test_serve_refuses_a_malformed_or_plain_text_password_file_naming_file_and_line(served, tmp_path, second_line,
+                                                                                   message):
+    from kappa.services.serve_users import add_user
+
     settings, port = served
     bad = tmp_path / "passwords"
-    bad.write_text("analyst:ok\nno-colon-here\n")
+    add_user(bad, "analyst", "ok", iterations=100_000)
+    with bad.open("a") as f:
+        f.write(second_line + "\n")
     refused = kappa(settings, "serve", "--port", str(port), "--auth", str(bad))
-    assert refused.returncode == 1 and f"{bad}: line 2 is not `user:password`" in refused.stderr.replace("\n", "")
-    assert "Traceback" not in refused.stderr
+    assert refused.returncode == 1 and f"{bad}: {message}" in refused.stderr.replace("\n", ""), refused.stderr
+    assert "Traceback" not in refused.stderr and "opensesame" not in refused.stderr
 
 
 def test_a_second_serve_on_the_same_state_is_refused_clearly(served):

@@ -7,6 +7,7 @@ failed query…) print one clear message and exit with status 1; no traceback.
 from __future__ import annotations
 
 import json
+import sys
 import signal
 import threading
 import time
@@ -22,9 +23,11 @@ from kappa.cli.ingest import ingest_app
 from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
 from kappa.cli.services import StatusFormat, service_app
 from kappa.config import load_settings
+from kappa.core.guard import Guard, err_console, fail, positive_option
+from kappa.errors import KappaError
 from kappa.services import serve as serve_service
 from kappa.services import services
-from kappa.core.guard import Guard, fail, positive_option
+from kappa.services.serve_users import DEFAULT_ITERATIONS
 from kappa.harness.bench import bench_command
 from kappa.harness.chaos import chaos_app
 
@@ -160,8 +163,9 @@ def serve_start(
     timeout: float = typer.Option(300.0, help="Seconds to wait for the endpoint to answer."),
     auth: Optional[Path] = typer.Option(
         None, "--auth", metavar="PASSWORD_FILE",
-        help="Only the users of this file log in (one `user:password` per line; HiveServer2 CUSTOM "
-             "authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password."),
+        help="Only the users of this file log in (salted hashes written by `kappa serve user add`; "
+             "HiveServer2 CUSTOM authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password, "
+             "which only a loopback --host allows."),
 ) -> None:
     """Start the endpoint in the background: every promoted table under its stable name, kept in
     step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
@@ -178,6 +182,43 @@ def serve_start(
                       f"{', '.join(sorted(st.tables or {})) or 'nothing promoted yet'}; log: {st.log_file}")
         login = (f"user and password from {st.password_file}" if st.auth == "CUSTOM" else "no password")
         console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})")
+
+
+serve_user_app = typer.Typer(help="The endpoint's password file (salted PBKDF2-SHA256 hashes).",
+                             no_args_is_help=True)
+serve_app.add_typer(serve_user_app, name="user")
+
+
+@serve_user_app.command("add")
+def serve_user_add(
+    name: str = typer.Argument(..., help="User name (no ':' or white space)."),
+    file: Path = typer.Option(..., "--file", help="The password file (created with mode 0600 if missing)."),
+    iterations: int = typer.Option(DEFAULT_ITERATIONS, "--iterations", help="PBKDF2 rounds (100,000 to 10,000,000)."),
+) -> None:
+    """Add NAME to the password file, or replace its line, with a salted hash of the password read
+    from standard input (asked twice on a terminal; else the first line). Never from the command
+    line, where other users of the machine could read it. A running endpoint applies it at the next login."""
+    import getpass
+
+    from kappa.services.serve_users import add_user, read_password_file
+
+    with Guard():
+        if sys.stdin.isatty():
+            password = getpass.getpass(f"password for {name}: ")
+            if getpass.getpass("again: ") != password:
+                fail("the two passwords differ; nothing written")
+        else:
+            password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+        try:
+            replaced = add_user(file, name, password, iterations)
+        except ValueError as err:
+            fail(f"{err}; nothing written")
+        console.print(f"{'replaced' if replaced else 'added'} {name} in {file}")
+        try:
+            read_password_file(file)
+        except KappaError as err:  # e.g. another user's line is still plain text: re-add that user too
+            err_console.print(f"[bold yellow]warning:[/] the endpoint refuses this file as it is: {err}",
+                              highlight=False, soft_wrap=True)
 
 
 @app.command("dbt", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -15,10 +15,12 @@ pyspark package's jars) and keeps the catalog in step with the promotion registr
 
 Any HiveServer2 client connects: ``beeline -u jdbc:hive2://127.0.0.1:10000/default``, PyHive,
 dbt-spark (``method: thrift``), JDBC/ODBC BI tools. By default authentication is NONE (SASL PLAIN,
-any user name and password) and the server binds to 127.0.0.1: a local developer endpoint. With a
-password file (``kappa serve --auth FILE`` or ``KAPPA_SERVE_PASSWORD_FILE``; one ``user:password``
-per line) it is HiveServer2's CUSTOM authentication with :data:`AUTH_CLASS` (``jvm/serve-auth``),
-which refuses any other user or password; the Kubernetes chart always runs it so, with the file
+any user name and password) and the server binds to 127.0.0.1: a local developer endpoint; it
+refuses to bind any other address without a password file (:func:`check_exposure`). With a password
+file (``kappa serve --auth FILE`` or ``KAPPA_SERVE_PASSWORD_FILE``; salted hashes written by ``kappa
+serve user add``, see :mod:`kappa.services.serve_users`) it is HiveServer2's CUSTOM authentication
+with :data:`AUTH_CLASS` (``jvm/serve-auth``), which refuses any other user or password and locks a
+name out for a while after repeated failures; the Kubernetes chart always runs it so, with the file
 mounted from a Secret. State (pid file, state JSON, the server's log) lives in
 ``<KAPPA_HOME>/serve``.
 
@@ -28,6 +30,7 @@ Delta docs, "Table batch reads and writes" (``delta.`path``` identifiers).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -41,13 +44,14 @@ from kappa.config import Settings, join
 from kappa.core.service import LocalService
 from kappa.errors import KappaError
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
+from kappa.services.serve_users import read_password_file, verify_password
 
 DEFAULT_PORT = 10000  # HiveServer2's registered port
 DEFAULT_HOST = "127.0.0.1"
 #: Seconds between two looks at the registry's Delta version.
 POLL_S = 0.25
-#: HiveServer2 CUSTOM authentication provider checking ``user:password`` lines of the file named by
-#: ``KAPPA_SERVE_PASSWORD_FILE`` (jvm/serve-auth; the jar is build/jars/serve/kappa-serve-auth.jar).
+#: HiveServer2 CUSTOM authentication provider checking logins against the salted hashes of the file
+#: named by ``KAPPA_SERVE_PASSWORD_FILE`` (jvm/serve-auth; the jar is build/jars/serve/kappa-serve-auth.jar).
 AUTH_CLASS = "dev.kappa.serve.PasswordFileAuthenticator"
 
 
@@ -102,27 +106,24 @@ def beeline_path() -> str:
     return str(Path(spec.origin).parent / "bin" / "beeline")
 
 
-def read_password_file(path: Path | str) -> dict[str, str]:
-    """User -> password from a password file: one ``user:password`` per line (the password is
-    everything after the first colon), blank lines and ``#`` comments ignored; the format
-    :data:`AUTH_CLASS` reads. Raises :class:`ServeError` naming the file (and line) when it is
-    missing, unreadable, malformed or holds no user."""
-    path = Path(path)
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` reaches only this machine: ``localhost`` or a loopback address
+    (127.0.0.0/8, ::1). Any other name or address (``0.0.0.0``, a host name) counts as exposed."""
+    if host == "localhost":
+        return True
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as err:
-        raise ServeError(f"{path}: cannot read the password file ({err.strerror or err})") from err
-    users: dict[str, str] = {}
-    for n, line in enumerate(lines, start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        user, sep, password = line.partition(":")
-        if not sep or not user or not password:
-            raise ServeError(f"{path}: line {n} is not `user:password`")
-        users[user] = password
-    if not users:
-        raise ServeError(f"{path}: no `user:password` line")
-    return users
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, password_file: Path | str | None) -> None:
+    """Raise :class:`ServeError` when the endpoint would bind a non-loopback ``host`` without a
+    password file: HiveServer2's NONE authentication lets in any user name with any password."""
+    if password_file is None and not is_loopback(host):
+        raise ServeError(f"kappa serve --host {host} without a password file would let anyone who reaches "
+                         f"{host} read every table: give --auth FILE (or KAPPA_SERVE_PASSWORD_FILE; "
+                         f"`kappa serve user add NAME --file FILE` writes it) or bind 127.0.0.1")
 
 
 def auth_jar(settings: Settings) -> Path:
@@ -138,16 +139,22 @@ def auth_jar(settings: Settings) -> Path:
 
 def client_credentials(settings: Settings, st: "ServeStatus") -> tuple[str, str] | None:
     """(user, password) a Kappa client (``kappa dbt``) logs in with: ``KAPPA_SERVE_USER`` and
-    ``KAPPA_SERVE_PASSWORD`` when set, else the first user of the endpoint's password file; None
-    when the endpoint needs no password."""
+    ``KAPPA_SERVE_PASSWORD``; None when the endpoint needs no password. The file holds only salted
+    hashes, so there is no password to take from it. Raises :class:`ServeError` when they are not
+    set, or when the endpoint's password file is readable here and the password is not the user's
+    there (before the endpoint counts a failed login against the user)."""
     if st.auth != "CUSTOM":
         return None
-    if settings.serve_user and settings.serve_password:
-        return settings.serve_user, settings.serve_password
-    if st.password_file is None:
-        raise ServeError("kappa serve checks passwords but its password file is unknown: set "
-                         "KAPPA_SERVE_USER and KAPPA_SERVE_PASSWORD")
-    return next(iter(read_password_file(st.password_file).items()))
+    where = f" ({st.password_file})" if st.password_file else ""
+    if not (settings.serve_user and settings.serve_password):
+        raise ServeError(f"kappa serve checks passwords{where}: set KAPPA_SERVE_USER and KAPPA_SERVE_PASSWORD "
+                         f"to a user of its password file and that user's password")
+    if st.password_file and Path(st.password_file).is_file():
+        stored = read_password_file(st.password_file).get(settings.serve_user)
+        if stored is None or not verify_password(settings.serve_password, stored):
+            raise ServeError(f"KAPPA_SERVE_USER/KAPPA_SERVE_PASSWORD are not a user and password of "
+                             f"{st.password_file}")
+    return settings.serve_user, settings.serve_password
 
 
 def marts_root(settings: Settings) -> Path | str:
@@ -199,10 +206,13 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
           password_file: Path | str | None = None) -> ServeStatus:
     """Start the endpoint in the background and wait until it accepts connections with every
     promoted table registered. With ``password_file`` (default ``settings.serve_password_file``)
-    only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if it already
-    runs, the port is taken, the password file or the authentication jar is missing or malformed,
-    or it exits or is not ready within ``timeout_s`` seconds (with the tail of its log)."""
+    only its users log in (:func:`read_password_file`). Raises :class:`ServeError` if ``host`` is
+    not loopback and there is no password file (:func:`check_exposure`), it already runs, the port
+    is taken, the authentication jar is missing, or it exits or is not ready within ``timeout_s``
+    seconds (with the tail of its log); :class:`~kappa.services.serve_users.PasswordFileError` when
+    the password file is missing or malformed (a plain-text line included)."""
     password_file = password_file or settings.serve_password_file
+    check_exposure(host, password_file)
     if password_file is not None:
         password_file = Path(password_file).resolve()
         read_password_file(password_file)
@@ -343,12 +353,14 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
 def serve_forever(settings: Settings, host: str, port: int) -> None:
     """The endpoint's process, in the foreground (``python -m kappa.services.serve``; what the Kubernetes
     Deployment runs): a Spark driver running HiveThriftServer2 until SIGTERM. Raises
-    :class:`ServeError` when the password file is malformed."""
+    :class:`ServeError` for a non-loopback ``host`` without a password file,
+    :class:`~kappa.services.serve_users.PasswordFileError` when the password file is malformed."""
     from pyspark.sql import SparkSession
 
     from kappa.core.jvm import java_executable
 
     java_executable()
+    check_exposure(host, settings.serve_password_file)
     if settings.serve_password_file is not None:
         read_password_file(settings.serve_password_file)  # fail now, naming the file, not at the first login
     _paths(settings)["dir"].mkdir(parents=True, exist_ok=True)
