@@ -7,6 +7,7 @@ failed query…) print one clear message and exit with status 1; no traceback.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kappa import logs
 from kappa.config import load_settings
 from kappa.cli.guard import Guard, fail, positive_option
 from kappa.harness.bench import bench_command
@@ -43,6 +45,19 @@ app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injec
 app.command("bench")(bench_command)  # kappa bench: throughput and latency
 
 console = Console()
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(
+        False, "--verbose",
+        help="Show the logs of Spark (JVM, Python workers), py4j and librdkafka on the console instead of "
+             "writing them to `<KAPPA_HOME>/logs/kappa-<pid>.log`.")) -> None:
+    if verbose:
+        # Through the environment: every load_settings() of this process and of the kappa
+        # processes it starts (`kappa serve`, chaos drivers) then sees it (KAPPA_VERBOSE).
+        os.environ["KAPPA_VERBOSE"] = "true"
+    with Guard():
+        logs.route(load_settings())
 
 
 class OutputFormat(str, Enum):

@@ -65,6 +65,7 @@ from kappa.config import Settings, load_settings
 from kappa.cli.guard import Guard, exit_cleanly_on_sigterm, interval_option
 from kappa.harness.delta_log import commit_time, latest_commit
 from kappa.harness.env import IsolatedEnv, isolated_env
+from kappa.logs import LIBRDKAFKA
 
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
@@ -140,7 +141,7 @@ def consume_rate(settings: Settings, topic: str, start: dict[int, int], end: dic
     consumer = Consumer({
         "bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-u1-{time.time_ns()}",
         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": 16 * 1024 * 1024, "queued.min.messages": 500_000,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024, "queued.min.messages": 500_000, "logger": LIBRDKAFKA,
     })
     want = sum(end[p] - start[p] for p in end)
     try:
@@ -311,7 +312,8 @@ class Lag:
 
         self.query, self.topic, self.partitions = query, topic, partitions
         self.consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                                  "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False})
+                                  "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False,
+                                  "logger": LIBRDKAFKA})
 
     def processed(self) -> int:
         from kappa.runners.local import kafka_offsets, progress_as_dict
@@ -486,7 +488,7 @@ def latency(settings: Settings, lag: Lag, source: Iterator, table: str, rate: fl
         for eid in _added_event_ids(table, v):
             visible[eid] = at
     reader = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-lat-{time.time_ns()}",
-                       "enable.auto.commit": False})
+                       "enable.auto.commit": False, "logger": LIBRDKAFKA})
     lat_ms: list[float] = []
     missing = 0
     warm_until_ms = (t_start + warmup_s) * 1000

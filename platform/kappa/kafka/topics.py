@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kappa.config import Settings
 from kappa.errors import KappaError
+from kappa.logs import LIBRDKAFKA
 from kappa.spec import TopicSpec
 
 
@@ -30,7 +31,8 @@ class PartitionOffsets:
 
 
 def admin(settings: Settings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.librdkafka_options()})
+    return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.librdkafka_options(),
+                        "logger": LIBRDKAFKA})
 
 
 def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: float = 30.0) -> list[str]:
@@ -95,7 +97,7 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
 
     Raises :class:`TopicError` for a topic that does not exist."""
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-offsets",
-                         "enable.auto.commit": False, **settings.librdkafka_options()})
+                         "enable.auto.commit": False, **settings.librdkafka_options(), "logger": LIBRDKAFKA})
     try:
         meta = consumer.list_topics(timeout=timeout_s)
         out: list[PartitionOffsets] = []
@@ -135,7 +137,8 @@ def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> 
     from start to end. On a compacted topic fewer records than ``end - start`` means compaction
     removed some (Kafka docs, "Log Compaction": the offsets of removed records stay unused)."""
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-compaction-check",
-                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options()})
+                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options(),
+                         "logger": LIBRDKAFKA})
     try:
         out: dict[int, tuple[int, int, int]] = {}
         for p in offsets(settings, [topic], timeout_s):
