@@ -15,9 +15,9 @@ and its children write goes to one file per process, :func:`log_file` =
   such as ``%4|…|GETPID|rdkafka#producer-1| …`` written straight to the process's stderr.
 
 ``KAPPA_VERBOSE=true`` (``kappa --verbose``) leaves all of it on the console instead, as before.
-The Kappa processes that run as services (broker, Connect, ``kappa serve``, PostgreSQL) already log
-to files of their own (:func:`kappa.processes.spawn`); a SparkApplication's driver on Kubernetes
-logs to its pod (spark-submit started its JVM, not :func:`spark_output`).
+The Kappa processes that run as services (broker, Connect, ``kappa serve``, PostgreSQL) already
+log to files of their own (:func:`kappa.services.processes.spawn`); a SparkApplication's driver on
+Kubernetes logs to its pod (spark-submit started its JVM, not :func:`spark_output`).
 
 Example::
 
