@@ -32,6 +32,10 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_PASSWORD``       when the endpoint checks passwords               it checks passwords)
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
+``KAPPA_VERBOSE``              ``true``: Spark's JVM and Python workers, py4j   ``false``
+                               and librdkafka log to the console, not to
+                               ``<home>/logs/kappa-<pid>.log`` (``kappa
+                               --verbose``; see :mod:`kappa.core.logs`)
 ``KAPPA_FAULT``                ``<asset>:<point>:<batch_id>``: exit there      none
                                (fault injection, see :class:`Fault`)
 ``KAPPA_DEDUP_ANTI_JOIN``      test only: ``false`` turns off silver's          ``true``
@@ -184,6 +188,9 @@ class Settings(BaseSettings):
 
     runner: Literal["local", "kubernetes"] = "local"
 
+    #: ``KAPPA_VERBOSE``: the libraries' logs on the console instead of :attr:`logs_dir`.
+    verbose: bool = False
+
     #: ``KAPPA_FAULT``: a deterministic fault point (tests and chaos drills), None in normal runs.
     fault: Fault | None = None
     #: ``KAPPA_DEDUP_ANTI_JOIN``: test only. ``False`` disables silver's anti-join against the table,
@@ -273,6 +280,12 @@ class Settings(BaseSettings):
         """State of the local broker: its KRaft log dirs, config, pid file and log file."""
         assert self.home is not None
         return self.home / "kafka"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Log files of the processes Kappa runs in the foreground (:mod:`kappa.core.logs`)."""
+        assert self.home is not None
+        return self.home / "logs"
 
     @property
     def postgres_dir(self) -> Path:

@@ -7,8 +7,9 @@ failed query…) print one clear message and exit with status 1; no traceback.
 from __future__ import annotations
 
 import json
-import sys
+import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from kappa.cli.ingest import ingest_app
 from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
 from kappa.cli.services import StatusFormat, service_app
 from kappa.config import load_settings
+from kappa.core import logs
 from kappa.core.guard import Guard, err_console, fail, positive_option
 from kappa.errors import KappaError
 from kappa.services import serve as serve_service
@@ -43,6 +45,20 @@ app.add_typer(cdc_app, name="cdc")
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
 app.command("bench")(bench_command)  # kappa bench: throughput and latency
 app.command("demo")(demo)  # kappa demo: the main job
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(
+        False, "--verbose",
+        help="Show the logs of Spark (JVM, Python workers), py4j and librdkafka on the console instead of "
+             "writing them to `<KAPPA_HOME>/logs/kappa-<pid>.log`.")) -> None:
+    """Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta)."""
+    if verbose:
+        # Through the environment: every load_settings() of this process and of the kappa
+        # processes it starts (`kappa serve`, chaos drivers) then sees it (KAPPA_VERBOSE).
+        os.environ["KAPPA_VERBOSE"] = "true"
+    with Guard():
+        logs.route(load_settings())
 
 
 # --- cdc ------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """How the ``kappa`` command reports what Kappa expects to go wrong: one clear line on stderr and
-exit status 1, no traceback; and the checks of option values Typer cannot express."""
+exit status 1, no traceback, and where the process's log is when it wrote one (:mod:`kappa.core.logs`);
+and the checks of option values Typer cannot express."""
 
 from __future__ import annotations
 
@@ -10,15 +11,26 @@ from typing import Optional
 import typer
 from rich.console import Console
 
+from kappa.core import logs
 from kappa.errors import KappaError
 
 err_console = Console(stderr=True)
 
 
 def fail(message: str) -> None:
-    """Print ``error: message`` on stderr and exit with status 1."""
+    """Print ``error: message`` on stderr, and the path of this process's log if it wrote one, and
+    exit with status 1."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    point_at_log()
     raise typer.Exit(1)
+
+
+def point_at_log() -> None:
+    """``log: <path>`` on stderr when this process wrote to its log file (Spark's JVM, py4j,
+    librdkafka: :func:`kappa.core.logs.written_log`), where the details of a failure are."""
+    path = logs.written_log()
+    if path is not None:
+        err_console.print(f"log: {path}", highlight=False, soft_wrap=True)
 
 
 class Guard:
@@ -31,6 +43,8 @@ class Guard:
     def __exit__(self, exc_type, exc, tb):
         if exc is not None and isinstance(exc, KappaError):
             fail(str(exc))
+        if exc is not None and not isinstance(exc, (typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit)):
+            point_at_log()  # a bug: its traceback follows, Spark's side of it is in the log
         return False
 
 

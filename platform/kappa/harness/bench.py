@@ -70,6 +70,7 @@ from kappa.core.guard import Guard, exit_cleanly_on_sigterm, interval_option
 from kappa.harness.delta_log import (change_data_feed_enabled, commit_actions, first_visible, first_visible_cdf,
                                      latest_commit, rearranges_only)
 from kappa.harness.env import IsolatedEnv, isolated_env
+from kappa.core.logs import LIBRDKAFKA
 
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
@@ -145,7 +146,7 @@ def consume_rate(settings: Settings, topic: str, start: dict[int, int], end: dic
     consumer = Consumer({
         "bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-u1-{time.time_ns()}",
         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": 16 * 1024 * 1024, "queued.min.messages": 500_000,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024, "queued.min.messages": 500_000, "logger": LIBRDKAFKA,
     })
     want = sum(end[p] - start[p] for p in end)
     try:
@@ -318,7 +319,8 @@ class Lag:
 
         self.query, self.topic, self.partitions = query, topic, partitions
         self.consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
-                                  "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False})
+                                  "group.id": f"kappa-bench-lag-{time.time_ns()}", "enable.auto.commit": False,
+                                  "logger": LIBRDKAFKA})
 
     def processed(self) -> int:
         """Records of the topic the query's last completed micro-batch read up to (sum of its end
@@ -489,7 +491,7 @@ def latency(settings: Settings, lag: Lag, source: Iterator, table: str, rate: fl
     cdf_ms: list[float] = []
     placed_apart = 0
     reader = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"kappa-bench-lat-{time.time_ns()}",
-                       "enable.auto.commit": False})
+                       "enable.auto.commit": False, "logger": LIBRDKAFKA})
     lat_ms: list[float] = []
     missing = 0
     warm_until_ms = (t_start + warmup_s) * 1000

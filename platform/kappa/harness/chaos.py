@@ -113,7 +113,8 @@ class Pipeline:
         log = open(self.env.logs / f"pipeline-{self.starts:02d}.log", "wb")
         cmd = [sys.executable, "-c", "from kappa.cli.app import app; app()", "run", "--continuous", *self.assets]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=self.env.subprocess_env(), start_new_session=True)
+                                     # Its output is a file already: keep Spark's lines in it, next to Kappa's.
+                                     env=self.env.subprocess_env(KAPPA_VERBOSE="true"), start_new_session=True)
         log.close()
 
     def alive(self) -> bool:

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, Producer
 
 from kappa.config import Settings
 from kappa.errors import KappaError
+from kappa.core.logs import LIBRDKAFKA
 
 
 class IngestError(KappaError, RuntimeError):
@@ -50,6 +51,9 @@ def producer_config(settings: Settings, **overrides: object) -> dict:
     cfg: dict = {
         "bootstrap.servers": settings.bootstrap_servers,
         **settings.librdkafka_options(),
+        # librdkafka's warnings (a GETPID retry while a fresh broker loads its coordinator) go to
+        # the log file, not between the progress bars (kappa.core.logs).
+        "logger": LIBRDKAFKA,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 20,

@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from kappa.config import Settings
 from kappa.errors import KappaError
+from kappa.core.logs import LIBRDKAFKA
 from kappa.spec import TopicSpec
 
 
@@ -34,9 +35,11 @@ class PartitionOffsets:
 
 def admin(settings: Settings) -> AdminClient:
     """A confluent-kafka ``AdminClient`` for ``settings``' broker, with its security settings
-    (:meth:`kappa.config.Settings.librdkafka_options`). It connects lazily: nothing is raised here
-    for a broker that does not answer; its calls time out instead."""
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.librdkafka_options()})
+    (:meth:`kappa.config.Settings.librdkafka_options`); librdkafka's log goes to Kappa's log file
+    (:data:`kappa.core.logs.LIBRDKAFKA`). It connects lazily: nothing is raised here for a broker
+    that does not answer; its calls time out instead."""
+    return AdminClient({"bootstrap.servers": settings.bootstrap_servers, **settings.librdkafka_options(),
+                        "logger": LIBRDKAFKA})
 
 
 def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: float = 30.0) -> list[str]:
@@ -104,7 +107,7 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
 
     Raises :class:`TopicError` for a topic that does not exist."""
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-offsets",
-                         "enable.auto.commit": False, **settings.librdkafka_options()})
+                         "enable.auto.commit": False, **settings.librdkafka_options(), "logger": LIBRDKAFKA})
     try:
         meta = consumer.list_topics(timeout=timeout_s)
         out: list[PartitionOffsets] = []
@@ -144,7 +147,8 @@ def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> 
     from start to end. On a compacted topic fewer records than ``end - start`` means compaction
     removed some (Kafka docs, "Log Compaction": the offsets of removed records stay unused)."""
     consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-compaction-check",
-                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options()})
+                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options(),
+                         "logger": LIBRDKAFKA})
     try:
         out: dict[int, tuple[int, int, int]] = {}
         for p in offsets(settings, [topic], timeout_s):

@@ -117,8 +117,30 @@ def spark_session(settings: Settings):
         # submission (the same spark_conf, application=True); setting it again would override the
         # cluster's master with local[*].
         return builder.getOrCreate()
-    for key, value in spark_conf(settings).items():
+    conf = spark_conf(settings)
+    _launch_jvm(settings, conf)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _launch_jvm(settings: Settings, conf: dict[str, str]) -> None:
+    """Start Spark's JVM, once per process, with its stdout and stderr in the process's log file
+    (:func:`kappa.core.logs.spark_output`; the console with ``KAPPA_VERBOSE``). pyspark would start it
+    inheriting the console, and with it the Python workers' output, which Spark copies to the
+    JVM's stderr. ``launch_gateway``'s ``popen_kwargs`` exist for this ("capturing
+    stdout/stderr", its docstring); the SparkContext built on that gateway is the one
+    ``getOrCreate`` then returns."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    from kappa.core import logs
+
+    if getattr(SparkContext, "_gateway", None) is not None:
+        return  # the JVM is up (a stopped SparkContext keeps it): getOrCreate reuses it
+    sconf = SparkConf().setAll(conf.items())
+    with logs.spark_output(settings) as popen_kwargs:
+        gateway = launch_gateway(sconf, popen_kwargs=popen_kwargs)
+    SparkContext(conf=sconf, gateway=gateway)
