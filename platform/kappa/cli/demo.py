@@ -11,6 +11,7 @@ from kappa.core.guard import Guard, fail
 from kappa.cli.ingest import load_operational, publish_events
 from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
 from kappa.config import load_settings
+from kappa.core import logs
 
 
 #: A few rows of each stream-processing asset, printed by ``kappa demo`` (title, Spark SQL over
@@ -122,7 +123,17 @@ def _demo_analysts(settings):
     with console.status("starting the SQL endpoint (Spark Thrift Server)…"):
         endpoint = ensure_endpoint(settings)
     console.print(f"kappa serve up at [bold]{endpoint.jdbc_url}[/]")
-    built = run_dbt(settings, ["build"])
+    with console.status("dbt build (staging views, marts, tests) through the endpoint…"):
+        built = run_dbt(settings, ["build"], capture=not settings.verbose)
+    if built.stdout is not None:
+        # dbt's own lines (one per model and test) go to the log file with the other libraries'
+        # output; the console gets dbt's closing summary (`Done. PASS=… ERROR=… TOTAL=…`).
+        log = logs.log_file(settings)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            out.write(built.stdout + built.stderr)
+        done = next((line.strip() for line in reversed(built.stdout.splitlines()) if "TOTAL=" in line), None)
+        console.print(f"dbt build: {done or 'no summary line'} (its output: {log})", highlight=False)
     if built.returncode != 0:
         fail(f"dbt build failed (exit {built.returncode}); its log: {settings.home}/dbt/logs/dbt.log")
     login = f"a user and password of {endpoint.password_file}" if endpoint.auth == "CUSTOM" else "no password"

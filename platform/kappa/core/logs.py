@@ -16,7 +16,7 @@ and its children write goes to one file per process, :func:`log_file` =
 
 ``KAPPA_VERBOSE=true`` (``kappa --verbose``) leaves all of it on the console instead, as before.
 The Kappa processes that run as services (broker, Connect, ``kappa serve``, PostgreSQL) already
-log to files of their own (:func:`kappa.services.processes.spawn`); a SparkApplication's driver on
+log to files of their own (:func:`kappa.core.processes.spawn`); a SparkApplication's driver on
 Kubernetes logs to its pod (spark-submit started its JVM, not :func:`spark_output`).
 
 Example::
