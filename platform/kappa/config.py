@@ -19,7 +19,7 @@ variable                       meaning                                         d
 ``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
 ``KAPPA_SHUFFLE_PARTITIONS``   ``spark.sql.shuffle.partitions``                 ``4``
 ``KAPPA_RUNNER``               where queries run: ``local`` or ``kubernetes``   ``local``
-``KAPPA_MAX_OFFSETS_PER_TRIGGER`` records per micro-batch of a continuous    ``200000``
+``KAPPA_MAX_OFFSETS_PER_TRIGGER`` records per micro-batch of a continuous    ``500000``
                                query reading Kafka (``maxOffsetsPerTrigger``;
                                ``0``: no bound); not applied to available-now
                                runs; an asset's ``max_offsets_per_trigger``
@@ -192,14 +192,16 @@ class Settings(BaseSettings):
     #: ``KAPPA_MAX_OFFSETS_PER_TRIGGER``: back-pressure of a continuous query reading Kafka, in
     #: records per micro-batch (Spark's ``maxOffsetsPerTrigger``, split across partitions by their
     #: lag); 0 = no bound. Without a bound, the first micro-batch after an outage reads the whole
-    #: backlog at once: minutes of work and memory that commit nothing until the end, and a crash
-    #: redoes all of it. Why 200,000 (README, "Faults and speed", 2-core machine): the slowest kind
-    #: measured, ``delay_streaks``, replays 23,362 ev/s, so a bounded batch takes about 10 s there
-    #: (4.6 s at silver's 43,758 ev/s), one default trigger interval. And the bound must not throttle
-    #: a query that keeps up: it caps a query at 200,000 records per trigger, 20,000 ev/s at the
-    #: default 10 s trigger, above the 12,000 ev/s the bench sustained (the bound is per trigger, so
-    #: a shorter ``processing_time`` raises that cap).
-    max_offsets_per_trigger: int = Field(200_000, ge=0)
+    #: backlog: an hour's outage at the 12,000 ev/s the bench sustained is 43 million records, some
+    #: 16 minutes in one batch at silver's speed, committing nothing until the end, redone whole
+    #: after a crash. Why 500,000 (README, "Faults and speed", measured on the 2-core machine):
+    #: the bound must not slow a catch-up. A processing-time query reads at most one bound per
+    #: trigger, so at the default 10 s trigger and silver's measured replay speed, 43,758 ev/s, it
+    #: must be >= 437,580 records; rounded up. A batch that size then takes ~11 s for silver and
+    #: ~21 s for ``delay_streaks`` (23,362 ev/s), the slowest kind measured: a catch-up commits every
+    #: 10-20 s. A longer trigger or a faster machine may want a larger bound; a shorter trigger
+    #: (the bench's 1 s) only raises the cap.
+    max_offsets_per_trigger: int = Field(500_000, ge=0)
 
     #: ``KAPPA_FAULT``: a deterministic fault point (tests and chaos drills), None in normal runs.
     fault: Fault | None = None

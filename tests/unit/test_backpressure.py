@@ -10,7 +10,7 @@ from kappa.config import SettingsError, load_settings
 
 
 @pytest.mark.parametrize("declared, continuous, expected", [
-    (None, True, 200_000),          # the platform default bounds a continuous query
+    (None, True, 500_000),          # the platform default bounds a continuous query
     (None, False, None),            # an available-now run (replay, catch-up) reads in one pass
     (500, True, 500),               # the asset's declaration wins over the default...
     (500, False, 500),              # ...in both trigger modes
