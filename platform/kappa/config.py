@@ -19,6 +19,11 @@ variable                       meaning                                         d
 ``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
 ``KAPPA_SHUFFLE_PARTITIONS``   ``spark.sql.shuffle.partitions``                 ``4``
 ``KAPPA_RUNNER``               where queries run: ``local`` or ``kubernetes``   ``local``
+``KAPPA_MAX_OFFSETS_PER_TRIGGER`` records per micro-batch of a continuous    ``500000``
+                               query reading Kafka (``maxOffsetsPerTrigger``;
+                               ``0``: no bound); not applied to available-now
+                               runs; an asset's ``max_offsets_per_trigger``
+                               wins (:meth:`Settings.kafka_batch_limit`)
 ``KAPPA_POSTGRES_HOST``        the operational PostgreSQL's host                ``127.0.0.1``
 ``KAPPA_POSTGRES_PORT``        its port (the local server listens there)        ``55432``
 ``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
@@ -190,6 +195,19 @@ class Settings(BaseSettings):
 
     #: ``KAPPA_VERBOSE``: the libraries' logs on the console instead of :attr:`logs_dir`.
     verbose: bool = False
+    #: ``KAPPA_MAX_OFFSETS_PER_TRIGGER``: back-pressure of a continuous query reading Kafka, in
+    #: records per micro-batch (Spark's ``maxOffsetsPerTrigger``, split across partitions by their
+    #: lag); 0 = no bound. Without a bound, the first micro-batch after an outage reads the whole
+    #: backlog: an hour's outage at the 12,000 ev/s the bench sustained is 43 million records, some
+    #: 16 minutes in one batch at silver's speed, committing nothing until the end, redone whole
+    #: after a crash. Why 500,000 (README, "Faults and speed", measured on the 2-core machine):
+    #: the bound must not slow a catch-up. A processing-time query reads at most one bound per
+    #: trigger, so at the default 10 s trigger and silver's measured replay speed, 43,758 ev/s, it
+    #: must be >= 437,580 records; rounded up. A batch that size then takes ~11 s for silver and
+    #: ~21 s for ``delay_streaks`` (23,362 ev/s), the slowest kind measured: a catch-up commits every
+    #: 10-20 s. A longer trigger or a faster machine may want a larger bound; a shorter trigger
+    #: (the bench's 1 s) only raises the cap.
+    max_offsets_per_trigger: int = Field(500_000, ge=0)
 
     #: ``KAPPA_FAULT``: a deterministic fault point (tests and chaos drills), None in normal runs.
     fault: Fault | None = None
@@ -234,6 +252,17 @@ class Settings(BaseSettings):
     kafka_ssl_truststore_location: str | None = None
     #: Consumer-group prefix of Spark's Kafka source (must stay inside the KafkaUser's ACL prefix).
     kafka_group_id_prefix: str | None = None
+
+    def kafka_batch_limit(self, declared: int | None, continuous: bool) -> int | None:
+        """Records per micro-batch for a query reading Kafka (Spark's ``maxOffsetsPerTrigger``),
+        None = no bound. ``declared`` (the asset's ``source.kafka.max_offsets_per_trigger``) wins
+        in every trigger mode; else a ``continuous`` (processing-time) query gets
+        :attr:`max_offsets_per_trigger` and an available-now run none: its end offsets are fixed
+        when it starts, so it cannot chase a growing log, and a replay's table must not depend on
+        an operator's knob (a stateful kind's late rows depend on where batches split)."""
+        if declared is not None:
+            return declared
+        return (self.max_offsets_per_trigger or None) if continuous else None
 
     def kafka_client_options(self) -> dict[str, str]:
         """Kafka client properties beyond bootstrap servers (security), without the ``kafka.`` prefix."""

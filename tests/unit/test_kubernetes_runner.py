@@ -499,3 +499,14 @@ def test_checkpoint_reader_takes_paths_and_file_uris(tmp_path):
         assert (state.batch_id, state.offsets, state.planned_batch_id) == (0, {"weather": {"0": 7}}, 1)
         assert state.committed_at is not None
     assert read_checkpoint(f"file://{tmp_path}/missing").batch_id is None
+
+
+def test_the_driver_gets_the_back_pressure_default_the_code_location_has(cfg, monkeypatch):
+    """The entrypoint builds the query with the same read_source, from its own load_settings():
+    the default bound must reach it through the driver's environment."""
+    settings = SETTINGS.model_copy(update={"max_offsets_per_trigger": 1234})
+    app = build_spark_application(CATALOG["flights"], k8s.example_version(settings, CATALOG["flights"], 2), cfg, settings)
+    env = _env(app["spec"]["driver"])
+    assert env["KAPPA_MAX_OFFSETS_PER_TRIGGER"]["value"] == "1234"
+    monkeypatch.setenv("KAPPA_MAX_OFFSETS_PER_TRIGGER", env["KAPPA_MAX_OFFSETS_PER_TRIGGER"]["value"])
+    assert load_settings().kafka_batch_limit(None, continuous=True) == 1234

@@ -53,6 +53,7 @@ class IsolatedEnv:
             "KAPPA_SPARK_DRIVER_MEMORY": s.spark_driver_memory,
             "KAPPA_SPARK_MASTER": s.spark_master,
             "KAPPA_SHUFFLE_PARTITIONS": str(s.shuffle_partitions),
+            "KAPPA_MAX_OFFSETS_PER_TRIGGER": str(s.max_offsets_per_trigger),
             "PYTHONUNBUFFERED": "1",
         })
         env.update(extra)

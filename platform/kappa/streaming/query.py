@@ -16,7 +16,6 @@ of the foreachBatch writers; the fault-point tests use it to prove the above at 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -25,11 +24,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Version
 from kappa.spec import AssetSpec
 from kappa.streaming.kinds import kind_of
-from kappa.streaming.sources import read_source
-
-#: ``available_now``: process what the log holds at start, then stop (Spark's
-#: ``Trigger.AvailableNow``); ``continuous``: a micro-batch every ``trigger.processing_time``.
-TriggerMode = Literal["available_now", "continuous"]
+from kappa.streaming.sources import TriggerMode, read_source
 
 
 @dataclass
@@ -53,8 +48,10 @@ def start_query(
 
     ``available_now`` processes everything available at start and stops (Spark's
     ``Trigger.AvailableNow``); ``continuous`` runs micro-batches every ``trigger.processing_time``
-    until stopped. The checkpoint is the version's own (never shared between versions)."""
-    source = read_source(spark, spec, version, settings)
+    until stopped; a continuous query reading Kafka is bounded by ``KAPPA_MAX_OFFSETS_PER_TRIGGER``
+    records per micro-batch unless the asset declares its own bound (:mod:`kappa.streaming.sources`).
+    The checkpoint is the version's own (never shared between versions)."""
+    source = read_source(spark, spec, version, settings, mode)
     writer = kind_of(spec).start(spark, spec, version, settings, source)
     writer = writer.queryName(query_name(spec.name, version.version)).option(
         "checkpointLocation", version.checkpoint_path

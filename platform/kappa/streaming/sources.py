@@ -1,7 +1,20 @@
 """The input stream of one asset version: Kafka topics from their earliest offsets (less forgotten
-keys) or an upstream version's Delta table as a stream."""
+keys) or an upstream version's Delta table as a stream.
+
+Back-pressure: a query reading Kafka reads at most ``maxOffsetsPerTrigger`` records per micro-batch
+(Spark's Kafka integration guide; the limit is split across partitions by their lag), from
+:meth:`kappa.config.Settings.kafka_batch_limit`: the asset's declared bound in every trigger mode,
+else ``KAPPA_MAX_OFFSETS_PER_TRIGGER`` for a continuous query and no bound for an available-now
+run. Spark's ``Trigger.AvailableNow`` honours the limit by running several micro-batches up to the
+offsets taken at its start (``KafkaMicroBatchStream`` implements ``SupportsTriggerAvailableNow`` in
+Spark 4.1; ``tests/integration/test_backpressure.py`` shows it). An upstream Delta table is read
+with Delta's own default bound, ``maxFilesPerTrigger`` 1000 files (Delta docs, "Limit input rate";
+``DeltaOptions.MAX_FILES_PER_TRIGGER_OPTION_DEFAULT`` in Delta 4.4), which Kappa leaves as it is.
+"""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -10,11 +23,18 @@ from kappa.delta.forgotten import forgotten_condition
 from kappa.delta.registry import Registry, Version
 from kappa.spec import AssetSpec
 
+#: ``available_now``: process what the log holds at start, then stop (Spark's
+#: ``Trigger.AvailableNow``); ``continuous``: a micro-batch every ``trigger.processing_time``.
+TriggerMode = Literal["available_now", "continuous"]
 
-def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings) -> DataFrame:
-    """The input stream of ``spec``: the Kafka topics from their earliest offsets, or the upstream
-    version's Delta table. Kafka columns: key, value (binary), topic, partition, offset, timestamp,
-    timestampType, headers (Spark's Kafka integration guide, "Reading Data from Kafka")."""
+
+def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
+                mode: TriggerMode) -> DataFrame:
+    """The input stream of ``spec`` for a query run in ``mode``: the Kafka topics from their
+    earliest offsets, at most :meth:`~kappa.config.Settings.kafka_batch_limit` records per
+    micro-batch, or the upstream version's Delta table. Kafka columns: key, value (binary), topic,
+    partition, offset, timestamp, timestampType, headers (Spark's Kafka integration guide, "Reading
+    Data from Kafka")."""
     if spec.source.kafka is not None:
         src = spec.source.kafka
         reader = (
@@ -29,8 +49,9 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         )
         for key, value in settings.kafka_client_options().items():
             reader = reader.option(f"kafka.{key}", value)
-        if src.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", src.max_offsets_per_trigger)
+        limit = settings.kafka_batch_limit(src.max_offsets_per_trigger, continuous=mode == "continuous")
+        if limit is not None:
+            reader = reader.option("maxOffsetsPerTrigger", limit)
         records = reader.load()
         # Keys forgotten by `kappa forget` never enter a table again (read once per query start).
         forgotten = forgotten_condition(settings, list(src.topics))

@@ -109,13 +109,15 @@ def _role(kind: str, res: Resources, labels: dict[str, str], env: list[dict], mo
 def settings_env(settings: Settings) -> list[dict]:
     """The ``KAPPA_*`` settings every Kappa pod needs to see what the Dagster code location sees:
     warehouse, checkpoints (so the registry and the version's paths resolve to the same place)
-    and the object store. Values, not secrets."""
+    and the object store; the query's tuning (shuffle partitions, the back-pressure bound the
+    driver's :func:`~kappa.streaming.sources.read_source` applies). Values, not secrets."""
     env = [
         {"name": "KAPPA_RUNNER", "value": "kubernetes"},
         {"name": "KAPPA_WAREHOUSE", "value": str(settings.warehouse)},
         {"name": "KAPPA_CHECKPOINTS", "value": str(settings.checkpoints)},
         {"name": "KAPPA_S3_PATH_STYLE_ACCESS", "value": str(settings.s3_path_style_access).lower()},
         {"name": "KAPPA_SHUFFLE_PARTITIONS", "value": str(settings.shuffle_partitions)},
+        {"name": "KAPPA_MAX_OFFSETS_PER_TRIGGER", "value": str(settings.max_offsets_per_trigger)},
     ]
     if settings.s3_endpoint:
         env.append({"name": "KAPPA_S3_ENDPOINT", "value": settings.s3_endpoint})
