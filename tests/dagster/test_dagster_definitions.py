@@ -54,7 +54,9 @@ def test_definitions_load_every_yaml_in_assets():
     assert keys == set(catalog.assets) | {f"topic/{t}" for t in read} | dbt_nodes
     assert len(list((REPO / "assets").rglob("*.yaml"))) - 2 == len(catalog.assets)  # minus topics, connectors
     repo = defs.get_repository_def()
-    assert repo.has_job("replay")
+    assert repo.has_job("replay") and repo.has_job("maintain")
+    [schedule] = repo.schedule_defs
+    assert (schedule.name, schedule.job_name, schedule.cron_schedule) == ("kappa_maintain", "maintain", "0 3 * * *")
     assert sorted(s.name for s in repo.sensor_defs) == ["kappa_automation", "kappa_registry", "kappa_streaming_queries"]
 
 
