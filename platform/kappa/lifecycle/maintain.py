@@ -211,8 +211,10 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
 def _spark_table(spark, path: str, retention_hours: float | None) -> tuple[int, int]:
     """OPTIMIZE, checkpoint and VACUUM one table with Spark's Delta; returns (files the OPTIMIZE
     removed, files VACUUM deleted)."""
-    metrics = spark.sql(f"OPTIMIZE delta.`{path}`").first()["metrics"]
-    removed = int(metrics["numFilesRemoved"]) if metrics is not None else 0
+    removed = 0
+    if _snapshot(path).files > 1:  # one file or none: nothing to bin-pack, spare the Spark job
+        metrics = spark.sql(f"OPTIMIZE delta.`{path}`").first()["metrics"]
+        removed = int(metrics["numFilesRemoved"]) if metrics is not None else 0
     # Delta's Python API has no checkpoint call; DeltaLog's own (the one its writers call every
     # `delta.checkpointInterval` commits) writes the checkpoint of the latest snapshot.
     jvm = spark._jvm
