@@ -9,6 +9,10 @@ with it: Delta docs, "Concurrency control")."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -129,3 +133,27 @@ def test_maintain_refuses_a_retention_of_zero(tmp_path):
     settings = load_settings(project_dir=REPO, home=tmp_path)
     with pytest.raises(MaintainError, match="only `kappa forget`"):
         maintain(settings, retention_hours=0)
+
+
+def _cli(*args: str, home) -> subprocess.CompletedProcess:
+    """`kappa maintain` as a user runs it (``python -m kappa.cli``: this checkout's code)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update({"PYTHONPATH": str(REPO / "platform"), "KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(home),
+                "COLUMNS": "200"})
+    return subprocess.run([sys.executable, "-m", "kappa.cli", "maintain", *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120)
+
+
+def test_the_command_reports_every_table_and_refuses_zero_retention(tmp_path):
+    """An empty warehouse: every table listed as not there yet (no Spark needed); 0 hours refused
+    in one line, no traceback; an undeclared asset named."""
+    done = _cli("--format", "json", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/registry",
+                                                      "_kappa/forgotten"]
+    assert {t["skipped"] for t in report["tables"]} == {"no table yet"}
+    refused = _cli("--vacuum-retention", "0", home=tmp_path)
+    assert refused.returncode == 1 and "only `kappa forget`" in refused.stderr and "Traceback" not in refused.stderr
+    unknown = _cli("no_such_asset", home=tmp_path)
+    assert unknown.returncode == 1 and "no_such_asset" in unknown.stderr and "Traceback" not in unknown.stderr
