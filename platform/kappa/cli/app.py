@@ -457,7 +457,8 @@ def _forget_steps(steps: dict[str, dict]) -> str:
 def maintain(
     assets: Optional[list[str]] = typer.Argument(None, help="Assets whose versions to maintain (default: all); the shared tables always."),
     retention: Optional[float] = typer.Option(None, "--vacuum-retention", metavar="HOURS", help="VACUUM's retention in "
-                                              "hours (default: each table's, Delta's 7 days). More than 0."),
+                                              "hours (default: each table's, Delta's 7 days). More than 0; shorter than 7 days risks "
+                                              "files a running query or reader still uses."),
     fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
 ) -> None:
     """Compact (OPTIMIZE), checkpoint and VACUUM every version of ASSETS and the shared tables,

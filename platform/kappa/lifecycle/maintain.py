@@ -26,8 +26,11 @@ their tables stay) and for the shared tables, in this order:
    default; Delta docs, "Remove files no longer referenced by a Delta table"), or ``retention_hours``
    when given. VACUUM never deletes a file of the table's current snapshot; the retention keeps the
    files an older snapshot still names (time travel, a downstream streaming query behind) for that
-   long. Zero hours is refused here: only ``kappa forget`` (:mod:`kappa.lifecycle.forget`), which
-   must destroy the old files, vacuums with ``RETAIN 0 HOURS``.
+   long. A retention shorter than Delta's 7 days is allowed when asked for by name but risky: Delta
+   warns that old snapshots and uncommitted files may still be in use by concurrent readers or
+   writers (same doc), and a running query's micro-batch writes its files before it commits them.
+   Zero hours is refused here: only ``kappa forget`` (:mod:`kappa.lifecycle.forget`), which must
+   destroy the old files, vacuums with ``RETAIN 0 HOURS``.
 
 Engines: the tables the queries write (asset versions, quarantine, late events) with Spark's Delta
 (``OPTIMIZE delta.`path```, ``DeltaLog.checkpoint``, ``VACUUM``); the registry and the forgotten
