@@ -54,7 +54,9 @@ def test_definitions_load_every_yaml_in_assets():
     assert keys == set(catalog.assets) | {f"topic/{t}" for t in read} | dbt_nodes
     assert len(list((REPO / "assets").rglob("*.yaml"))) - 2 == len(catalog.assets)  # minus topics, connectors
     repo = defs.get_repository_def()
-    assert repo.has_job("replay")
+    assert repo.has_job("replay") and repo.has_job("maintain")
+    [schedule] = repo.schedule_defs
+    assert (schedule.name, schedule.job_name, schedule.cron_schedule) == ("kappa_maintain", "maintain", "0 3 * * *")
     assert sorted(s.name for s in repo.sensor_defs) == ["kappa_automation", "kappa_registry", "kappa_streaming_queries"]
 
 
@@ -200,3 +202,22 @@ def test_read_checkpoint_takes_offsets_of_the_newest_committed_batch(tmp_path):
     assert state.offsets == {"t": {"0": 9, "1": 7}}
     assert state.committed_at is not None
     assert read_checkpoint(tmp_path / "missing").offsets == {}
+
+
+def test_the_maintain_job_runs_the_library_and_returns_its_report(tmp_path):
+    """The `maintain` job on an empty warehouse: the library's report of every shared table (none
+    exists yet, so no Spark is started); an undeclared asset is not a valid config."""
+    from kappa.dagster.maintain import build_maintain_job
+    from kappa.dagster.resources import KappaResource
+
+    component = StreamingAssets(assets_dir=str(REPO / "assets"))
+    job = build_maintain_job(component.catalog, component.options)
+    result = job.execute_in_process(resources={"kappa": KappaResource(home=str(tmp_path))},
+                                    run_config={"ops": {"maintain_tables": {"config": {"assets": ["flights"]}}}})
+    assert result.success
+    report = result.output_for_node("maintain_tables")
+    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/registry",
+                                                      "_kappa/forgotten"]
+    with pytest.raises(dg.DagsterInvalidConfigError):
+        job.execute_in_process(resources={"kappa": KappaResource(home=str(tmp_path))},
+                               run_config={"ops": {"maintain_tables": {"config": {"assets": ["no_such_asset"]}}}})

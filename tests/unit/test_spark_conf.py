@@ -44,5 +44,7 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
         "spark.hadoop.fs.s3a.endpoint": "http://minio:9000",
         "spark.hadoop.fs.s3a.path.style.access": "true",
         "spark.sql.shuffle.partitions": "6",
+        # compaction is `kappa maintain`'s, never a synchronous OPTIMIZE inside a micro-batch
+        "spark.databricks.delta.autoCompact.enabled": "false",
     }.items():
         assert session[key] == app[key] == value, key

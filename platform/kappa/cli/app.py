@@ -453,6 +453,38 @@ def _forget_steps(steps: dict[str, dict]) -> str:
     return "; ".join(parts)
 
 
+@app.command("maintain")
+def maintain(
+    assets: Optional[list[str]] = typer.Argument(None, help="Assets whose versions to maintain (default: all); the shared tables always."),
+    retention: Optional[float] = typer.Option(None, "--vacuum-retention", metavar="HOURS", help="VACUUM's retention in "
+                                              "hours (default: each table's, Delta's 7 days). More than 0; shorter than 7 days risks "
+                                              "files a running query or reader still uses."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+) -> None:
+    """Compact (OPTIMIZE), checkpoint and VACUUM every version of ASSETS and the shared tables,
+    outside the queries (they may keep running). Exits 1 if a table failed."""
+    from kappa.lifecycle.maintain import maintain as run_maintenance
+
+    with Guard():
+        text = fmt is StatusFormat.text
+        report = run_maintenance(load_settings(), assets or None, retention_hours=retention,
+                                 say=(lambda m: console.print(m, highlight=False)) if text else None)
+        if not text:
+            print(json.dumps(report.to_json()))
+        else:
+            table = Table(title=f"maintenance ({report.seconds:.1f} s)")
+            for col in ("table", "files", "MiB", "rows", "Delta version", "vacuumed", "s", "result"):
+                table.add_column(col)
+            for t in report.tables:
+                table.add_row(t.table, f"{t.files_before} -> {t.files_after}",
+                              f"{t.bytes_before / 2**20:.1f} -> {t.bytes_after / 2**20:.1f}", f"{t.rows_after:,}",
+                              f"{t.version_before} -> {t.version_after}", str(t.vacuumed), f"{t.seconds:.1f}",
+                              t.skipped or (f"[red]{t.error}[/]" if t.error else "[green]ok[/]"))
+            console.print(table)
+        if report.failed:
+            fail(f"{len(report.failed)} tables failed: " + ", ".join(t.table for t in report.failed))
+
+
 @app.command("promote")
 def promote(
     asset: str, version: int = typer.Argument(..., help="Version number (2 for v2)."),

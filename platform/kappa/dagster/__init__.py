@@ -11,6 +11,7 @@
   they import nothing of ``kappa``. The builders receive the loaded catalog and the component's
   :class:`~kappa.dagster.names.LoadOptions`, never the component.
 * :mod:`kappa.dagster.replay` — the ``replay`` job.
+* :mod:`kappa.dagster.maintain` — the ``maintain`` job and its ``kappa_maintain`` schedule.
 * :mod:`kappa.dagster.resources` — ``KappaResource`` (settings, SparkSession).
 
 Spark and Delta code never imports this package; it calls the library, like the CLI does.

@@ -18,7 +18,9 @@ What each asset YAML becomes:
 * a non-blocking ``query_health`` check, evaluated on demand and by the
   ``kappa_streaming_queries`` sensor (consumer lag, last progress, failed or stalled queries).
 
-Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.lifecycle.promotion.replay`.
+Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.lifecycle.promotion.replay`,
+and one ``maintain`` job (config: ``assets``, ``retention_hours``) over
+:func:`kappa.lifecycle.maintain.maintain` with its ``kappa_maintain`` schedule (``maintain_cron``).
 
 Example (Python; ``definitions.py`` does this)::
 
@@ -45,6 +47,7 @@ import dagster as dg
 from kappa.config import load_settings
 from kappa.dagster import execution
 from kappa.dagster.execution import StreamingRunConfig
+from kappa.dagster.maintain import build_maintain_job, build_maintain_schedule
 from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
 from kappa.dagster.replay import build_replay_job
 from kappa.dagster.resources import KappaResource
@@ -73,12 +76,15 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         stall_after_s: a running query with records to read and no commit for this many seconds
             is reported unhealthy (default 300 s: well above the 10 s triggers of ``assets/``).
         sensor_interval_s: how often the sensor observes the queries (seconds).
+        maintain_cron: when the ``kappa_maintain`` schedule compacts, checkpoints and vacuums the
+            tables (cron, UTC; default daily at 03:00).
     """
 
     assets_dir: str | None = None
     continuous: list[str] = field(default_factory=list)
     stall_after_s: float = 300.0
     sensor_interval_s: int = 30
+    maintain_cron: str = "0 3 * * *"
 
     def __post_init__(self) -> None:
         settings = load_settings()
@@ -98,7 +104,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             raise SpecError(f"{self.__class__.__name__}: stall_after_s and sensor_interval_s must be > 0")
         self._check_names = {spec.name: self._declared_checks(spec) for spec in self._catalog}
         self._options = LoadOptions(assets_path=self._assets_path, continuous=tuple(self.continuous),
-                                    stall_after_s=self.stall_after_s, sensor_interval_s=self.sensor_interval_s)
+                                    stall_after_s=self.stall_after_s, sensor_interval_s=self.sensor_interval_s,
+                                    maintain_cron=self.maintain_cron)
 
     @staticmethod
     def _declared_checks(spec: AssetSpec) -> list[str]:
@@ -135,13 +142,15 @@ class StreamingAssets(dg.Component, dg.Resolvable):
     # -- definitions -------------------------------------------------------------------------------
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """One Dagster asset per declaration (with its gate checks and ``query_health``), the topics as
-        external assets, the sensors and the replay job."""
+        external assets, the sensors, the replay job and the maintain job with its schedule."""
         specs = [self._catalog[n] for n in self._catalog.topological()]
+        maintain_job = build_maintain_job(self._catalog, self._options)
         return dg.Definitions(
             assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
             asset_checks=build_health_checks(self._catalog, self._options, specs),
             sensors=[build_sensor(self._catalog, self._options)],
-            jobs=[build_replay_job(self._catalog, self._options)],
+            jobs=[build_replay_job(self._catalog, self._options), maintain_job],
+            schedules=[build_maintain_schedule(maintain_job, self._options)],
         )
 
     def _topic_specs(self) -> list[dg.AssetSpec]:

@@ -13,6 +13,8 @@ import dagster as dg
 HEALTH_CHECK = "query_health"
 SENSOR_NAME = "kappa_streaming_queries"
 REPLAY_JOB = "replay"
+MAINTAIN_JOB = "maintain"
+MAINTAIN_SCHEDULE = "kappa_maintain"
 
 
 class RunMode(str, Enum):
@@ -32,12 +34,14 @@ class LoadOptions:
 
     ``assets_path``: the resolved ``assets/`` folder; ``continuous``: assets that run long-running
     by default; ``stall_after_s``: seconds without a commit before a running query with records
-    to read is unhealthy; ``sensor_interval_s``: seconds between sensor ticks."""
+    to read is unhealthy; ``sensor_interval_s``: seconds between sensor ticks; ``maintain_cron``:
+    when the ``maintain`` schedule runs (cron, UTC)."""
 
     assets_path: Path
     continuous: tuple[str, ...] = ()
     stall_after_s: float = 300.0
     sensor_interval_s: int = 30
+    maintain_cron: str = "0 3 * * *"
 
 
 def topic_key(topic: str) -> dg.AssetKey:

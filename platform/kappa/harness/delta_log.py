@@ -3,8 +3,8 @@ history from the ``_delta_log`` folder, columns through delta-rs.
 
 When a row became visible is answered here once, for the bench and the tests:
 :func:`first_visible` from the log's ``add`` actions, :func:`first_visible_cdf` from Delta's change
-data feed as a second method. A commit whose files change no data (OPTIMIZE, Delta's
-auto-compaction, which Kappa's sessions turn on) re-adds rows visible long before; neither method
+data feed as a second method. A commit whose files change no data (OPTIMIZE, as ``kappa maintain``
+runs it, or Delta's auto-compaction, off in Kappa's sessions) re-adds rows visible long before; neither method
 lets such a commit make a row visible again, and :func:`wait_for_commit` does not take one for a
 micro-batch.
 """

@@ -44,8 +44,9 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     Shared: Delta's SQL extension and catalog (Delta docs, "Quickstart"), session time zone UTC
     (event-time windows must not depend on the machine), RocksDB state store (Spark's
     "Structured Streaming Programming Guide", *RocksDB state store implementation*: state off the
-    JVM heap), Delta auto-compaction and snapshot partitions, and the object-store (s3a) settings
-    (Hadoop-AWS docs; the credentials are the ``AWS_*`` variables, never values in the conf).
+    JVM heap), Delta's auto compaction off (compaction is ``kappa maintain``'s), Delta's snapshot
+    partitions, and the object-store (s3a) settings (Hadoop-AWS docs; the credentials are the
+    ``AWS_*`` variables, never values in the conf).
     Kafka security is not Spark configuration: the query passes :meth:`Settings.kafka_client_options`
     to the Kafka source as ``kafka.*`` options, on both sides, from ``KAPPA_KAFKA_*``.
     """
@@ -64,8 +65,14 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        # Each micro-batch writes small files; Delta's auto-compaction keeps file counts bounded.
-        "spark.databricks.delta.autoCompact.enabled": "true",
+        # Auto compaction off: in open-source Delta it is a synchronous OPTIMIZE the writer runs
+        # after its commit (Delta docs, "Optimizations" -> "Auto compaction",
+        # docs.delta.io/latest/optimizations-oss.html#auto-compaction), i.e. inside the
+        # micro-batch, delaying the next one; and with autoCompact.minFileSize at its default
+        # (half of maxFileSize) files it already compacted are compacted again. The small files
+        # each micro-batch writes are compacted by `kappa maintain` (kappa.lifecycle.maintain),
+        # outside the queries. Local session and SparkApplications alike (this one function).
+        "spark.databricks.delta.autoCompact.enabled": "false",
         "spark.databricks.delta.optimizeWrite.enabled": "false",
         # Delta rebuilds a table's snapshot (its log replayed into the list of live files) with
         # this many tasks; the default, 50, costs seconds per micro-batch on a few cores and small

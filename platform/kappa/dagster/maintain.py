@@ -1,0 +1,83 @@
+"""The ``maintain`` job and its schedule: :func:`kappa.lifecycle.maintain.maintain` (OPTIMIZE, a Delta
+checkpoint and VACUUM of every asset version and the shared tables) run outside the streaming
+queries, which keep running. Launched by the ``kappa_maintain`` schedule (daily at 03:00 UTC by
+default: the component's ``maintain_cron``) or from the UI (Jobs -> maintain -> Launchpad):
+
+.. code-block:: yaml
+
+    ops:
+      maintain_tables:
+        config:
+          assets: [flights]        # default []: every asset
+          retention_hours: null    # default: each table's VACUUM retention (Delta's 7 days)
+
+The op logs one line per table (files, bytes, rows and Delta version before and after) and returns
+the report; the run fails (``dg.Failure``) for a refused request or when a table failed, after
+every other table was done.
+"""
+
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from kappa.dagster.names import MAINTAIN_JOB, MAINTAIN_SCHEDULE, LoadOptions
+from kappa.errors import KappaError
+
+if TYPE_CHECKING:
+    from kappa.spec import Catalog
+
+
+def build_maintain_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinition:
+    """The ``maintain`` job: one op, ``maintain_tables``, configured with ``assets`` (a list of
+    ``catalog``'s asset names; empty: all) and ``retention_hours`` (None: Delta's default); needs
+    the ``kappa`` resource. One run at a time (pool ``kappa_maintain``)."""
+    asset_enum = dg.Enum("MaintainedAsset", [dg.EnumValue(n) for n in catalog.topological()])
+
+    @dg.op(
+        name="maintain_tables",
+        config_schema={
+            "assets": dg.Field([asset_enum], default_value=[],
+                               description="Assets whose versions to maintain (empty: all); the shared tables always."),
+            "retention_hours": dg.Field(dg.Noneable(float), default_value=None,
+                                        description="VACUUM retention in hours (> 0); default: Delta's, 7 days."),
+        },
+        required_resource_keys={"kappa"},
+        tags={"kind": "delta"},
+        pool="kappa_maintain",
+    )
+    def maintain_op(context: dg.OpExecutionContext) -> dict:
+        from kappa.lifecycle.maintain import maintain
+
+        kappa = context.resources.kappa
+        settings = kappa.settings(assets_dir=str(options.assets_path))
+        assets = list(context.op_config["assets"]) or None
+        try:
+            report = maintain(settings, assets, retention_hours=context.op_config["retention_hours"],
+                              say=context.log.info, on_table=lambda t: context.log.info(
+                                  f"{t.table}: files {t.files_before} -> {t.files_after}, bytes {t.bytes_before} -> "
+                                  f"{t.bytes_after}, rows {t.rows_after}, Delta version {t.version_before} -> "
+                                  f"{t.version_after}, vacuumed {t.vacuumed} files in {t.seconds} s"
+                                  + (f"; FAILED {t.error}" if t.error else "") + (f"; {t.skipped}" if t.skipped else "")))
+        except KappaError as exc:
+            raise dg.Failure(description=str(exc)) from exc
+        summary = report.to_json()
+        if report.failed:
+            raise dg.Failure(description="maintenance failed for " + ", ".join(f"{t.table} ({t.error})" for t in report.failed),
+                             metadata={"report": dg.MetadataValue.json(summary)})
+        return summary
+
+    @dg.job(name=MAINTAIN_JOB, tags={"kappa/kind": "maintain"},
+            description="Compact (OPTIMIZE), checkpoint and VACUUM every asset version and the shared tables, "
+                        "outside the streaming queries.")
+    def maintain_job():
+        maintain_op()
+
+    return maintain_job
+
+
+def build_maintain_schedule(job: dg.JobDefinition, options: LoadOptions) -> dg.ScheduleDefinition:
+    """The ``kappa_maintain`` schedule: ``job`` (every asset, Delta's retention) on
+    ``options.maintain_cron``, UTC, running by default."""
+    return dg.ScheduleDefinition(name=MAINTAIN_SCHEDULE, job=job, cron_schedule=options.maintain_cron,
+                                 execution_timezone="UTC", default_status=dg.DefaultScheduleStatus.RUNNING,
+                                 description="Table maintenance off the streaming queries' hot path.")

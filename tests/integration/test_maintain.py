@@ -1,0 +1,159 @@
+"""`kappa maintain` on a real table while its query keeps running: silver `flights` fed in several
+micro-batches (several small files), then OPTIMIZE + checkpoint + VACUUM from outside the query.
+The table has fewer files and the same rows and content, every row is still made visible by the same
+data-changing `add` actions (the OPTIMIZE re-adds with `dataChange: false`), the registry's versions
+are unchanged, the snapshot from before maintenance can still be read (VACUUM kept Delta's retention),
+and the running query's next micro-batch commits after the OPTIMIZE (an append does not conflict
+with it: Delta docs, "Concurrency control")."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from kappa.config import load_settings
+from kappa.delta.registry import Registry
+from kappa.delta.tables import dataset, table_rows
+from kappa.harness.delta_log import commit_actions, data_files, latest_commit, rearranges_only, wait_for_commit
+from kappa.ingest.nycflights13 import load_events, publish
+from kappa.lifecycle.maintain import MaintainError, maintain
+from kappa.runners.local import ensure_source_topics, resolve_versions
+from kappa.spec import load_catalog
+from kappa.streaming.query import start_query
+
+from ..conftest import REPO
+from .helpers import renamed
+
+pytestmark = pytest.mark.integration
+
+SLICE = 100
+SLICES = 4  # three before maintenance, one after
+
+
+def _fast_trigger(name: str, doc: dict) -> None:
+    if name == "flights":
+        doc["trigger"] = {"processing_time": "1 second"}
+
+
+def _rows(path: str) -> int:
+    return table_rows(path)[0]
+
+
+def _wait_rows(path: str, n: int, query, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _rows(path) < n:
+        assert query.isActive, query.exception()
+        assert time.monotonic() < deadline, f"{_rows(path)} of {n} rows after {timeout_s} s"
+        time.sleep(0.3)
+
+
+def _content(path: str) -> pd.DataFrame:
+    return dataset(path).to_table().to_pandas().sort_values("event_id").reset_index(drop=True)
+
+
+def _visible_adds(path: str) -> int:
+    """The add actions with dataChange true over the whole log: the files that made rows visible."""
+    return sum(len(data_files(commit_actions(path, v))) for v in range(latest_commit(path) + 1))
+
+
+def test_maintain_compacts_a_running_tables_files_and_changes_nothing_it_holds(make_env, spark):
+    settings, suffix = make_env(edit=_fast_trigger)
+    flights = next(e for e in renamed(load_events(limit=SLICE * SLICES), suffix) if e.topic.startswith("flights"))
+    catalog = load_catalog(settings.assets_dir)
+    ensure_source_topics(settings, catalog, ["flights"])
+    version = resolve_versions(catalog, ["flights"], Registry(settings))["flights"]  # what `kappa run` does
+    path = version.table_path
+
+    def send(i: int) -> None:
+        part = slice(i * SLICE, (i + 1) * SLICE)
+        publish(settings, [dataclasses.replace(flights, keys=flights.keys[part], values=flights.values[part],
+                                               timestamps_ms=flights.timestamps_ms[part],
+                                               event_ids=flights.event_ids[part])])
+
+    running = start_query(spark, catalog["flights"], version, settings, "continuous")
+    query = running.query
+    Registry(settings).record("flights", version.version, "running")  # as the runner does: a 2nd registry commit
+    try:
+        for i in range(SLICES - 1):  # one micro-batch per slice: several small files
+            send(i)
+            _wait_rows(path, (i + 1) * SLICE, query)
+        before = _content(path)
+        visible_before = _visible_adds(path)
+        versions_before = [(v.asset, v.version, v.state, v.table_path) for v in Registry(settings).versions("flights")]
+        lines: list[str] = []
+        started = time.monotonic()
+        report = maintain(settings, ["flights"], spark=spark, say=lines.append)
+        took = time.monotonic() - started
+        assert query.isActive, query.exception()
+        for t in report.tables:
+            print(f"{t.table}: files {t.files_before} -> {t.files_after}, rows {t.rows_after}, Delta version "
+                  f"{t.version_before} -> {t.version_after}, vacuumed {t.vacuumed}, {t.seconds} s "
+                  f"{t.error or t.skipped or ''}")
+        print(f"maintain took {took:.1f} s")
+        assert not report.failed
+        assert [t.table for t in report.tables] == ["flights/v1", "_kappa/quarantine", "_kappa/late_events",
+                                                   "_kappa/registry", "_kappa/forgotten"]
+        mine = report.tables[0]
+        assert lines[0].startswith("flights/v1: ")
+        assert mine.files_before > 1 and mine.files_after == 1 and mine.compacted == mine.files_before
+        assert mine.rows_before == mine.rows_after == len(before) == (SLICES - 1) * SLICE
+        assert mine.version_after > mine.version_before
+        assert rearranges_only(commit_actions(path, mine.version_before + 1))  # the OPTIMIZE: dataChange false
+        pd.testing.assert_frame_equal(_content(path), before)
+        assert _visible_adds(path) == visible_before
+        # VACUUM used Delta's retention: the snapshot from before maintenance still reads whole.
+        assert spark.read.format("delta").option("versionAsOf", mine.version_before).load(path).count() == len(before)
+        assert mine.vacuumed == 0
+        registry = report.tables[3]
+        assert registry.engine == "delta-rs" and registry.files_after == 1 < registry.files_before
+        assert report.tables[4].skipped == "no table yet"  # nothing forgotten in this warehouse
+        assert [(v.asset, v.version, v.state, v.table_path) for v in Registry(settings).versions("flights")] \
+            == versions_before
+
+        # The query's next micro-batch commits after the OPTIMIZE, with no write conflict.
+        send(SLICES - 1)
+        committed = wait_for_commit(path, after=mine.version_after, timeout_s=120, alive=lambda: query.isActive)
+        assert committed is not None, query.exception()
+        _wait_rows(path, SLICES * SLICE, query)
+        assert query.isActive and query.exception() is None
+        after = _content(path)
+        assert after.event_id.is_unique and set(before.event_id) < set(after.event_id)
+    finally:
+        query.stop()
+
+
+def test_maintain_refuses_a_retention_of_zero(tmp_path):
+    settings = load_settings(project_dir=REPO, home=tmp_path)
+    with pytest.raises(MaintainError, match="only `kappa forget`"):
+        maintain(settings, retention_hours=0)
+
+
+def _cli(*args: str, home) -> subprocess.CompletedProcess:
+    """`kappa maintain` as a user runs it (``python -m kappa.cli``: this checkout's code)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env.update({"PYTHONPATH": str(REPO / "platform"), "KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(home),
+                "COLUMNS": "200"})
+    return subprocess.run([sys.executable, "-m", "kappa.cli", "maintain", *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120)
+
+
+def test_the_command_reports_every_table_and_refuses_zero_retention(tmp_path):
+    """An empty warehouse: every table listed as not there yet (no Spark needed); 0 hours refused
+    in one line, no traceback; an undeclared asset named."""
+    done = _cli("--format", "json", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/registry",
+                                                      "_kappa/forgotten"]
+    assert {t["skipped"] for t in report["tables"]} == {"no table yet"}
+    refused = _cli("--vacuum-retention", "0", home=tmp_path)
+    assert refused.returncode == 1 and "only `kappa forget`" in refused.stderr and "Traceback" not in refused.stderr
+    unknown = _cli("no_such_asset", home=tmp_path)
+    assert unknown.returncode == 1 and "no_such_asset" in unknown.stderr and "Traceback" not in unknown.stderr
