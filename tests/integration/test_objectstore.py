@@ -92,6 +92,19 @@ def test_start_status_delta_rs_pyarrow_if_none_match_stop(store, tmp_path):
     # the objects are files under the store's data folder (one folder per bucket)
     assert (Path(st["data_dir"]) / "kappa-test" / "warehouse" / "trips" / "_delta_log").is_dir()
 
+    # Kappa's own delta-rs tables (the registry here) reach the store from KAPPA_S3_ENDPOINT alone,
+    # without the AWS SDK's endpoint variables
+    kappa_only = {k: v for k, v in env.items() if k not in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP")}
+    out = python("""
+        from kappa.config import load_settings
+        from kappa.delta.registry import Registry
+
+        registry = Registry(load_settings())
+        registry.record("trips", 1, "created", note="on the object store")
+        print(registry.path, [e["event"] for e in registry.events("trips")])
+    """, {**base, **kappa_only})
+    assert out.split() == ["s3a://kappa-test/warehouse/_kappa/registry", "['created']"]
+
     # PutObject with If-None-Match: * creates a key once, then answers 412 and keeps the first body
     curl = shutil.which("curl")
     if curl is not None:
