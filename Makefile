@@ -41,7 +41,7 @@ install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR)
 demo: install
 	$(BIN)/kappa demo
 
-test: install k8s-validate chromium cluster-tools
+test: install k8s-validate chromium cluster-tools objectstore-tools
 	$(BIN)/pytest -m "not heavy" --durations=30
 
 # The tests marked heavy (see README, Tests): long fault sweeps and tests not yet proven in CI.
@@ -61,6 +61,7 @@ test-integration: install
 	$(BIN)/pytest tests/integration
 
 clean-state:
+	-$(BIN)/kappa objectstore stop
 	-$(BIN)/kappa serve stop
 	-$(BIN)/kappa connect stop
 	-$(BIN)/kappa postgres stop
@@ -83,3 +84,5 @@ dagster: install
 include tools/k8s.mk
 # The local Kubernetes control plane for tests/kubernetes (targets cluster-tools, cluster-up, cluster-down).
 include tools/cluster.mk
+# The local S3-compatible object store for `kappa objectstore` (target objectstore-tools).
+include tools/objectstore.mk

@@ -37,6 +37,13 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_PASSWORD``       when the endpoint checks passwords               it checks passwords)
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
+``KAPPA_OBJECTSTORE_PORT``     the local object store's S3 port                 ``59000``
+                               (``kappa objectstore``, see
+                               :mod:`kappa.services.objectstore`)
+``KAPPA_OBJECTSTORE_BUCKET``   the bucket it creates at start                   ``kappa``
+``AWS_ACCESS_KEY_ID``          the local object store's root credentials when   generated at first
+``AWS_SECRET_ACCESS_KEY``      both are set (read by :func:`aws_environment`)   start (0600 file)
+``AWS_REGION``                 the region it reports                            ``us-east-1``
 ``KAPPA_VERBOSE``              ``true``: Spark's JVM and Python workers, py4j   ``false``
                                and librdkafka log to the console, not to
                                ``<home>/logs/kappa-<pid>.log`` (``kappa
@@ -243,6 +250,11 @@ class Settings(BaseSettings):
     #: Path-style bucket addressing (most S3-compatible stores need it).
     s3_path_style_access: bool = False
 
+    #: ``kappa objectstore``: the local S3-compatible server's port (loopback only) and the bucket it
+    #: creates at start.
+    objectstore_port: int = Field(59000, ge=1, le=65535)
+    objectstore_bucket: str = Field("kappa", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
     # Kafka client security (the kubernetes runner sets these from the KafkaUser's Secret; the local
     # broker is PLAINTEXT on loopback and needs none). Passed to Spark's Kafka source as kafka.*.
     kafka_security_protocol: str | None = None
@@ -323,6 +335,12 @@ class Settings(BaseSettings):
         return self.home / "postgres"
 
     @property
+    def objectstore_dir(self) -> Path:
+        """State of the local object store: its objects (``data/``), credentials, pid file and log."""
+        assert self.home is not None
+        return self.home / "objectstore"
+
+    @property
     def connect_dir(self) -> Path:
         """State of the local Kafka Connect worker: its properties, pid file and log."""
         assert self.home is not None
@@ -333,6 +351,16 @@ def kubernetes_values() -> dict[str, str]:
     """The ``KAPPA_K8S_*`` variables (the kubernetes runner's settings, see
     :meth:`kappa.runners.kubernetes.KubernetesRunnerConfig.from_mapping`), read now."""
     return {k: v for k, v in os.environ.items() if k.startswith("KAPPA_K8S_")}
+
+
+#: The standard AWS variables that Spark (S3A's environment credentials provider), delta-rs and
+#: pyarrow all read.
+AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")
+
+
+def aws_environment() -> dict[str, str]:
+    """The :data:`AWS_VARIABLES` that are set (and not empty), read now."""
+    return {k: os.environ[k] for k in AWS_VARIABLES if os.environ.get(k)}
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -54,10 +54,11 @@ def open(name: str, settings: Settings | None = None, version: int | None = None
     from deltalake import DeltaTable
 
     settings = settings or load_settings()
-    from kappa.core.storage import delta_rs_uri
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
 
     settings = settings or load_settings()
-    return DeltaTable(delta_rs_uri(path(name, settings)), version=version)
+    location = path(name, settings)
+    return DeltaTable(delta_rs_uri(location), version=version, storage_options=delta_rs_options(location, settings))
 
 
 def dataset(name: str, settings: Settings | None = None, version: int | None = None):

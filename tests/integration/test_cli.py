@@ -37,6 +37,7 @@ def env_for(settings) -> dict[str, str]:
                                      ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"],
                                      ["postgres", "start"], ["postgres", "stop"], ["postgres", "status"],
                                      ["connect", "start"], ["connect", "stop"], ["connect", "status"],
+                                     ["objectstore", "start"], ["objectstore", "stop"], ["objectstore", "status"],
                                      ["cdc", "simulate"]])
 def test_every_command_has_help(command):
     result = kappa(*command, "--help")

@@ -168,3 +168,18 @@ def test_promoting_one_version_refuses_to_split_the_cut_unless_only(settings):
     assert reg.promoted("s").version == 2
     promote(settings, "g", 2)  # now consistent: g v2 reads s v2
     assert reg.promoted("g").version == 2
+
+
+def test_delta_rs_reaches_an_object_store_at_kappa_s3_endpoint():
+    from kappa.config import load_settings
+    from kappa.core.storage import delta_rs_options
+
+    local = load_settings(s3_endpoint="http://127.0.0.1:59000", s3_path_style_access=True)
+    assert delta_rs_options("s3a://kappa/warehouse/t", local) == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:59000", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "AWS_ALLOW_HTTP": "true"}
+    # not for local tables, nor without an endpoint (AWS S3: delta-rs reads the AWS_* environment)
+    assert delta_rs_options("/tmp/warehouse/t", local) is None
+    assert delta_rs_options("s3://kappa/t", load_settings()) is None
+    assert delta_rs_options("s3://kappa/t", load_settings(s3_endpoint="https://s3.example")) == {
+        "AWS_ENDPOINT_URL": "https://s3.example"}

@@ -48,3 +48,35 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
         "spark.databricks.delta.autoCompact.enabled": "false",
     }.items():
         assert session[key] == app[key] == value, key
+
+
+def test_s3a_signs_for_aws_region_at_an_endpoint_of_its_own(tmp_path, monkeypatch):
+    # S3A (Hadoop 3.4) signs for us-east-2 when an endpoint is set without a region; an
+    # S3-compatible server (kappa objectstore) rejects that.
+    (tmp_path / "spark").mkdir()
+    (tmp_path / "spark" / "delta.jar").write_text("")
+    settings = load_settings(project_dir=ROOT, jars_dir=tmp_path, s3_endpoint="http://127.0.0.1:59000")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    assert spark_conf(settings)["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert spark_conf(settings)["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    # AWS S3 itself (no endpoint): S3A finds the bucket's region on its own
+    assert "spark.hadoop.fs.s3a.endpoint.region" not in spark_conf(load_settings(project_dir=ROOT, jars_dir=tmp_path))
+
+
+def test_spark_gets_hadoop_aws_but_keeps_pyspark_hadoop_client(tmp_path):
+    # hadoop-aws must match the Hadoop client pyspark ships; the client jars themselves come from pyspark
+    import pyspark
+
+    from kappa.core.jvm import artifact_name, spark_jars
+
+    for name in ("hadoop-aws-3.4.2.jar", "bundle-2.29.52.jar", "hadoop-client-api-3.4.2.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
+        (tmp_path / "spark").mkdir(exist_ok=True)
+        (tmp_path / "spark" / name).write_text("")
+    import re
+
+    pinned = re.search(r"<hadoop.version>(.+?)</hadoop.version>", (ROOT / "jvm/spark/pom.xml").read_text()).group(1)
+    shipped = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    assert [j.name for j in shipped] == [f"hadoop-client-api-{pinned}.jar"], "jvm/spark/pom.xml's hadoop.version must match pyspark"
+    names = {artifact_name(j) for j in spark_jars(load_settings(project_dir=ROOT, jars_dir=tmp_path))}
+    assert names == {"hadoop-aws", "bundle", "delta-spark_4.1_2.13"}

@@ -35,7 +35,7 @@ from kappa.harness.chaos import chaos_app
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
-# kappa kafka|postgres|connect|cluster start|stop|status (serve's start takes options: below)
+# kappa objectstore|kafka|postgres|connect|cluster start|stop|status (serve's start takes options: below)
 for _service in services():
     if _service.name != "serve":
         app.add_typer(service_app(_service, console), name=_service.name)

@@ -36,6 +36,22 @@ def delta_rs_uri(location: str | Path) -> str:
     return re.sub(r"^s3a://", "s3://", str(location))
 
 
+def delta_rs_options(location: str | Path, settings: Settings | None = None) -> dict[str, str] | None:
+    """delta-rs ``storage_options`` for ``location``: on an object store with an endpoint of its own
+    (``KAPPA_S3_ENDPOINT``, e.g. ``kappa objectstore``), that endpoint, path-style addressing when
+    ``KAPPA_S3_PATH_STYLE_ACCESS``, and plain HTTP allowed for an ``http://`` endpoint (delta-rs
+    refuses it otherwise). None elsewhere: delta-rs then reads the ``AWS_*`` environment alone
+    (credentials always come from there)."""
+    if settings is None or not settings.s3_endpoint or not re.match(r"^s3a?://", str(location)):
+        return None
+    options = {"AWS_ENDPOINT_URL": settings.s3_endpoint}
+    if settings.s3_path_style_access:
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+    if settings.s3_endpoint.startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return options
+
+
 def filesystem(location: str | Path, settings: Settings | None = None) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it) for ``location``. ``s3a://`` and ``s3://`` go to
     ``pyarrow.fs.S3FileSystem`` with the object store's endpoint from ``settings`` (``KAPPA_S3_ENDPOINT``;

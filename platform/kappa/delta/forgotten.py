@@ -107,6 +107,12 @@ def _uri(settings: Settings) -> str:
     return delta_rs_uri(forgotten_path(settings))
 
 
+def _options(settings: Settings) -> dict[str, str] | None:
+    from kappa.core.storage import delta_rs_options
+
+    return delta_rs_options(forgotten_path(settings), settings)
+
+
 @dataclass
 class Request:
     """One forget request folded from its events: step name -> details of the step done."""
@@ -132,7 +138,7 @@ def requests(settings: Settings) -> list[Request]:
 
     from kappa.delta.tables import dataset
 
-    if not DeltaTable.is_deltatable(_uri(settings)):
+    if not DeltaTable.is_deltatable(_uri(settings), storage_options=_options(settings)):
         return []
     rows = sorted(dataset(_uri(settings), settings).to_table().to_pylist(), key=lambda r: r["at"])
     out: dict[str, Request] = {}
@@ -184,5 +190,6 @@ def record_step(settings: Settings, req: Request, event: str, details: dict | No
     path = forgotten_path(settings)
     if isinstance(path, Path):
         path.mkdir(parents=True, exist_ok=True)
-    write_deltalake(_uri(settings), pa.Table.from_pylist([row], schema=_SCHEMA), mode="append")
+    write_deltalake(_uri(settings), pa.Table.from_pylist([row], schema=_SCHEMA), mode="append",
+                    storage_options=_options(settings))
     req.steps[event] = details or {}

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from kappa.config import Settings, join
 from kappa.errors import KappaError
-from kappa.core.storage import delta_rs_uri
+from kappa.core.storage import delta_rs_options, delta_rs_uri
 
 EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
           "retired")
@@ -129,6 +129,8 @@ class Registry:
         assert settings.warehouse is not None
         self.path = join(settings.warehouse, "_kappa", "registry")
         self.uri = delta_rs_uri(self.path)
+        #: delta-rs options for the registry's location (the object store's endpoint, if any).
+        self.storage_options = delta_rs_options(self.path, settings)
 
     # -- reading ---------------------------------------------------------------------------------
     def events(self, asset: str | None = None) -> list[dict]:
@@ -137,7 +139,7 @@ class Registry:
 
         from kappa.delta.tables import dataset
 
-        if not DeltaTable.is_deltatable(self.uri):
+        if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options):
             return []
         rows = dataset(self.uri, self.settings).to_table().to_pylist()  # not delta-rs's reader: see kappa.delta.tables
         rows.sort(key=lambda r: r["at"])
@@ -221,7 +223,7 @@ class Registry:
         )
         if isinstance(self.path, Path):
             self.path.mkdir(parents=True, exist_ok=True)
-        write_deltalake(self.uri, table, mode="append")
+        write_deltalake(self.uri, table, mode="append", storage_options=self.storage_options)
 
     def record(self, asset: str, version: int, event: str, **details: object) -> None:
         """Append one lifecycle ``event`` (one of :data:`EVENTS`) of ``asset`` ``version`` with its

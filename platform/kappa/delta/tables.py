@@ -25,9 +25,10 @@ def dataset(table_path: str, settings: Settings | None = None, version: int | No
     Raises deltalake's ``TableNotFoundError`` when there is no table."""
     from deltalake import DeltaTable
 
-    from kappa.core.storage import delta_rs_uri
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
 
-    return _files_dataset(DeltaTable(delta_rs_uri(table_path), version=version), settings)
+    table = DeltaTable(delta_rs_uri(table_path), version=version, storage_options=delta_rs_options(table_path, settings))
+    return _files_dataset(table, settings)
 
 
 def _files_dataset(table, settings: Settings | None = None):

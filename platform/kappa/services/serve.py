@@ -276,8 +276,9 @@ def registry_version(settings: Settings) -> int | None:
     """The registry table's current Delta version, or None when it does not exist yet."""
     from deltalake import DeltaTable
 
-    uri = Registry(settings).uri
-    return DeltaTable(uri).version() if DeltaTable.is_deltatable(uri) else None
+    registry = Registry(settings)
+    uri, options = registry.uri, registry.storage_options
+    return DeltaTable(uri, storage_options=options).version() if DeltaTable.is_deltatable(uri, options) else None
 
 
 # --- the server process --------------------------------------------------------------------------

