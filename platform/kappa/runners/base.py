@@ -99,6 +99,14 @@ class RunError(KappaError, RuntimeError):
     version and the error (Spark's, or the operator's on Kubernetes)."""
 
 
+def query_error(exc: BaseException | None) -> str:
+    """A failed streaming query's error for a console line: Spark's message without the query
+    description that ``StreamingQueryException`` appends (``=== Streaming Query ===``, the offsets
+    and the logical plan, dozens of lines). The whole of it, with the stack trace, is in the
+    process's log file (pyspark logs a failed query there: :mod:`kappa.core.logs`). ``""`` for None."""
+    return "" if exc is None else str(exc).split("=== Streaming Query ===", 1)[0].strip()
+
+
 class Runner(Protocol):
     """Where asset versions run (see the module docstring)."""
 

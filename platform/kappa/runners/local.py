@@ -22,6 +22,7 @@ from kappa.runners.base import (
     RunError,
     RunStatus,
     poll_until,
+    query_error,
 )
 from kappa.kafka.topics import start_offsets
 from kappa.spec import Catalog, SpecError, load_catalog
@@ -227,7 +228,7 @@ class LocalRunner:
         exc = None if q.isActive else q.exception()
         outcome = Outcome.RUNNING if q.isActive else Outcome.FAILED if exc is not None else Outcome.SUCCEEDED
         return RunStatus(asset=asset, version=version, name=q.name or f"{asset}/v{version}", namespace="local",
-                         outcome=outcome, state="ACTIVE" if q.isActive else "TERMINATED", error=str(exc or ""))
+                         outcome=outcome, state="ACTIVE" if q.isActive else "TERMINATED", error=query_error(exc))
 
     def wait_until_caught_up(self, spec, version: Version, target, *, timeout_s: float | None = None,
                              on_progress: ProgressCallback | None = None) -> AssetRunResult:
@@ -265,7 +266,7 @@ class LocalRunner:
             running = self._running[key][0]
             self._running[key] = (running, bounded, started)
         if exc is not None:
-            raise RunError(f"{version.name} failed: {exc}")
+            raise RunError(f"{version.name} failed: {query_error(exc)}")
         if not finished:
             raise RunError(f"{version.name} did not catch up within {timeout_s:.0f} s")
         return _collect(self.spark, self.settings, running, time.monotonic() - started)
@@ -328,8 +329,8 @@ def run_continuous(
             for r in running:
                 if not r.query.isActive:
                     exc = r.query.exception()
-                    registry.record(r.spec.name, r.version.version, "failed", error=str(exc)[:2000])
-                    raise RunError(f"{r.version.name} stopped: {exc}")
+                    registry.record(r.spec.name, r.version.version, "failed", error=query_error(exc)[:2000])
+                    raise RunError(f"{r.version.name} stopped: {query_error(exc)}")
                 if on_progress is not None and r.query.lastProgress:
                     on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
     finally:
