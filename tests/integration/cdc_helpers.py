@@ -79,6 +79,30 @@ def wait_topic_equals_table(settings: Settings, table: str, timeout_s: float = 6
         time.sleep(1.0)
 
 
+def assert_equals_postgres(settings: Settings, table: str, got: dict[tuple, dict], expected: dict[tuple, dict],
+                     what: str) -> None:
+    """``got`` (a folded topic or a Delta table) equals PostgreSQL's ``expected``; otherwise fail
+    naming the keys missing, extra and differing, each with the changelog's records of that key
+    (offset, op, LSN, after image), so a failure in CI says which change went where."""
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    differ = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
+    if not (missing or extra or differ):
+        return
+    history = {}
+    for offset, key, value in read_topic(settings, f"ops.public.{table}"):
+        k = tuple(key.values())
+        if k in set(missing[:3] + extra[:3] + differ[:3]):
+            history.setdefault(k, []).append(
+                (offset, None, None, None) if value is None else
+                (offset, value["op"], value["source"].get("lsn"), value["after"]))
+    lines = [f"{what}: {len(missing)} keys missing, {len(extra)} extra, {len(differ)} differ"]
+    for label, keys in (("missing", missing), ("extra", extra), ("differs", differ)):
+        for k in keys[:3]:
+            lines.append(f"  {label} {k}: got {got.get(k)} expected {expected.get(k)}; changelog {history.get(k)}")
+    raise AssertionError("\n".join(lines))
+
+
 def wait_records(settings: Settings, topic: str, match, count: int = 1, from_offset: int = 0,
                  timeout_s: float = 60.0) -> list:
     """Wait until ``topic`` holds at least ``count`` records at or after ``from_offset`` for which

@@ -13,7 +13,7 @@ from kappa.cdc import connect, operational, postgres
 from kappa.cdc.simulate import simulate
 from kappa.kafka.topics import admin
 
-from .cdc_helpers import delta_rows, fold, pg_rows, read_topic, wait_records, wait_topic_equals_table
+from .cdc_helpers import assert_equals_postgres, delta_rows, fold, pg_rows, read_topic, wait_records, wait_topic_equals_table
 from .test_cli import kappa
 
 pytestmark = pytest.mark.integration
@@ -83,7 +83,7 @@ def test_changelog_topics_are_compacted_and_fold_into_the_tables(cdc_settings):
     assert all(set(k) == {"tailnum"} for _, k, _ in planes)
     plane_deletes = [v for _, _, v in planes if v is not None and v["op"] == "d"]
     assert plane_deletes and all(v["before"]["seats"] is not None or v["before"]["model"] for v in plane_deletes)
-    assert fold(planes) == pg_rows(cdc_settings, "planes")
+    assert_equals_postgres(cdc_settings, "planes", fold(planes), pg_rows(cdc_settings, "planes"), "ops.public.planes folded")
 
 
 def _lsn(text: str) -> int:
@@ -160,10 +160,7 @@ def _assert_tables_equal_postgres(settings):
     from kappa.delta.registry import Registry
 
     for asset, table in CURRENT.items():
-        got, expected = delta_rows(settings, asset, table), pg_rows(settings, table)
-        assert got.keys() == expected.keys(), asset
-        differ = [k for k in expected if got[k] != expected[k]]
-        assert not differ, f"{asset}: e.g. {got[differ[0]]} != {expected[differ[0]]}"
+        assert_equals_postgres(settings, table, delta_rows(settings, asset, table), pg_rows(settings, table), asset)
     with postgres.connect(settings) as conn:
         expected_view = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(FLEET_BY_AIRLINE_SQL)}
     view = DeltaTable(Registry(settings).latest("fleet_by_airline").table_path).to_pandas()
@@ -315,7 +312,7 @@ def test_cdc_latency_measures_every_applied_change(cdc_settings, spark):
     assert report.tables["planes"]["n"] > 0 and report.tables["fleet"]["n"] > 0
     assert 0 < report.overall["p50_s"] <= report.overall["p99_s"] <= report.overall["max_s"] < report.settle_s + report.simulate_s + 30
     for asset, table in CURRENT.items():  # the final marker was seen: every change is in
-        assert delta_rows(cdc_settings, asset, table) == pg_rows(cdc_settings, table), asset
+        assert_equals_postgres(cdc_settings, table, delta_rows(cdc_settings, asset, table), pg_rows(cdc_settings, table), asset)
     print(f"\nchange-to-table latency (60 changes at 30/s): {report.overall}")
 
 
