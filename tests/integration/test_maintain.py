@@ -157,3 +157,54 @@ def test_the_command_reports_every_table_and_refuses_zero_retention(tmp_path):
     assert refused.returncode == 1 and "only `kappa forget`" in refused.stderr and "Traceback" not in refused.stderr
     unknown = _cli("no_such_asset", home=tmp_path)
     assert unknown.returncode == 1 and "no_such_asset" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_a_merge_an_optimize_conflicts_with_is_run_again_on_the_new_snapshot(spark, tmp_path):
+    """A MERGE micro-batch (the upsert, changelog and materialized-view writers) meets an OPTIMIZE
+    committed while it runs, as `kappa maintain` does to a running query: Delta refuses the MERGE
+    (ConcurrentAppendException: the OPTIMIZE rewrote files it read) and run_dml runs it again,
+    once, on the compacted snapshot. The OPTIMIZE is delta-rs's, started from inside the MERGE by a
+    UDF over its source, so it commits after the MERGE read its snapshot and before it commits."""
+    from deltalake import DeltaTable
+    from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
+    from delta.tables import DeltaTable as SparkTable
+    from pyspark.sql import functions as F
+
+    from kappa.streaming.writers import run_dml
+
+    path, flag = str(tmp_path / "t"), str(tmp_path / "optimized")
+    for i in range(3):  # three files
+        spark.range(i * 10, i * 10 + 10).withColumn("v", F.lit(0)).write.format("delta").mode("append").save(path)
+
+    @F.udf("long")
+    def optimize_once(x):
+        import os
+
+        from deltalake import DeltaTable
+
+        try:
+            os.close(os.open(flag, os.O_CREAT | os.O_EXCL))  # one task of the first attempt
+        except FileExistsError:
+            return x
+        DeltaTable(path).optimize.compact()
+        return x
+
+    attempts = []
+
+    def merge() -> None:
+        attempts.append(DeltaTable(path).version())
+        try:
+            (SparkTable.forPath(spark, path).alias("t")
+             .merge(spark.range(5, 25).select(optimize_once("id").alias("id"), F.lit(1).alias("v")).alias("s"),
+                    "t.id = s.id")
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        except (ConcurrentAppendException, ConcurrentDeleteReadException):
+            attempts.append("conflict")
+            raise
+
+    run_dml(merge, "t batch 0")
+    history = DeltaTable(path).history()
+    assert attempts == [2, "conflict", 3], "the first MERGE met the OPTIMIZE (version 3) and the second ran on it"
+    assert [h["operation"] for h in sorted(history, key=lambda h: h["version"])][-2:] == ["OPTIMIZE", "MERGE"]
+    rows = dict(DeltaTable(path).to_pandas()[["id", "v"]].itertuples(index=False))
+    assert rows == {i: (1 if 5 <= i < 25 else 0) for i in range(30)}

@@ -158,10 +158,8 @@ class ChangelogWriter(MicroBatchWriter):
             good = changes.where(F.col("reason").isNull())
             if not good.limit(1).count():
                 return
-            if self.transform.mode == "current":
-                self._merge_current(good)
-            else:
-                self._merge_history(good)
+            merge = self._merge_current if self.transform.mode == "current" else self._merge_history
+            self.dml(lambda: merge(good), batch_id)
         finally:
             changes.unpersist()
 

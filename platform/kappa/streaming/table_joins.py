@@ -119,16 +119,20 @@ class ViewWriter(MicroBatchWriter):
             return
         spark = batch.sparkSession
         self.at("before_write", batch_id)
-        result = self.result(spark)
-        keys = self.mv.key
-        values = [c for c in result.columns if c not in keys]
-        on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
-        changed = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values) or "false"
-        with self.transaction(spark, batch_id):
-            (DeltaTable.forPath(spark, self.version.table_path).alias("t")
-             .merge(result.alias("s"), on)
-             .whenMatchedUpdateAll(condition=changed)
-             .whenNotMatchedInsertAll()
-             .whenNotMatchedBySourceDelete()
-             .execute())
+
+        def merge() -> None:
+            result = self.result(spark)  # the upstream snapshots as of this attempt
+            keys = self.mv.key
+            values = [c for c in result.columns if c not in keys]
+            on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+            changed = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values) or "false"
+            with self.transaction(spark, batch_id):
+                (DeltaTable.forPath(spark, self.version.table_path).alias("t")
+                 .merge(result.alias("s"), on)
+                 .whenMatchedUpdateAll(condition=changed)
+                 .whenNotMatchedInsertAll()
+                 .whenNotMatchedBySourceDelete()
+                 .execute())
+
+        self.dml(merge, batch_id)
         self.at("after_table_commit", batch_id)

@@ -18,7 +18,9 @@ function returns and before Spark writes its commit log entry).
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
+from typing import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,6 +31,12 @@ from kappa.core.storage import delta_rs_uri, local_path
 from kappa.delta.registry import Version, late_events_path, quarantine_path
 from kappa.spec import AssetSpec
 from kappa.streaming.parse import late_events_schema, quarantine_schema
+
+_log = logging.getLogger(__name__)
+
+#: Attempts of one micro-batch's MERGE/UPDATE/DELETE when a concurrent commit conflicts with it
+#: (:meth:`MicroBatchWriter.dml`); the last conflict fails the query like any other error.
+DML_ATTEMPTS = 4
 
 
 def ensure_table(spark: SparkSession, path: str, schema, properties: dict[str, str] | None = None) -> str:
@@ -104,6 +112,34 @@ def record_columns() -> list[Column]:
         F.col("timestamp").alias("kafka_timestamp"), F.col("key"), F.col("value")]
 
 
+def run_dml(run: Callable[[], None], what: str) -> None:
+    """Run ``run``, a Delta MERGE (or UPDATE, DELETE) that builds its reads afresh on each call,
+    again when Delta refuses its commit because a concurrent commit changed data it read
+    (``ConcurrentAppendException``, ``ConcurrentDeleteReadException``,
+    ``ConcurrentDeleteDeleteException``, ``ConcurrentWriteException``), up to :data:`DML_ATTEMPTS`
+    attempts; ``what`` names it in the warning. The case it exists for is ``kappa maintain``: its
+    OPTIMIZE commits while the queries run, and a MERGE that read files the OPTIMIZE rewrote is
+    refused (Delta docs, "Concurrency control": OPTIMIZE can conflict with MERGE, UPDATE and
+    DELETE). The refused attempt committed nothing, so running it again on the new snapshot (the
+    same rows: an OPTIMIZE changes no data) is the one commit. Not retried: a schema or protocol
+    change, and ``ConcurrentTransactionException`` (another writer with the same ``txnAppId``: two
+    queries of one version). Raises the last conflict when every attempt conflicted."""
+    from delta import exceptions as conflict
+
+    # delta-spark's Python classes are siblings, not subclasses of DeltaConcurrentModificationException.
+    retried = (conflict.ConcurrentAppendException, conflict.ConcurrentDeleteReadException,
+               conflict.ConcurrentDeleteDeleteException, conflict.ConcurrentWriteException)
+    for attempt in range(1, DML_ATTEMPTS + 1):
+        try:
+            run()
+            return
+        except retried as exc:
+            if attempt == DML_ATTEMPTS:
+                raise
+            _log.warning("%s: a concurrent Delta commit conflicted (%s); retrying (%d/%d)",
+                         what, type(exc).__name__, attempt, DML_ATTEMPTS - 1)
+
+
 class MicroBatchWriter:
     """A ``foreachBatch`` body of one asset version (see the module docstring). Subclasses
     implement :meth:`write`; calling the writer runs it, then the ``after_batch`` fault point."""
@@ -138,6 +174,11 @@ class MicroBatchWriter:
     def transaction(self, spark: SparkSession, batch_id: int, side: str | None = None):
         """A block whose Delta DML carries this writer's transaction id (:func:`delta_txn`)."""
         return delta_txn(spark, self.writer_id(side), batch_id)
+
+    def dml(self, run: Callable[[], None], batch_id: int) -> None:
+        """Run ``run``, micro-batch ``batch_id``'s MERGE (or UPDATE, DELETE), through
+        :func:`run_dml`: again on the new snapshot when a concurrent commit conflicts with it."""
+        run_dml(run, f"{self.version.name} batch {batch_id}")
 
     def committed(self, path: str, side: str | None = None) -> int | None:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
@@ -190,12 +231,16 @@ class UpsertWriter(MicroBatchWriter):
             run_for_state(batch)
             return
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
-        with self.transaction(spark, batch_id):
-            (DeltaTable.forPath(spark, path).alias("t")
-             .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
-             .whenMatchedUpdateAll()
-             .whenNotMatchedInsertAll()
-             .execute())
+
+        def merge() -> None:
+            with self.transaction(spark, batch_id):
+                (DeltaTable.forPath(spark, path).alias("t")
+                 .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
+                 .whenMatchedUpdateAll()
+                 .whenNotMatchedInsertAll()
+                 .execute())
+
+        self.dml(merge, batch_id)
         self.at("after_table_commit", batch_id)
 
 
