@@ -17,9 +17,9 @@ their tables stay) and for the shared tables, in this order:
    and a Delta streaming source downstream skips the commit (Delta protocol, "Add File and Remove
    File": ``dataChange``). It conflicts with a concurrent writer only where that writer read the
    files it removed (Delta docs, "Concurrency control" -> "Write conflicts": OPTIMIZE against an
-   INSERT does not conflict; against UPDATE, DELETE, MERGE it can). A query whose micro-batch lost
-   that race fails like any write conflict; a maintenance OPTIMIZE that lost it is reported for
-   that table and the others go on.
+   INSERT does not conflict; against UPDATE, DELETE, MERGE it can). A query's MERGE micro-batch that
+   lost that race runs again on the compacted snapshot (:func:`kappa.streaming.writers.run_dml`);
+   a maintenance OPTIMIZE that lost it is reported for that table and the others go on.
 2. **A Delta checkpoint** of the table's new version (Delta protocol, "Checkpoints"), so readers
    and the queries rebuild the snapshot from one Parquet file instead of replaying the JSON commits.
 3. **VACUUM** with Delta's retention (the table's ``delta.deletedFileRetentionDuration``, 7 days by
