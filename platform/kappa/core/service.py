@@ -1,8 +1,9 @@
 """The one shape of a local real part (:class:`LocalService`): start, stop, status, ensure_running.
 
 Each part — the Kafka broker (:mod:`kappa.kafka.broker`), PostgreSQL (:mod:`kappa.cdc.postgres`),
-the Kafka Connect worker (:mod:`kappa.cdc.connect`), the SQL endpoint (:mod:`kappa.services.serve`)
-and the test control plane (:mod:`kappa.services.cluster`) — keeps its state under ``KAPPA_HOME`` and
+the Kafka Connect worker (:mod:`kappa.cdc.connect`), the SQL endpoint (:mod:`kappa.services.serve`),
+the S3-compatible object store (:mod:`kappa.services.objectstore`) and the test control plane
+(:mod:`kappa.services.cluster`) — keeps its state under ``KAPPA_HOME`` and
 declares one ``SERVICE``; :func:`kappa.services.services` lists them, and the CLI builds
 ``kappa <name> start|stop|status [--format json]`` for each from that one list
 (:mod:`kappa.cli.services`). A new part is one module with its four functions, a status with
