@@ -50,6 +50,16 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     assert join["events"] == result["replay"]["rows"] + join["weather_rows"] and join["weather_rows"] == 2_226
     assert 0 < join["rows"] <= result["replay"]["rows"] and join["state"]["rows"] >= 0
     assert "flights_weather (stream-stream join" in proc.stdout
+    # Per micro-batch: the replay ran at least one batch with input, each with Spark jobs and at
+    # least the one commit of silver's table; the live query the same during the latency step.
+    for pb in (result["replay"]["per_batch"], result["live_per_batch"]):
+        assert pb["batches_counted"] >= 1 and pb["spark_jobs"] >= 1 and pb["delta_commits"] >= 1
+        phases = pb["breakdown"]["phases"]
+        assert phases["addBatch"]["median_ms"] > 0 and pb["breakdown"]["holding"] in phases
+    assert "replay per micro-batch" in proc.stderr + proc.stdout
+    judged = {j["target"]: j for j in result["judged"]}
+    assert len(judged) == 4 and all(j["met"] is not None for j in judged.values())
+    assert all(j["holding"] for j in judged.values() if j["met"] is False)
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,51 @@
+"""The per-micro-batch breakdown and the target judge of `kappa bench` (pure functions over
+Spark's progress reports and a result dict)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kappa.harness.bench import batch_breakdown, judge_targets, per_batch
+
+
+def progress(rows: int, **ms) -> dict:
+    return {"numInputRows": rows, "durationMs": ms}
+
+
+def test_phases_are_shares_of_the_batches_with_input():
+    reports = [
+        progress(100, addBatch=800, walCommit=100, commitOffsets=50, triggerExecution=1000),
+        progress(0, addBatch=5, triggerExecution=10),  # an empty batch: left out
+        progress(300, addBatch=2400, walCommit=300, commitOffsets=150, latestOffset=50, triggerExecution=3000),
+    ]
+    b = batch_breakdown(reports)
+    assert b["batches"] == 2
+    assert b["phases"]["addBatch"] == {"median_ms": 1600, "share": 0.8}
+    assert b["phases"]["walCommit"]["share"] == 0.1 and b["phases"]["triggerExecution"]["share"] == 1.0
+    assert b["holding"] == "addBatch"
+    assert b["other_share"] == pytest.approx(1 - 0.8 - 0.1 - 0.05 - 0.0125, abs=1e-3)
+
+
+def test_no_batch_with_input_has_no_phases():
+    assert batch_breakdown([progress(0, triggerExecution=10)]) == {"batches": 0, "phases": {}}
+    assert per_batch(5, 1, 0, {"batches": 0, "phases": {}})["spark_jobs"] is None
+
+
+def test_a_missed_target_names_the_phase_that_holds_it():
+    slow = per_batch(30, 10, 10, batch_breakdown([progress(10, addBatch=900, walCommit=100, triggerExecution=1000)]))
+    fast = per_batch(3, 1, 1, batch_breakdown([progress(10, addBatch=100, walCommit=700, triggerExecution=1000)]))
+    assert slow["spark_jobs"] == 3.0 and slow["delta_commits"] == 1.0
+    result = {"replay_over_u2": 0.79, "sustained_over_u2": 0.7, "replay": {"per_batch": slow},
+              "live_per_batch": fast, "latency_ms": {"p50": 900, "p99": 5_000}}
+    judged = {j["target"]: j for j in judge_targets(result)}
+    assert judged["replay >= 1.0 x U2"] == {"target": "replay >= 1.0 x U2", "value": 0.79, "met": False,
+                                            "holding": "addBatch", "share": 0.9}
+    assert judged["sustained >= 0.6 x U2"]["met"] is True and "holding" not in judged["sustained >= 0.6 x U2"]
+    assert judged["latency p50 <= 1000 ms"]["met"] is True
+    assert judged["latency p99 <= 3000 ms"] == {"target": "latency p99 <= 3000 ms", "value": 5_000, "met": False,
+                                                "holding": "walCommit", "share": 0.7}
+
+
+def test_an_unmeasured_target_is_not_judged():
+    judged = judge_targets({"replay_over_u2": None, "latency_ms": {"p50": None, "p99": None}})
+    assert [j["met"] for j in judged] == [None, None, None, None]
