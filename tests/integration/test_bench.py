@@ -57,6 +57,10 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
         phases = pb["breakdown"]["phases"]
         assert phases["addBatch"]["median_ms"] > 0 and pb["breakdown"]["holding"] in phases
     assert "replay per micro-batch" in proc.stderr + proc.stdout
+    scaling = result["scaling"]  # a new version replays the whole log at each size, every event once
+    assert [p["events"] for p in scaling["points"]] == [1_000, 2_000, 4_000]
+    assert all(p["rows"] == p["events"] and p["events_per_s"] > 0 for p in scaling["points"])
+    assert scaling["growth"] == pytest.approx(scaling["points"][-1]["events_per_s"] / scaling["points"][0]["events_per_s"], rel=1e-2)
     judged = {j["target"]: j for j in result["judged"]}
     assert len(judged) == 4 and all(j["met"] is not None for j in judged.values())
     assert all(j["holding"] for j in judged.values() if j["met"] is False)

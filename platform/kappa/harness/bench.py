@@ -25,6 +25,10 @@ ports (the user's ``.kappa`` and broker are never touched):
    ingested and its silver asset run; then a new version of the stream–stream join
    ``flights_weather`` (the silver flights table above with silver weather) is timed with
    :func:`replay_rate`: input rows/s (flights + weather rows read) next to U2, and its state size.
+4d. **scaling curve**: a third topic grown to each of ``--scaling`` sizes (250,000, 500,000 and
+   1,000,000 events; 1,000/2,000/4,000 with ``--quick``) and, at each size, a new version of silver
+   over it replaying the whole log: events/s per size, so cost growth with the log's length shows
+   (``scaling.growth``: the largest size's rate over the smallest's).
 5. **sustained**: a second, live topic and the same silver query running continuously with a
    processing-time trigger while a producer publishes at a fixed rate; the rate is doubled while the
    backlog (log end offsets - the query's processed offsets) stays flat for a step (60 s; 10 s with
@@ -81,6 +85,9 @@ from kappa.core.logs import LIBRDKAFKA
 TOPIC = "flights"
 LIVE_TOPIC = "flights_live"
 LIVE_ASSET = "flights_live"
+#: The scaling curve's topic and asset (silver ``flights`` over it): grown to each size in turn.
+SCALE_TOPIC = "flights_scale"
+SCALE_ASSET = "flights_scale"
 #: The stream–stream join whose replay rate and state size the bench reports (step 4c).
 JOIN_ASSET = "flights_weather"
 SENT_HEADER = "kappa-sent-ms"
@@ -325,6 +332,32 @@ def describe_per_batch(what: str, pb: dict) -> str:
     median = (phases.get("triggerExecution") or {}).get("median_ms")
     return (f"{what} per micro-batch ({pb['batches_counted']}): {pb['spark_jobs']} Spark jobs, "
             f"{pb.get('delta_commits')} Delta commits, median {median} ms: {parts or 'no batches'}")
+
+
+def scaling_curve(spark, settings: Settings, catalog, sizes: tuple, say: Callable[[str], None]) -> dict:
+    """Step 4d: replay time as the log grows. The topic :data:`SCALE_TOPIC` is filled with synthetic
+    events up to each size in ``sizes`` (ascending) and, at each, a new version of :data:`SCALE_ASSET`
+    (silver over it; created as ``kappa replay`` creates one,
+    :func:`kappa.lifecycle.promotion.create_chain_versions`) replays the whole log
+    (:func:`replay_rate`). Returns ``points`` (events, seconds, events/s, per micro-batch) and
+    ``growth``: events/s at the largest size over events/s at the smallest (1.0: cost grows linearly
+    with the log; below 1.0: each event costs more in a longer log)."""
+    from kappa.delta.registry import Registry
+    from kappa.ingest.producer import produce
+    from kappa.kafka.topics import ensure_topics
+    from kappa.lifecycle.promotion import create_chain_versions
+
+    ensure_topics(settings, {SCALE_TOPIC: catalog.topics[SCALE_TOPIC]})
+    source, produced, points = synthetic_values("scale", start_epoch_s=1_451_606_400), 0, []  # 2016-01-01
+    for size in sorted(sizes):
+        produce(settings, SCALE_TOPIC, (next(source) for _ in range(size - produced)))
+        produced = size
+        create_chain_versions(settings, catalog, [SCALE_ASSET], Registry(settings))
+        point = replay_rate(spark, settings, catalog, SCALE_ASSET, size)
+        points.append({k: point[k] for k in ("events", "rows", "seconds", "events_per_s", "per_batch")})
+        say(f"scaling: {size:,} events replayed in {point['seconds']:.1f} s ({point['events_per_s']:,.0f} ev/s)")
+    first, last = points[0]["events_per_s"], points[-1]["events_per_s"]
+    return {"points": points, "growth": round(last / first, 3) if first else None}
 
 
 def join_replay_rate(spark, settings: Settings, catalog, flights_rows: int, quick: bool = False) -> dict:
@@ -638,6 +671,8 @@ class BenchOptions:
     sustained_budget_s: float = 900.0
     u2_validating: bool = True
     drain_s: float = 120.0
+    #: Log sizes (events) of the scaling curve, ascending; empty: no curve.
+    scaling: tuple = (250_000, 500_000, 1_000_000)
     #: Runtime Spark SQL confs set before any measurement (tuning without touching the library).
     conf: dict = field(default_factory=dict)
     keep_state: bool = False
@@ -646,7 +681,8 @@ class BenchOptions:
     def for_quick(cls, **kw) -> "BenchOptions":
         """The ``--quick`` options (5,000 events, short steps, no bisection), with ``kw`` overriding any
         field that is not None."""
-        base = dict(quick=True, events=5_000, flights_limit=5_000, step_s=10.0, warmup_s=2.0, latency_s=10.0,
+        base = dict(quick=True, events=5_000, flights_limit=5_000, scaling=(1_000, 2_000, 4_000),
+                    step_s=10.0, warmup_s=2.0, latency_s=10.0,
                     start_rate=250.0, bisections=0, sustained_budget_s=30.0, u2_validating=False, drain_s=60.0)
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
@@ -670,6 +706,11 @@ def _edit_assets(env_assets: Path, opts: BenchOptions) -> None:
     flights_file.write_text(yaml.safe_dump(flights, sort_keys=False))
     live = dict(flights, name=LIVE_ASSET, source={"kafka": {"topics": [LIVE_TOPIC]}})
     (env_assets / "flights" / f"{LIVE_ASSET}.yaml").write_text(yaml.safe_dump(live, sort_keys=False))
+    if opts.scaling:
+        doc["topics"][SCALE_TOPIC] = dict(doc["topics"][TOPIC], description="bench: scaling curve")
+        topics_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        scale = dict(flights, name=SCALE_ASSET, source={"kafka": {"topics": [SCALE_TOPIC]}})
+        (env_assets / "flights" / f"{SCALE_ASSET}.yaml").write_text(yaml.safe_dump(scale, sort_keys=False))
 
 
 def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = lambda _m: None) -> dict:
@@ -763,6 +804,10 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
             result["replay_flights_weather"] = join
             say(f"replay of {JOIN_ASSET} (stream-stream join): {join['events_per_s']:,.0f} rows/s, "
                 f"{join['rows']:,} rows, state {join['state']}")
+
+        # 4d. the scaling curve: replay time at growing log sizes
+        if opts.scaling:
+            result["scaling"] = scaling_curve(spark, settings, catalog, opts.scaling, say)
 
         # 5. sustained, 6. latency: the live asset, running continuously
         # The live table records its change data feed, so step 6 measures latency a second way
@@ -910,6 +955,9 @@ def bench_table(r: dict):
         t.add_row(f"replay {JOIN_ASSET} (stream-stream join, from silver)", f"{join['events_per_s']:,.0f}",
                   f"{join['events_per_s'] / r['u2_events_per_s']:.2f} x U2; state {st.get('sst_bytes', 0) / 2**20:.1f} MiB "
                   f"on disk, {st.get('rows', 0):,} rows", "")
+    for point in (r.get("scaling") or {}).get("points", []):
+        t.add_row(f"  replay of a {point['events']:,}-event log", f"{point['events_per_s']:,.0f}",
+                  f"{point['seconds']:.1f} s", "")
     s = r["sustained_events_per_s"]
     so = r.get("sustained_over_u2")
     t.add_row(f"sustained live ({r['sustained']['step_s']:.0f} s flat)", f"{s:,.0f}",
@@ -959,6 +1007,10 @@ def bench_command(
     conf: Optional[list[str]] = typer.Option(None, "--conf", callback=_conf_option,
                                              help="KEY=VALUE runtime Spark SQL conf (repeatable)."),
     keep_state: bool = typer.Option(False, help="Keep the bench's state dir."),
+    scaling: Optional[list[int]] = typer.Option(None, "--scaling", min=1,
+                                                help="A log size (events) of the replay scaling curve; repeat for "
+                                                     "each point (default 250,000, 500,000, 1,000,000; --quick "
+                                                     "1,000, 2,000, 4,000)."),
 ) -> None:
     """Measure U1 (raw consume), U2 (Spark batch), replay, sustained throughput and end-to-end
     latency on the same topic in one run; print a table and write JSON."""
@@ -968,6 +1020,7 @@ def bench_command(
     exit_cleanly_on_sigterm()
     kw = dict(events=events, trigger=trigger, partitions=partitions, max_offsets_per_trigger=max_offsets_per_trigger,
               shuffle_partitions=shuffle_partitions, keep_state=keep_state,
+              scaling=tuple(sorted(set(scaling))) if scaling else None,
               conf=dict(c.split("=", 1) for c in conf) if conf else None)
     if quick:
         opts = BenchOptions.for_quick(**kw)
