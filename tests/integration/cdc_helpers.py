@@ -97,10 +97,32 @@ def assert_equals_postgres(settings: Settings, table: str, got: dict[tuple, dict
                 (offset, None, None, None) if value is None else
                 (offset, value["op"], value["source"].get("lsn"), value["after"]))
     lines = [f"{what}: {len(missing)} keys missing, {len(extra)} extra, {len(differ)} differ"]
+    quarantined = _quarantined_keys(settings, f"ops.public.{table}")
     for label, keys in (("missing", missing), ("extra", extra), ("differs", differ)):
         for k in keys[:3]:
-            lines.append(f"  {label} {k}: got {got.get(k)} expected {expected.get(k)}; changelog {history.get(k)}")
+            lines.append(f"  {label} {k}: got {got.get(k)} expected {expected.get(k)}; changelog {history.get(k)}; "
+                         f"quarantined {quarantined.get(k, [])}")
     raise AssertionError("\n".join(lines))
+
+
+def _quarantined_keys(settings: Settings, topic: str) -> dict[tuple, list]:
+    """Key -> (asset, version, offset, reason) of every quarantined record of ``topic``."""
+    from deltalake import DeltaTable
+
+    from kappa.delta.registry import quarantine_path
+
+    path = str(quarantine_path(settings))
+    if not DeltaTable.is_deltatable(path):
+        return {}
+    q = DeltaTable(path).to_pandas()
+    out: dict[tuple, list] = {}
+    for r in q[q["topic"] == topic].itertuples():
+        try:
+            k = tuple(json.loads(r.key).values())
+        except (TypeError, ValueError, AttributeError):
+            continue
+        out.setdefault(k, []).append((r.asset, r.version, r.offset, r.reason))
+    return out
 
 
 def wait_records(settings: Settings, topic: str, match, count: int = 1, from_offset: int = 0,
