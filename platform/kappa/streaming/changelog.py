@@ -6,8 +6,8 @@ Input: the Kafka source's columns. Record key: the source row's primary key as J
 (``{"tailnum": "N10156"}``); value: Debezium's change event as plain JSON (``op`` = ``r`` snapshot
 read / ``c`` insert / ``u`` update / ``d`` delete, ``after`` = the row after the change, ``source.lsn``
 = the change's position in PostgreSQL's write-ahead log, ``source.ts_ms`` = its commit time in
-epoch ms), or null (a tombstone after a delete: it only tells compaction to drop the key, and is
-skipped here). Source order is LSN order (Debezium PostgreSQL connector docs, "Change events").
+epoch ms), or null (a tombstone, written right after a delete). Source order is LSN order
+(Debezium PostgreSQL connector docs, "Change events").
 
 A record that is not a change event, has an unknown ``op``, a row image whose field does not
 convert to the declared type, lacks a required field, or carries a non-null value in a column the
@@ -19,7 +19,17 @@ added in the source whose value is null loses nothing and flows through.
 source commit time). Each micro-batch keeps the latest change per key (highest LSN, then offset) and
 applies it with one ``MERGE``: an insert/update/read replaces the row only when its LSN is higher
 than the row's ``_lsn``, a delete removes it when its LSN is at least the row's. A change already
-applied (a restart, or Debezium re-sending after a crash) therefore changes nothing. The table
+applied (a restart, or Debezium re-sending after a crash) therefore changes nothing. A tombstone is a
+delete too: on a compacted topic it may be all that is left of a delete (compaction keeps the latest
+record per key, and the tombstone supersedes the delete event), so a replay that read the key's
+older row before the log cleaner removed the delete event learns of it only from the tombstone
+(Kafka docs, "Log Compaction": a consumer sees every delete marker if it reaches the head within
+``delete.retention.ms``). A tombstone right after its delete event in the same
+micro-batch (the normal case) takes that event's LSN, so a re-sent tombstone is guarded like its
+delete; without one (the delete event was compacted away, or is in the previous
+micro-batch) it ranks above the key's earlier records in the batch and deletes the row whatever its
+LSN. The second case can briefly delete a row that a re-sent suffix (Debezium after a
+crash: delete, tombstone, then the newer insert again) re-inserts in its next micro-batch. The table
 records Delta's change data feed (``delta.enableChangeDataFeed``), which materialized views read.
 
 ``mode: history`` — output: the declared columns, ``valid_from``, ``valid_to`` (null while current),
@@ -130,6 +140,25 @@ def parse_changes(kafka_df: DataFrame, transform: ChangelogTransform, asset: str
     )
 
 
+def tombstones(kafka_df: DataFrame, transform: ChangelogTransform) -> DataFrame:
+    """The tombstones among Kafka records (null value) as deletes, in the columns of
+    :func:`parse_changes`: ``reason`` null, ``_op`` ``d``, ``_lsn`` and ``_changed_at`` null, the key
+    columns from the record key, the other declared columns null. A tombstone whose key lacks the
+    primary key is dropped: it names no row and carries no data."""
+    fields = transform.fields
+    key = F.from_json(F.col("key").cast("string"),
+                      T.StructType([T.StructField(k, _wire_type(fields[k].type)) for k in transform.key]))
+    df = kafka_df.where(F.col("value").isNull()).withColumn("_key", key)
+    for k in transform.key:
+        df = df.where(F.col(f"_key.{k}").isNotNull())
+    return df.select(
+        "key", "value", "topic", "partition", "offset", "timestamp", F.lit(None).cast("string").alias("reason"),
+        F.lit("d").alias("_op"), F.lit(None).cast("long").alias("_lsn"), F.lit(None).cast("timestamp").alias("_changed_at"),
+        *[(_typed(F.col(f"_key.{n}"), fields[n].type) if n in transform.key else F.lit(None).cast(SPARK_TYPES[fields[n].type])).alias(n)
+          for n in fields],
+    )
+
+
 class ChangelogWriter(MicroBatchWriter):
     """foreachBatch body of a ``changelog`` asset (see the module docstring): bad change events to
     the quarantine table (idempotent per writer id and batch id), good ones MERGEd in LSN order (a
@@ -146,8 +175,8 @@ class ChangelogWriter(MicroBatchWriter):
                      CHANGE_DATA_FEED if self.transform.mode == "current" else None)
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
-        changes = parse_changes(batch.select(*KAFKA_COLUMNS).where(F.col("value").isNotNull()),
-                                self.transform, self.spec.name).persist()
+        raw = batch.select(*KAFKA_COLUMNS)
+        changes = parse_changes(raw.where(F.col("value").isNotNull()), self.transform, self.spec.name).persist()
         try:
             bad = changes.where(F.col("reason").isNotNull())
             if bad.limit(1).count():
@@ -156,6 +185,8 @@ class ChangelogWriter(MicroBatchWriter):
                                F.current_timestamp().alias("quarantined_at")),
                     self.quarantine, batch_id, side="quarantine")
             good = changes.where(F.col("reason").isNull())
+            if self.transform.mode == "current":
+                good = good.unionByName(tombstones(raw, self.transform))
             if not good.limit(1).count():
                 return
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history
@@ -167,14 +198,26 @@ class ChangelogWriter(MicroBatchWriter):
         from delta.tables import DeltaTable
 
         keys, fields = self.transform.key, list(self.transform.fields)
-        latest = Window.partitionBy(*keys).orderBy(F.col("_lsn").desc(), F.col("offset").desc())
+        # Tombstones (null value and _lsn, see tombstones): one right after its delete event takes
+        # that event's LSN, for the guard and the ranking (so it is guarded like the delete, and a
+        # later change of the key still wins); one without (compacted away) ranks above the key's
+        # earlier records in this batch and deletes whatever the row's LSN (guard LSN null).
+        by_offset = Window.partitionBy(*keys).orderBy("offset")
+        earlier = by_offset.rowsBetween(Window.unboundedPreceding, -1)
+        tomb = F.col("value").isNull()
+        after_delete = (F.lag("_op").over(by_offset) == "d") & F.lag("value").over(by_offset).isNotNull()
+        delete_lsn = F.when(after_delete, F.lag("_lsn").over(by_offset))
+        good = (good.withColumn("_rank", F.when(tomb, F.coalesce(delete_lsn, F.max("_lsn").over(earlier)))
+                                .otherwise(F.col("_lsn")))
+                .withColumn("_lsn", F.when(tomb, delete_lsn).otherwise(F.col("_lsn"))))
+        latest = Window.partitionBy(*keys).orderBy(F.col("_rank").desc_nulls_last(), F.col("offset").desc())
         src = good.withColumn("_n", F.row_number().over(latest)).where("_n = 1").select(
             *fields, "_op", "_lsn", "_changed_at")
         out = [*fields, "_lsn", "_changed_at"]
         values = {c: F.col(f"s.`{c}`") for c in out}
         (DeltaTable.forPath(src.sparkSession, self.version.table_path).alias("t")
          .merge(src.alias("s"), " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys))
-         .whenMatchedDelete(condition="s._op = 'd' AND s._lsn >= t._lsn")
+         .whenMatchedDelete(condition="s._op = 'd' AND (s._lsn IS NULL OR s._lsn >= t._lsn)")
          .whenMatchedUpdate(condition="s._op <> 'd' AND s._lsn > t._lsn", set=values)
          .whenNotMatchedInsert(condition="s._op <> 'd'", values=values)
          .execute())
