@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import time
 from typing import Optional
 
@@ -132,7 +134,9 @@ def _demo_analysts(settings):
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as out:
             out.write(built.stdout + built.stderr)
-        done = next((line.strip() for line in reversed(built.stdout.splitlines()) if "TOTAL=" in line), None)
+        # dbt's line is "<colour codes><time>  Done. PASS=… TOTAL=…": keep the summary itself.
+        done = next((m.group(0) for line in reversed(built.stdout.splitlines())
+                     if (m := re.search(r"Done\. PASS=.*?TOTAL=\d+", line))), None)
         console.print(f"dbt build: {done or 'no summary line'} (its output: {log})", highlight=False)
     if built.returncode != 0:
         fail(f"dbt build failed (exit {built.returncode}); its log: {settings.home}/dbt/logs/dbt.log")
