@@ -72,6 +72,40 @@ def test_caught_up_versions_are_recorded_with_offsets(full_run):
     assert v.table_path.endswith("/flights/v1") and v.checkpoint_path.endswith("/flights/v1")
 
 
+def test_every_commit_names_its_micro_batch_and_what_it_read(full_run):
+    """Provenance (kappa.streaming.provenance): silver's commits carry their batch and the Kafka end
+    offsets in commitInfo.userMetadata; bronze (Delta's streaming sink) is read back through the
+    checkpoint's write-ahead log; gold names the upstream version and Delta version it read."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from kappa.streaming.provenance import covered
+
+    settings, suffix = full_run.settings, full_run.suffix
+    registry = Registry(settings)
+    topic = f"flights_{suffix}"
+    caught = {str(p): int(o) for p, o in registry.version("flights", 1).last("caught_up")["end_offsets"][topic].items()}
+    silver_path = registry.version("flights", 1).table_path
+    silver = covered(settings, "flights", 1)
+    assert silver.recorded_in == "commitInfo" and silver.offsets == {topic: caught}
+    writes = [h for h in DeltaTable(silver_path).history() if h.get("operation") == "WRITE"]
+    meta = [json.loads(h["userMetadata"]) for h in writes]
+    assert writes and all((m["asset"], m["version"], m["kappa"]) == ("flights", 1, 1) for m in meta)
+    assert silver.batch_id == max(m["batch_id"] for m in meta)
+    first = min(h["version"] for h in writes)  # an earlier Delta version covers its own batch
+    assert covered(settings, "flights", 1, table_version=first).batch_id == min(m["batch_id"] for m in meta)
+
+    bronze = covered(settings, "flights_bronze", 1)
+    assert bronze.recorded_in == "checkpoint" and bronze.offsets == {topic: caught}
+
+    gold = covered(settings, "departures_hourly", 1)
+    assert gold.recorded_in == "commitInfo" and gold.offsets == {}
+    (src,) = gold.sources
+    assert (src["delta"]["asset"], src["delta"]["version"]) == ("flights", 1)
+    assert 0 < src["delta"]["table_version"] <= DeltaTable(silver_path).version()
+
+
 @pytest.mark.mutates_full_run
 def test_ingesting_the_same_data_again_changes_no_silver_or_gold_row(full_run, spark):
     settings, suffix = full_run.settings, full_run.suffix

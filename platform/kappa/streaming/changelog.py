@@ -190,7 +190,7 @@ class ChangelogWriter(MicroBatchWriter):
             if not good.limit(1).count():
                 return
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history
-            self.dml(lambda: merge(good), batch_id)
+            self.dml(lambda: merge(good), batch_id, good.sparkSession)
         finally:
             changes.unpersist()
 

@@ -70,6 +70,26 @@ def read_checkpoint(checkpoint: str | Path, settings: Settings | None = None) ->
     return state
 
 
+def batch_sources(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> list[dict]:
+    """What micro-batch ``batch_id`` reads up to, one entry per source in the query's source order,
+    from its write-ahead log entry ``<checkpoint>/offsets/<batch_id>`` (written before the batch
+    runs): Kafka ``{"topic": {"partition": offset}}`` (the end offsets, exclusive), Delta
+    ``{"reservoirId": …, "reservoirVersion": n, "index": i, …}``. ``[]`` when the entry is missing
+    (not yet planned, or purged: Spark keeps ``spark.sql.streaming.minBatchesToRetain``, 100)."""
+    path = join(join(str(checkpoint), "offsets"), str(batch_id))
+    try:
+        lines = [ln for ln in read_text(path, settings).splitlines() if ln.strip()]
+    except (OSError, FileNotFoundError):
+        return []
+    out = []
+    for line in lines[2:]:  # "v1", the batch metadata, then one line per source
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            out.append({})
+    return out
+
+
 @dataclass
 class QueryHealth:
     """One observation of one asset's current version."""

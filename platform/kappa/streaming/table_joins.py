@@ -134,5 +134,5 @@ class ViewWriter(MicroBatchWriter):
                  .whenNotMatchedBySourceDelete()
                  .execute())
 
-        self.dml(merge, batch_id)
+        self.dml(merge, batch_id, spark)
         self.at("after_table_commit", batch_id)

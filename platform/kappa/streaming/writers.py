@@ -18,6 +18,7 @@ function returns and before Spark writes its commit log entry).
 
 from __future__ import annotations
 
+import json
 import logging
 from contextlib import contextmanager
 from typing import Callable
@@ -163,22 +164,46 @@ class MicroBatchWriter:
         """The ``asset`` and ``version`` columns of a row this version writes to a shared table."""
         return [F.lit(self.spec.name).alias("asset"), F.lit(self.version.version).cast("int").alias("version")]
 
+    def provenance(self, batch_id: int) -> str:
+        """The ``commitInfo.userMetadata`` of every Delta commit micro-batch ``batch_id`` makes: JSON
+        ``{"kappa": 1, "asset", "version", "batch_id", "sources": [...]}``, the sources being what
+        the batch reads up to (:func:`kappa.streaming.provenance.describe_sources` of its
+        write-ahead log entry). Read back by :func:`kappa.streaming.provenance.covered`."""
+        if getattr(self, "_provenance", (None,))[0] != batch_id:
+            from kappa.streaming.checkpoint import batch_sources
+            from kappa.streaming.provenance import describe_sources
+
+            sources = batch_sources(self.version.checkpoint_path, batch_id, self.settings)
+            self._provenance = (batch_id, json.dumps(
+                {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
+                 "sources": describe_sources(self.settings, self.version, sources)},
+                separators=(",", ":"), sort_keys=True))
+        return self._provenance[1]
+
     def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None) -> None:
         """Append ``df`` to the Delta table at ``path`` once per (:meth:`writer_id` of ``side``,
         ``batch_id``): Delta skips a write whose pair it has already committed (Delta docs,
-        "Idempotent table writes in foreachBatch")."""
+        "Idempotent table writes in foreachBatch"). The commit carries :meth:`provenance`."""
         (df.write.format("delta").mode("append")
          .option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
+         .option("userMetadata", self.provenance(batch_id))
          .save(path))
 
     def transaction(self, spark: SparkSession, batch_id: int, side: str | None = None):
         """A block whose Delta DML carries this writer's transaction id (:func:`delta_txn`)."""
         return delta_txn(spark, self.writer_id(side), batch_id)
 
-    def dml(self, run: Callable[[], None], batch_id: int) -> None:
-        """Run ``run``, micro-batch ``batch_id``'s MERGE (or UPDATE, DELETE), through
-        :func:`run_dml`: again on the new snapshot when a concurrent commit conflicts with it."""
-        run_dml(run, f"{self.version.name} batch {batch_id}")
+    def dml(self, run: Callable[[], None], batch_id: int, spark: SparkSession) -> None:
+        """Run ``run``, micro-batch ``batch_id``'s MERGE (or UPDATE, DELETE) in ``spark`` (the
+        micro-batch's session), through :func:`run_dml`: again on the new snapshot when a
+        concurrent commit conflicts with it. Its commit carries :meth:`provenance` (Delta's
+        ``spark.databricks.delta.commitInfo.userMetadata`` session setting, unset afterwards)."""
+        key = "spark.databricks.delta.commitInfo.userMetadata"
+        spark.conf.set(key, self.provenance(batch_id))
+        try:
+            run_dml(run, f"{self.version.name} batch {batch_id}")
+        finally:
+            spark.conf.unset(key)
 
     def committed(self, path: str, side: str | None = None) -> int | None:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
@@ -240,7 +265,7 @@ class UpsertWriter(MicroBatchWriter):
                  .whenNotMatchedInsertAll()
                  .execute())
 
-        self.dml(merge, batch_id)
+        self.dml(merge, batch_id, spark)
         self.at("after_table_commit", batch_id)
 
 

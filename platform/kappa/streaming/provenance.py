@@ -1,0 +1,169 @@
+"""Provenance: which source offsets a Delta version of an asset's table covers.
+
+Every commit a Kappa ``foreachBatch`` writer makes (:class:`kappa.streaming.writers.MicroBatchWriter`:
+the parse, changelog, lookup, materialized-view, pattern and upsert writers) carries, in
+``commitInfo.userMetadata`` (Delta protocol, "Commit Provenance Information"; Spark's
+``userMetadata`` write option and ``spark.databricks.delta.commitInfo.userMetadata``; delta-rs
+reads it in ``DeltaTable.history()``), the micro-batch id and what the batch read up to, from the
+query's write-ahead log (:func:`kappa.streaming.checkpoint.batch_sources`)::
+
+    {"kappa": 1, "asset": "flights", "version": 1, "batch_id": 7,
+     "sources": [{"kafka": {"flights": {"0": 1200, "1": 1180, "2": 1175}}}]}
+
+A Kafka source gives each partition's end offset (exclusive); a Delta source (an upstream asset)
+``{"delta": {"asset", "version", "table_version", "index"}}``, the upstream version's Delta version
+the batch read through.
+
+Kinds written by Delta's own streaming sink (raw, sql, python, window, sliding and join in append
+mode) cannot set per-batch metadata. Their commits carry Delta's ``txn`` action (app id = the
+query id, version = the batch id). :func:`covered` then reads the batch's write-ahead log entry,
+which the checkpoint keeps for the last ``spark.sql.streaming.minBatchesToRetain`` (100) batches.
+Older commits of those kinds report ``recorded_in: None`` (not recorded), never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from kappa.config import Settings
+from kappa.core.storage import delta_rs_options, delta_rs_uri, join, read_text
+from kappa.delta.registry import Registry, Version
+from kappa.errors import KappaError
+
+
+class ProvenanceError(KappaError, LookupError):
+    """No such asset version or Delta version."""
+
+
+@dataclass
+class Coverage:
+    """What the Delta version ``table_version`` of ``asset`` version ``version`` covers: the last
+    micro-batch committed at or before it (``batch_id``) and its ``sources`` (see the module
+    docstring); ``recorded_in``: ``commitInfo`` (the commit's metadata), ``checkpoint`` (Delta's
+    streaming sink: the batch's write-ahead log entry) or None (nothing committed yet, or not
+    recorded)."""
+
+    asset: str
+    version: int
+    table_version: int | None
+    commit_version: int | None = None
+    batch_id: int | None = None
+    sources: list[dict] = field(default_factory=list)
+    recorded_in: str | None = None
+
+    @property
+    def offsets(self) -> dict[str, dict[str, int]]:
+        """The Kafka sources' end offsets merged: topic -> partition -> offset (exclusive)."""
+        out: dict[str, dict[str, int]] = {}
+        for src in self.sources:
+            for topic, parts in (src.get("kafka") or {}).items():
+                out.setdefault(topic, {}).update(parts)
+        return out
+
+    def to_json(self) -> dict:
+        """The coverage as plain JSON values, with :attr:`offsets`."""
+        return {**asdict(self), "offsets": self.offsets}
+
+
+def describe_sources(settings: Settings, version: Version, sources: list[dict]) -> list[dict]:
+    """A write-ahead log entry's sources (:func:`kappa.streaming.checkpoint.batch_sources`) as
+    provenance: Kafka offsets as they are, a Delta source named by the upstream asset version whose
+    table it is (matched on the table id, Delta's ``reservoirId``)."""
+    if not any("reservoirId" in s for s in sources):
+        return [{"kafka": s} for s in sources]
+    registry, ids = Registry(settings), {}
+    for name in version.upstream:
+        up = registry.upstream_of(version, name)
+        table_id = _table_id(delta_rs_uri(up.table_path), delta_rs_options(up.table_path, settings))
+        if table_id is not None:
+            ids[table_id] = (name, up.version)
+    out = []
+    for src in sources:
+        if "reservoirId" not in src:
+            out.append({"kafka": src})
+            continue
+        name, n = ids.get(src["reservoirId"], (None, None))
+        out.append({"delta": {"asset": name, "version": n, "table_version": src.get("reservoirVersion"),
+                              "index": src.get("index")}})
+    return out
+
+
+_TABLE_IDS: dict[str, str] = {}
+
+
+def _table_id(uri: str, options: dict | None) -> str | None:
+    """The Delta table id (``metaData.id``, which never changes) of the table at ``uri``, cached
+    once found; None while there is no table."""
+    from deltalake import DeltaTable
+
+    if uri not in _TABLE_IDS and DeltaTable.is_deltatable(uri, storage_options=options):
+        _TABLE_IDS[uri] = DeltaTable(uri, storage_options=options).metadata().id
+    return _TABLE_IDS.get(uri)
+
+
+def covered(settings: Settings, asset: str, version: int | None = None,
+            table_version: int | None = None) -> Coverage:
+    """What ``asset`` version ``version`` (default: its latest) covers at Delta version
+    ``table_version`` of its table (default: the latest). Raises :class:`ProvenanceError` for an
+    asset without versions or an unknown version."""
+    from deltalake import DeltaTable
+
+    from kappa.streaming.checkpoint import batch_sources
+
+    registry = Registry(settings)
+    try:
+        v = registry.version(asset, version) if version is not None else registry.latest(asset)
+    except Exception as exc:  # the registry names what exists
+        raise ProvenanceError(str(exc)) from exc
+    if v is None:
+        raise ProvenanceError(f"{asset} has no version yet")
+    uri, options = delta_rs_uri(v.table_path), delta_rs_options(v.table_path, settings)
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
+        return Coverage(asset, v.version, None)
+    table = DeltaTable(uri, storage_options=options)
+    latest = table.version()
+    at = latest if table_version is None else table_version
+    if not 0 <= at <= latest:
+        raise ProvenanceError(f"{v.name}: its table has Delta versions 0..{latest}, not {table_version}")
+    cov = Coverage(asset, v.version, at)
+    for entry in sorted(table.history(), key=lambda h: -h.get("version", -1)):
+        n = entry.get("version", -1)
+        if n > at:
+            continue
+        meta = _kappa_metadata(entry.get("userMetadata"))
+        if meta is not None and meta.get("asset") == asset and meta.get("version") == v.version:
+            cov.commit_version, cov.batch_id, cov.sources, cov.recorded_in = n, meta["batch_id"], meta["sources"], "commitInfo"
+            return cov
+        batch = _sink_batch(v.table_path, n, settings)
+        if batch is not None:
+            sources = batch_sources(v.checkpoint_path, batch, settings)
+            cov.commit_version, cov.batch_id = n, batch
+            if sources:
+                cov.sources, cov.recorded_in = describe_sources(settings, v, sources), "checkpoint"
+            return cov
+    return cov
+
+
+def _kappa_metadata(text) -> dict | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) and meta.get("kappa") == 1 else None
+
+
+def _sink_batch(table_path: str, n: int, settings: Settings) -> int | None:
+    """The batch id of Delta version ``n`` when Delta's streaming sink made it (its ``txn``
+    action), else None."""
+    try:
+        text = read_text(join(join(str(table_path), "_delta_log"), f"{n:020d}.json"), settings)
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in text.splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "txn" in action:
+            return int(action["txn"]["version"])
+    return None
