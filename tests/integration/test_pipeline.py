@@ -103,7 +103,7 @@ def test_every_commit_names_its_micro_batch_and_what_it_read(full_run):
     assert gold.recorded_in == "commitInfo" and gold.offsets == {}
     (src,) = gold.sources
     assert (src["delta"]["asset"], src["delta"]["version"]) == ("flights", 1)
-    assert 0 < src["delta"]["table_version"] <= DeltaTable(silver_path).version()
+    assert 0 < src["delta"]["table_version"] <= DeltaTable(silver_path).version() and src["delta"]["complete"]
 
 
 @pytest.mark.mutates_full_run

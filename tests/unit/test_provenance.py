@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from kappa.streaming.checkpoint import batch_sources
-from kappa.streaming.provenance import Coverage
+from kappa.streaming.provenance import Coverage, read_through
 
 
 def test_every_source_line_of_the_offsets_entry_in_order(tmp_path):
@@ -25,3 +25,9 @@ def test_coverage_merges_the_kafka_sources():
         {"kafka": {"flights": {"1": 7}, "weather": {"0": 2}}}])
     assert cov.offsets == {"flights": {"0": 5, "1": 7}, "weather": {"0": 2}}
     assert cov.to_json()["offsets"] == cov.offsets
+
+
+def test_a_delta_end_position_at_the_start_of_a_version_read_the_one_before():
+    assert read_through(2, -1) == (1, True)
+    assert read_through(2, 5) == (2, False)  # stopped inside version 2 (rate-limited)
+    assert read_through(None, -1) == (None, False)

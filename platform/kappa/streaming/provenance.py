@@ -11,8 +11,9 @@ query's write-ahead log (:func:`kappa.streaming.checkpoint.batch_sources`)::
      "sources": [{"kafka": {"flights": {"0": 1200, "1": 1180, "2": 1175}}}]}
 
 A Kafka source gives each partition's end offset (exclusive); a Delta source (an upstream asset)
-``{"delta": {"asset", "version", "table_version", "index"}}``, the upstream version's Delta version
-the batch read through.
+``{"delta": {"asset", "version", "table_version", "complete", "position"}}``: the upstream version's
+Delta version the batch read through (``complete`` false: part of it, a rate-limited batch) and
+Delta's own end position (``reservoirVersion``, ``index``; Delta's ``DeltaSourceOffset``).
 
 Kinds written by Delta's own streaming sink (raw, sql, python, window, sliding and join in append
 mode) cannot set per-batch metadata. Their commits carry Delta's ``txn`` action (app id = the
@@ -84,9 +85,21 @@ def describe_sources(settings: Settings, version: Version, sources: list[dict]) 
             out.append({"kafka": src})
             continue
         name, n = ids.get(src["reservoirId"], (None, None))
-        out.append({"delta": {"asset": name, "version": n, "table_version": src.get("reservoirVersion"),
-                              "index": src.get("index")}})
+        v, i = src.get("reservoirVersion"), src.get("index", -1)
+        through, complete = read_through(v, i)
+        out.append({"delta": {"asset": name, "version": n, "table_version": through, "complete": complete,
+                              "position": {"reservoirVersion": v, "index": i}}})
     return out
+
+
+def read_through(reservoir_version: int | None, index: int) -> tuple[int | None, bool]:
+    """The Delta version a batch read through, from a Delta source's end position (Delta's
+    ``DeltaSourceOffset``: ``reservoirVersion`` v, ``index`` i): i = -1 is the start of v, so the
+    batch read all of v - 1 (``complete``); otherwise it stopped inside v after its file i (a
+    rate-limited batch: ``complete`` False)."""
+    if reservoir_version is None:
+        return None, False
+    return (reservoir_version - 1, True) if index == -1 else (reservoir_version, False)
 
 
 _TABLE_IDS: dict[str, str] = {}
