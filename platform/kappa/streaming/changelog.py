@@ -176,7 +176,10 @@ class ChangelogWriter(MicroBatchWriter):
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
         raw = batch.select(*KAFKA_COLUMNS)
-        changes = parse_changes(raw.where(F.col("value").isNotNull()), self.transform, self.spec.name).persist()
+        changes = parse_changes(raw.where(F.col("value").isNotNull()), self.transform, self.spec.name)
+        if self.transform.mode == "current":  # tombstones are deletes here (reason null: "good")
+            changes = changes.unionByName(tombstones(raw, self.transform))
+        changes = changes.persist()  # one read of the micro-batch for the quarantine and the MERGE
         try:
             bad = changes.where(F.col("reason").isNotNull())
             if bad.limit(1).count():
@@ -185,8 +188,6 @@ class ChangelogWriter(MicroBatchWriter):
                                F.current_timestamp().alias("quarantined_at")),
                     self.quarantine, batch_id, side="quarantine")
             good = changes.where(F.col("reason").isNull())
-            if self.transform.mode == "current":
-                good = good.unionByName(tombstones(raw, self.transform))
             if not good.limit(1).count():
                 return
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history

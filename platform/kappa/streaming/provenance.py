@@ -67,18 +67,27 @@ class Coverage:
         return {**asdict(self), "offsets": self.offsets}
 
 
-def describe_sources(settings: Settings, version: Version, sources: list[dict]) -> list[dict]:
-    """A write-ahead log entry's sources (:func:`kappa.streaming.checkpoint.batch_sources`) as
-    provenance: Kafka offsets as they are, a Delta source named by the upstream asset version whose
-    table it is (matched on the table id, Delta's ``reservoirId``)."""
-    if not any("reservoirId" in s for s in sources):
-        return [{"kafka": s} for s in sources]
+def upstream_table_ids(settings: Settings, version: Version) -> dict[str, tuple[str, int]]:
+    """Delta table id (``metaData.id``, Delta's ``reservoirId``) -> (upstream asset, version) for
+    every upstream version ``version`` is pinned to whose table exists."""
     registry, ids = Registry(settings), {}
     for name in version.upstream:
         up = registry.upstream_of(version, name)
         table_id = _table_id(delta_rs_uri(up.table_path), delta_rs_options(up.table_path, settings))
         if table_id is not None:
             ids[table_id] = (name, up.version)
+    return ids
+
+
+def describe_sources(settings: Settings, version: Version, sources: list[dict],
+                     upstream_ids: dict[str, tuple[str, int]] | None = None) -> list[dict]:
+    """A write-ahead log entry's sources (:func:`kappa.streaming.checkpoint.batch_sources`) as
+    provenance: Kafka offsets as they are, a Delta source named by the upstream asset version whose
+    table it is (matched on the table id; ``upstream_ids`` from :func:`upstream_table_ids`, looked
+    up when not given)."""
+    if not any("reservoirId" in s for s in sources):
+        return [{"kafka": s} for s in sources]
+    ids = upstream_ids if upstream_ids is not None else upstream_table_ids(settings, version)
     out = []
     for src in sources:
         if "reservoirId" not in src:

@@ -148,6 +148,8 @@ class MicroBatchWriter:
     def __init__(self, spec: AssetSpec, version: Version, settings: Settings):
         self.spec, self.version, self.settings = spec, version, settings
         self.fault = settings.fault
+        self._provenance: tuple[int | None, str] = (None, "")  # (batch id, its userMetadata)
+        self._upstream_ids: dict | None = None  # Delta table id -> upstream (asset, version)
 
     def writer_id(self, side: str | None = None) -> str:
         """The ``txnAppId`` of this version's writes to its table (``side`` None) or to a side
@@ -169,14 +171,17 @@ class MicroBatchWriter:
         ``{"kappa": 1, "asset", "version", "batch_id", "sources": [...]}``, the sources being what
         the batch reads up to (:func:`kappa.streaming.provenance.describe_sources` of its
         write-ahead log entry). Read back by :func:`kappa.streaming.provenance.covered`."""
-        if getattr(self, "_provenance", (None,))[0] != batch_id:
+        if self._provenance[0] != batch_id:
             from kappa.streaming.checkpoint import batch_sources
-            from kappa.streaming.provenance import describe_sources
+            from kappa.streaming.provenance import describe_sources, upstream_table_ids
 
             sources = batch_sources(self.version.checkpoint_path, batch_id, self.settings)
+            if any("reservoirId" in src for src in sources) and not self._upstream_ids:
+                # Looked up once per query (the registry and the upstream tables are read), not per batch.
+                self._upstream_ids = upstream_table_ids(self.settings, self.version)
             self._provenance = (batch_id, json.dumps(
                 {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
-                 "sources": describe_sources(self.settings, self.version, sources)},
+                 "sources": describe_sources(self.settings, self.version, sources, self._upstream_ids)},
                 separators=(",", ":"), sort_keys=True))
         return self._provenance[1]
 
