@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kappa.harness.bench import batch_breakdown, judge_targets, per_batch
+from kappa.harness.bench import batch_breakdown, judge_targets, new_jobs, per_batch
 
 
 def progress(rows: int, **ms) -> dict:
@@ -49,3 +49,11 @@ def test_a_missed_target_names_the_phase_that_holds_it():
 def test_an_unmeasured_target_is_not_judged():
     judged = judge_targets({"replay_over_u2": None, "latency_ms": {"p50": None, "p99": None}})
     assert [j["met"] for j in judged] == [None, None, None, None]
+
+
+def test_jobs_are_counted_only_when_the_tracker_kept_them_all():
+    assert new_jobs({1, 2, 3}, {2, 3, 4, 5}, retained=1000) == 2
+    assert new_jobs(set(), {7, 8}, retained=1000) == 2
+    # the tracker is full and holds only jobs newer than the first reading: some were dropped
+    assert new_jobs({1, 2}, {10, 11, 12}, retained=3) is None
+    assert per_batch(None, 4, 4, {"batches": 4, "phases": {}})["spark_jobs"] is None

@@ -242,7 +242,8 @@ def replay_rate(spark, settings: Settings, catalog, asset: str, expected: int) -
     # numInputRows over-counts under foreachBatch (each action on the batch re-reads the source), so
     # the events are counted from the offsets: the query read [start, end) of the topic once.
     breakdown = batch_breakdown(progress)
-    per = per_batch(spark_jobs(spark, running.query), delta_commits(running, settings), breakdown["batches"], breakdown)
+    per = per_batch(new_jobs(set(), spark_jobs(spark, running.query), retained_jobs(spark)),
+                    delta_commits(running, settings), breakdown["batches"], breakdown)
     rows = spark.read.format("delta").load(running.version.table_path).count()
     return {"per_batch": per, "events": expected, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
             "batches": len([p for p in progress if p.get("numInputRows")]),
@@ -292,11 +293,25 @@ def batch_breakdown(progress: list[dict]) -> dict:
     return out
 
 
-def spark_jobs(spark, query) -> int:
-    """Spark jobs run so far by the streaming query ``query`` (its sink's and its foreachBatch
+def spark_jobs(spark, query) -> set[int]:
+    """Ids of the Spark jobs the streaming query ``query`` has run (its sink's and its foreachBatch
     writer's alike): Spark gives a query's jobs its ``runId`` as their job group (``StreamExecution``),
-    and the status tracker lists a group's jobs (the last ``spark.ui.retainedJobs``, 1,000 by default)."""
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
+    and the status tracker lists a group's jobs, the last ``spark.ui.retainedJobs`` only."""
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId)))
+
+
+def new_jobs(before: set[int], after: set[int], retained: int) -> int | None:
+    """Jobs in ``after`` and not in ``before`` (two :func:`spark_jobs` readings), or None when the
+    tracker may have dropped some in between: it holds ``retained`` jobs, and ``after`` is full and
+    newer than everything in ``before`` (a count then would be too low, so it is not given)."""
+    if len(after) >= retained and (not before or min(after) > max(before)):
+        return None
+    return len(after - before)
+
+
+def retained_jobs(spark) -> int:
+    """``spark.ui.retainedJobs``: how many jobs the status tracker keeps (Spark's default 1,000)."""
+    return int(spark.conf.get("spark.ui.retainedJobs", "1000"))
 
 
 def delta_commits(running, settings: Settings) -> int:
@@ -315,10 +330,11 @@ def delta_commits(running, settings: Settings) -> int:
                for (app, _), n in txn_commits(table).items() if app in ids)
 
 
-def per_batch(jobs: int, commits: int, batches: int, breakdown: dict) -> dict:
-    """Spark jobs and Delta commits per micro-batch (means over ``batches``), with the phase
-    breakdown of :func:`batch_breakdown` (its own ``batches``: the progress reports it read)."""
-    return {"spark_jobs": round(jobs / batches, 2) if batches else None,
+def per_batch(jobs: int | None, commits: int, batches: int, breakdown: dict) -> dict:
+    """Spark jobs and Delta commits per micro-batch (means over ``batches``; jobs None: not counted,
+    see :func:`new_jobs`), with the phase breakdown of :func:`batch_breakdown` (its own
+    ``batches``: the progress reports it read)."""
+    return {"spark_jobs": round(jobs / batches, 2) if batches and jobs is not None else None,
             "delta_commits": round(commits / batches, 2) if batches else None,
             "spark_jobs_total": jobs, "delta_commits_total": commits, "batches_counted": batches,
             "breakdown": breakdown}
@@ -844,7 +860,7 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
                                    "median_batch_ms": statistics.median(batch_ms) if batch_ms else None}
             lat_rate = max(sustained / 2, 100.0)
 
-            def mark() -> tuple[int, int, int]:
+            def mark() -> tuple[set[int], int, int]:
                 last = live.query.lastProgress
                 return spark_jobs(spark, live.query), delta_commits(live, settings), (last or {}).get("batchId", -1)
 
@@ -855,8 +871,8 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
             # The latency step's micro-batches: jobs and commits between the two marks, the phases
             # from the progress reports of those batches Spark still keeps (its last 100).
             step = [p for p in _progress(live.query) if before[2] < p.get("batchId", -1) <= after[2]]
-            result["live_per_batch"] = per_batch(after[0] - before[0], after[1] - before[1], after[2] - before[2],
-                                                 batch_breakdown(step))
+            result["live_per_batch"] = per_batch(new_jobs(before[0], after[0], retained_jobs(spark)),
+                                                 after[1] - before[1], after[2] - before[2], batch_breakdown(step))
             say(describe_per_batch(f"live query at {lat_rate:,.0f} ev/s", result["live_per_batch"]))
             result["latency"] = lat
             say(f"latency at {lat_rate:,.0f} ev/s: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")
