@@ -16,8 +16,13 @@ Read the data through :func:`dataset` (pyarrow's own filesystems) rather than
 ``open(...).to_pyarrow_dataset()``/``to_pandas()``: a process that read a table through delta-rs's
 file handler aborts at exit now and then (see :mod:`kappa.delta.tables`).
 
-The resolution happens once, when called: a promotion or rollback afterwards is seen by the next
-``open``. The registry records which version a stable name points at
+A stable name reads its promoted version's **pinned snapshot** (the Delta version chosen with the
+cut when it was promoted or last advanced, :mod:`kappa.lifecycle.cut`), not the latest commit, so
+``flights`` and ``departures_hourly`` read through ``kappa.tables`` agree with each other and with
+``kappa serve``. ``version=`` reads another Delta version of the same table (time travel).
+
+The resolution happens once, when called: a promotion, rollback or ``kappa advance`` afterwards is
+seen by the next ``open``. The registry records which version a stable name points at
 (:class:`kappa.delta.registry.Registry`); Delta versions a table's own commits on top of that.
 """
 
@@ -26,50 +31,72 @@ from __future__ import annotations
 from kappa.config import Settings, load_settings
 from kappa.delta.registry import Registry, RegistryError
 
-__all__ = ["open", "dataset", "path", "names"]
+__all__ = ["open", "dataset", "path", "snapshot", "names"]
 
 
-def path(name: str, settings: Settings | None = None) -> str:
-    """The Delta table path of ``name``'s promoted version (``<warehouse>/<asset>/v<N>``), or of a
-    dbt mart (``<warehouse>/_dbt/<model>``). Raises :class:`RegistryError` when neither exists."""
+def resolve(name: str, settings: Settings | None = None) -> tuple[str, int | None]:
+    """(Delta table path, pinned snapshot) of stable name ``name``: its promoted version's table
+    (``<warehouse>/<asset>/v<N>``) and the Delta version pinned by the cut (None: never pinned,
+    the latest), or a dbt mart (``<warehouse>/_dbt/<model>``, latest). Raises
+    :class:`RegistryError` in one line: for an asset without a promoted version, naming its versions
+    and how to promote one; else naming the promoted names."""
     from pathlib import Path
 
+    from kappa.delta.registry import not_promoted_message
     from kappa.services.serve import marts_root
 
     settings = settings or load_settings()
-    version = Registry(settings).promoted(name)
+    registry = Registry(settings)
+    events = registry.events()
+    version = registry.promoted(name, events)
     if version is not None:
-        return version.table_path
+        return version.table_path, version.snapshot
     mart = Path(marts_root(settings)) / name
     if (mart / "_delta_log").is_dir():
-        return str(mart)
+        return str(mart), None
+    versions = registry.versions(name, events)
+    if versions:
+        raise RegistryError(not_promoted_message(name, versions))
     known = ", ".join(names(settings)) or "none yet"
     raise RegistryError(f"no promoted table or dbt mart named {name!r} (promoted: {known})")
 
 
+def path(name: str, settings: Settings | None = None) -> str:
+    """The Delta table path of stable name ``name`` (:func:`resolve`). Raises :class:`RegistryError`."""
+    return resolve(name, settings)[0]
+
+
+def snapshot(name: str, settings: Settings | None = None) -> int | None:
+    """The Delta version stable name ``name`` reads (:func:`resolve`; None: the latest). Raises
+    :class:`RegistryError`."""
+    return resolve(name, settings)[1]
+
+
 def open(name: str, settings: Settings | None = None, version: int | None = None):  # noqa: A001
-    """``deltalake.DeltaTable`` of the promoted version of stable name ``name`` (or of a dbt
-    mart); ``version`` pins a Delta table version (time travel) within it. Settings default to
-    the ``KAPPA_*`` environment. Raises :class:`RegistryError` for an unknown name."""
+    """``deltalake.DeltaTable`` of stable name ``name`` at its pinned snapshot (:func:`resolve`;
+    a dbt mart at its latest); ``version`` reads another Delta version of the same table (time
+    travel). Settings default to the ``KAPPA_*`` environment. Raises :class:`RegistryError` for an
+    unknown or unpromoted name."""
     from deltalake import DeltaTable
 
-    settings = settings or load_settings()
     from kappa.core.storage import delta_rs_options, delta_rs_uri
 
     settings = settings or load_settings()
-    location = path(name, settings)
-    return DeltaTable(delta_rs_uri(location), version=version, storage_options=delta_rs_options(location, settings))
+    location, pinned = resolve(name, settings)
+    return DeltaTable(delta_rs_uri(location), version=pinned if version is None else version,
+                      storage_options=delta_rs_options(location, settings))
 
 
 def dataset(name: str, settings: Settings | None = None, version: int | None = None):
-    """``pyarrow.dataset.Dataset`` of the promoted version of stable name ``name`` (or of a dbt
-    mart), Delta version ``version`` (default: the latest) of it: its active Parquet files with the
-    table's schema (:func:`kappa.delta.tables.dataset`). Raises :class:`RegistryError` for an
-    unknown name."""
+    """``pyarrow.dataset.Dataset`` of stable name ``name`` at its pinned snapshot (:func:`resolve`),
+    or at Delta version ``version`` of the same table: its active Parquet files with the table's
+    schema (:func:`kappa.delta.tables.dataset`). Raises :class:`RegistryError` for an unknown or
+    unpromoted name."""
     from kappa.delta.tables import dataset as table_dataset
 
     settings = settings or load_settings()
-    return table_dataset(path(name, settings), settings, version=version)
+    location, pinned = resolve(name, settings)
+    return table_dataset(location, settings, version=pinned if version is None else version)
 
 
 def names(settings: Settings | None = None) -> list[str]:

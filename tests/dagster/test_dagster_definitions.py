@@ -54,10 +54,12 @@ def test_definitions_load_every_yaml_in_assets():
     assert keys == set(catalog.assets) | {f"topic/{t}" for t in read} | dbt_nodes
     assert len(list((REPO / "assets").rglob("*.yaml"))) - 2 == len(catalog.assets)  # minus topics, connectors
     repo = defs.get_repository_def()
-    assert repo.has_job("replay") and repo.has_job("maintain")
+    assert repo.has_job("replay") and repo.has_job("maintain") and repo.has_job("advance")
     [schedule] = repo.schedule_defs
     assert (schedule.name, schedule.job_name, schedule.cron_schedule) == ("kappa_maintain", "maintain", "0 3 * * *")
-    assert sorted(s.name for s in repo.sensor_defs) == ["kappa_automation", "kappa_registry", "kappa_streaming_queries"]
+    assert sorted(s.name for s in repo.sensor_defs) == ["kappa_advance", "kappa_automation", "kappa_registry",
+                                                        "kappa_streaming_queries"]
+    assert repo.get_sensor_def("kappa_advance").default_status == dg.DefaultSensorStatus.STOPPED  # no continuous asset
 
 
 def test_snapshot_of_asset_keys_groups_and_check_names():
@@ -221,3 +223,18 @@ def test_the_maintain_job_runs_the_library_and_returns_its_report(tmp_path):
     with pytest.raises(dg.DagsterInvalidConfigError):
         job.execute_in_process(resources={"kappa": KappaResource(home=str(tmp_path))},
                                run_config={"ops": {"maintain_tables": {"config": {"assets": ["no_such_asset"]}}}})
+
+
+def test_the_advance_sensor_runs_by_default_with_continuous_assets_and_the_job_moves_nothing_when_empty(tmp_path):
+    """`advance` (kappa.lifecycle.cut.advance): its sensor runs by default only when the component
+    declares continuous assets; on an empty warehouse the job moves nothing."""
+    from kappa.dagster.advance import build_advance_job, build_advance_sensor
+    from kappa.dagster.resources import KappaResource
+
+    component = StreamingAssets(assets_dir=str(REPO / "assets"))
+    continuous = StreamingAssets(assets_dir=str(REPO / "assets"), continuous=["flights"])
+    sensor = build_advance_sensor(build_advance_job(continuous.catalog, continuous.options), continuous.options)
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    result = build_advance_job(component.catalog, component.options).execute_in_process(
+        resources={"kappa": KappaResource(home=str(tmp_path))})
+    assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {}}

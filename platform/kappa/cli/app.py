@@ -298,15 +298,19 @@ def versions(
                 "source_offsets": caught.get("end_offsets"), "upstream": v.upstream,
                 "checks": v.last("gate_passed") or v.last("gate_failed"),
                 "table_path": v.table_path,
+                # the promoted version's pin: the Delta version its stable name reads, and the cut
+                "snapshot": v.snapshot if v.state == "promoted" else None,
+                "cut": (v.pin or {}).get("cut") if v.state == "promoted" else None,
             })
         if fmt == StatusFormat.json:
             print(json.dumps(rows, default=str))
             return
         table = Table(title=f"{asset} versions")
-        for col in ("version", "state", "created", "promoted", "rows", "quarantined", "upstream"):
+        for col in ("version", "state", "created", "promoted", "snapshot", "rows", "quarantined", "upstream"):
             table.add_column(col)
         for r in rows:
             table.add_row(f"v{r['version']}", r["state"], r["created_at"][:19], (r["promoted_at"] or "")[:19],
+                          "" if r["snapshot"] is None else str(r["snapshot"]),
                           "" if r["rows"] is None else f"{r['rows']:,}",
                           "" if r["quarantined"] is None else f"{r['quarantined']:,}",
                           ", ".join(f"{k}/v{n}" for k, n in r["upstream"].items()))
@@ -322,6 +326,7 @@ def status(
 ) -> None:
     """Lag and health of each asset's latest version, read from its checkpoint (the newest committed
     micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor."""
+    from kappa.delta.registry import Registry
     from kappa.spec import load_catalog
     from kappa.streaming.checkpoint import observe
 
@@ -331,10 +336,18 @@ def status(
         for name in assets or []:
             catalog[name]  # an unknown name fails with the list of declared assets
         found = observe(settings, catalog, stall_after, names=assets or None)
+        promoted = Registry(settings).promoted_all()
+
+        def stable_name(asset: str) -> dict | None:
+            v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
+            return None if v is None else {"version": v.version, "snapshot": v.snapshot,
+                                           "cut": (v.pin or {}).get("cut"), "verified": (v.pin or {}).get("verified")}
+
         rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
                  "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
                  "upstream_versions_behind": h.upstream_versions_behind,
-                 "seconds_since_progress": h.seconds_since_progress, "reason": h.reason} for h in found]
+                 "seconds_since_progress": h.seconds_since_progress, "reason": h.reason,
+                 "stable_name": stable_name(h.asset)} for h in found]
         if fmt == StatusFormat.json:
             print(json.dumps(rows, default=str))
             return
@@ -498,6 +511,32 @@ def promote(
     with Guard():
         promotion.promote(load_settings(), asset, version, only=only)
         console.print(f"{asset} -> v{version}")
+
+
+@app.command("advance")
+def advance(
+    assets: Optional[list[str]] = typer.Argument(None, help="Move only the lineages of these assets (default: all)."),
+    wait: float = typer.Option(30.0, "--wait", help="Seconds to keep trying while running queries have not "
+                               "yet read a common upstream version."),
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
+) -> None:
+    """Move the cut forward: pin every promoted stable name at the newest Delta snapshot where all of
+    them agree (each covers exactly what the tables it reads hold), in one registry commit."""
+    from kappa.lifecycle.cut import advance as advance_cut
+
+    with Guard():
+        report = advance_cut(load_settings(), assets or None, wait_s=wait)
+        if fmt == StatusFormat.json:
+            print(json.dumps({"pins": report.pins, "moved": report.moved, "refused": report.refused}, default=str))
+        else:
+            for asset, (before, after) in sorted(report.moved.items()):
+                console.print(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
+            if not report.moved:
+                console.print("the cut is already at the newest consistent snapshot")
+            for group, why in report.refused.items():
+                console.print(f"[red]not moved[/] ({group}): {why}")
+        if report.refused:
+            raise typer.Exit(1)
 
 
 @app.command("rollback")

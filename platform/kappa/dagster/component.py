@@ -20,7 +20,9 @@ What each asset YAML becomes:
 
 Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.lifecycle.promotion.replay`,
 and one ``maintain`` job (config: ``assets``, ``retention_hours``) over
-:func:`kappa.lifecycle.maintain.maintain` with its ``kappa_maintain`` schedule (``maintain_cron``).
+:func:`kappa.lifecycle.maintain.maintain` with its ``kappa_maintain`` schedule (``maintain_cron``),
+and one ``advance`` job (config: ``assets``, ``wait_s``) over :func:`kappa.lifecycle.cut.advance`
+with its ``kappa_advance`` sensor (:mod:`kappa.dagster.advance`).
 
 Example (Python; ``definitions.py`` does this)::
 
@@ -47,6 +49,7 @@ import dagster as dg
 from kappa.config import load_settings
 from kappa.dagster import execution
 from kappa.dagster.execution import StreamingRunConfig
+from kappa.dagster.advance import build_advance_job, build_advance_sensor
 from kappa.dagster.maintain import build_maintain_job, build_maintain_schedule
 from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
 from kappa.dagster.replay import build_replay_job
@@ -142,14 +145,16 @@ class StreamingAssets(dg.Component, dg.Resolvable):
     # -- definitions -------------------------------------------------------------------------------
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """One Dagster asset per declaration (with its gate checks and ``query_health``), the topics as
-        external assets, the sensors, the replay job and the maintain job with its schedule."""
+        external assets, the sensors, the replay job, the maintain job with its schedule and the
+        advance job with its sensor."""
         specs = [self._catalog[n] for n in self._catalog.topological()]
         maintain_job = build_maintain_job(self._catalog, self._options)
+        advance_job = build_advance_job(self._catalog, self._options)
         return dg.Definitions(
             assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
             asset_checks=build_health_checks(self._catalog, self._options, specs),
-            sensors=[build_sensor(self._catalog, self._options)],
-            jobs=[build_replay_job(self._catalog, self._options), maintain_job],
+            sensors=[build_sensor(self._catalog, self._options), build_advance_sensor(advance_job, self._options)],
+            jobs=[build_replay_job(self._catalog, self._options), maintain_job, advance_job],
             schedules=[build_maintain_schedule(maintain_job, self._options)],
         )
 

@@ -15,6 +15,8 @@ SENSOR_NAME = "kappa_streaming_queries"
 REPLAY_JOB = "replay"
 MAINTAIN_JOB = "maintain"
 MAINTAIN_SCHEDULE = "kappa_maintain"
+ADVANCE_JOB = "advance"
+ADVANCE_SENSOR = "kappa_advance"
 
 
 class RunMode(str, Enum):
@@ -35,13 +37,15 @@ class LoadOptions:
     ``assets_path``: the resolved ``assets/`` folder; ``continuous``: assets that run long-running
     by default; ``stall_after_s``: seconds without a commit before a running query with records
     to read is unhealthy; ``sensor_interval_s``: seconds between sensor ticks; ``maintain_cron``:
-    when the ``maintain`` schedule runs (cron, UTC)."""
+    when the ``maintain`` schedule runs (cron, UTC); ``advance_interval_s``: seconds between the
+    ``kappa_advance`` sensor's looks at the promoted tables."""
 
     assets_path: Path
     continuous: tuple[str, ...] = ()
     stall_after_s: float = 300.0
     sensor_interval_s: int = 30
     maintain_cron: str = "0 3 * * *"
+    advance_interval_s: int = 60
 
 
 def topic_key(topic: str) -> dg.AssetKey:

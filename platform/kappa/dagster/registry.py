@@ -37,13 +37,14 @@ REGISTRY_SENSOR = "kappa_registry"
 
 def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterialization:
     """The materialization recording that ``event`` (a ``promoted`` registry event) pointed the
-    stable name at ``version``."""
+    stable name at ``version``, or (a ``pinned`` event) moved its snapshot: rows and Delta version
+    of the pinned snapshot, and the cut (topic -> partition -> offset) it covers."""
     from kappa.delta.tables import table_rows
     from kappa.dagster.metadata import meta_value
 
     caught = version.last("caught_up") or {}
-    rows, delta_version = table_rows(version.table_path)
     details = event["details"]
+    rows, delta_version = table_rows(version.table_path, details.get("snapshot"))
     reason = details.get("reason", "promote")
     md: dict[str, object] = {
         "version": version.version,
@@ -59,10 +60,13 @@ def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterial
     }
     if version.upstream:
         md["upstream_versions"] = dg.MetadataValue.json(version.upstream)
-    verb = "rolled back to" if reason == "rollback" else "promoted"
+    if "cut" in details:
+        md["cut"] = dg.MetadataValue.json(details["cut"])
+    verb = ("snapshot moved for" if event["event"] == "pinned" else "rolled back to" if reason == "rollback"
+            else "promoted")
     return dg.AssetMaterialization(asset_key=dg.AssetKey(version.asset), metadata=md,
                                    description=f"{verb} {version.name} ({reason})",
-                                   tags={"kappa/registry_event": "promoted", "kappa/reason": str(reason)})
+                                   tags={"kappa/registry_event": event["event"], "kappa/reason": str(reason)})
 
 
 def gate_evaluations(version: Version, declared: Iterable[str]) -> list[dg.AssetCheckEvaluation]:
@@ -128,7 +132,7 @@ def registry_events_since(registry: Registry, cursor: str | None, declared: dict
     for e in events:
         if e["at"] <= since or e["asset"] not in declared:
             continue
-        if e["event"] == "promoted":
+        if e["event"] in ("promoted", "pinned"):
             version = registry.version(e["asset"], e["version"], events)
             out.append(promotion_materialization(version, e))
             out.extend(gate_evaluations(version, declared[e["asset"]]))

@@ -9,7 +9,12 @@ transaction log gives atomic commits; see "Delta Lake transaction log protocol")
 Event rows: ``asset`` string, ``version`` int, ``event`` string, ``at`` timestamp (UTC), ``details``
 JSON string. Events: ``created``, ``running``, ``caught_up``, ``stopped`` (a continuous run ended, with its
 metrics), ``failed``, ``gate_passed``,
-``gate_failed``, ``promoted``, ``retired``.
+``gate_failed``, ``promoted``, ``pinned`` (the Delta table version its stable name reads moved: a
+new cut, :mod:`kappa.lifecycle.cut`), ``retired``. A ``promoted`` or ``pinned`` event's details
+carry the version's pin: ``snapshot`` (the Delta table version readers of the stable name read),
+``batch_id``, ``reads`` (upstream asset -> the Delta version of it the snapshot covers), ``offsets``
+(its own Kafka sources: topic -> partition -> end offset, exclusive) and ``cut`` (the same through
+its upstreams: the source-offset watermark it covers).
 
 A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
 (the one the stable name points at), retired.
@@ -30,7 +35,7 @@ from kappa.errors import KappaError
 from kappa.core.storage import delta_rs_options, delta_rs_uri
 
 EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
-          "retired")
+          "pinned", "retired")
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),
@@ -60,6 +65,14 @@ class Version:
     state: str = "created"
     promoted_at: datetime | None = None
     events: list[dict] = field(default_factory=list)
+    #: The pin of the last ``promoted``/``pinned`` event that carried one (see the module
+    #: docstring), or None (never pinned: readers read the table's latest commit).
+    pin: dict | None = None
+
+    @property
+    def snapshot(self) -> int | None:
+        """The Delta table version its stable name reads (:attr:`pin`), or None (the latest)."""
+        return None if self.pin is None else self.pin.get("snapshot")
 
     @property
     def name(self) -> str:
@@ -121,6 +134,15 @@ def new_version_details(settings: Settings, asset: str, version: int, fingerprin
     }
 
 
+def not_promoted_message(asset: str, versions: list[Version]) -> str:
+    """One line saying that stable name ``asset`` has no promoted version, naming the versions that
+    exist (with their states) and how to promote one."""
+    listed = ", ".join(f"v{v.version} ({v.state})" for v in versions) or "none"
+    best = next((v for v in reversed(versions) if v.state in ("caught-up", "running")), versions[-1] if versions else None)
+    how = f"`kappa promote {asset} {best.version}`" if best else f"`kappa run {asset}`, then `kappa promote`"
+    return f"{asset} has no promoted version (versions: {listed}); promote one with {how}"
+
+
 class Registry:
     """Read and append registry events. Cheap to construct; reads the table on each query."""
 
@@ -171,6 +193,8 @@ class Registry:
             if e["event"] == "promoted":
                 promoted = v
                 ver.promoted_at = e["at"]
+            if e["event"] in ("promoted", "pinned") and "snapshot" in e["details"]:
+                ver.pin = e["details"]
             state = {"running": "running", "caught_up": "caught-up", "failed": "failed",
                      "gate_failed": "failed-gate", "gate_passed": "caught-up", "retired": "retired"}.get(e["event"])
             if state:
@@ -212,6 +236,17 @@ class Registry:
         found = {asset: self.promoted(asset, events) for asset in sorted({e["asset"] for e in events})}
         return {asset: v for asset, v in found.items() if v is not None}
 
+    def unpromoted(self, events: list[dict] | None = None) -> dict[str, str]:
+        """asset -> :func:`not_promoted_message`, for every asset that has versions but no promoted
+        one (a stable name readers would otherwise get Spark's ``TABLE_OR_VIEW_NOT_FOUND`` for)."""
+        events = self.events() if events is None else events
+        out = {}
+        for asset in sorted({e["asset"] for e in events}):
+            versions = self.versions(asset, events)
+            if versions and not any(v.state == "promoted" for v in versions):
+                out[asset] = not_promoted_message(asset, versions)
+        return out
+
     # -- writing ---------------------------------------------------------------------------------
     def _append(self, rows: list[dict]) -> None:
         from deltalake import write_deltalake
@@ -241,12 +276,16 @@ class Registry:
         self._append([{"asset": asset, "version": n, "event": "created", "details": details}])
         return self.version(asset, n)
 
-    def promote(self, targets: dict[str, int], reason: str = "promote", **evidence: object) -> None:
+    def promote(self, targets: dict[str, int], reason: str = "promote", pins: dict[str, dict] | None = None,
+                **evidence: object) -> None:
         """Point each stable name in ``targets`` at its version, in ONE commit (atomic for a chain).
-        Readers see it at their next look (:func:`kappa.lifecycle.promotion.commit_promotion` also
-        waits for a running SQL endpoint to apply it).
+        ``pins`` (asset -> pin, :func:`kappa.lifecycle.cut.plan_cut`) go into the same commit: a
+        target's with its ``promoted`` event, any other promoted asset's as a ``pinned`` event (its
+        snapshot moved with the cut). Readers see it at their next look
+        (:func:`kappa.lifecycle.promotion.commit_promotion` also waits for a running SQL endpoint).
 
         Raises :class:`RegistryError` for an unknown or retired version."""
+        pins = pins or {}
         rows = []
         for asset, v in targets.items():
             ver = self.version(asset, v)
@@ -254,8 +293,29 @@ class Registry:
                 raise RegistryError(f"{ver.name} is retired and cannot be promoted")
             previous = self.promoted(asset)
             rows.append({"asset": asset, "version": v, "event": "promoted",
-                         "details": {"reason": reason, "previous": previous.version if previous else None, **evidence}})
+                         "details": {"reason": reason, "previous": previous.version if previous else None,
+                                     **pins.get(asset, {}), **evidence}})
+        rows += self._pin_rows({a: p for a, p in pins.items() if a not in targets}, reason)
         self._append(rows)
+
+    def pin(self, pins: dict[str, dict], reason: str) -> None:
+        """Move the snapshots of promoted versions (asset -> pin, each with ``version``) in ONE
+        commit of ``pinned`` events (``kappa advance``). Raises :class:`RegistryError` for a pin of
+        a version that is not the promoted one."""
+        rows = self._pin_rows(pins, reason)
+        if rows:
+            self._append(rows)
+
+    def _pin_rows(self, pins: dict[str, dict], reason: str) -> list[dict]:
+        events = self.events()
+        rows = []
+        for asset, pin in pins.items():
+            current = self.promoted(asset, events)
+            if current is None or current.version != pin["version"]:
+                raise RegistryError(f"cannot pin {asset}/v{pin['version']}: it is not the promoted version")
+            rows.append({"asset": asset, "version": pin["version"], "event": "pinned",
+                         "details": {"reason": reason, **pin}})
+        return rows
 
     def previous_promoted(self, asset: str) -> int | None:
         """The version that was promoted before the current one (the rollback target), or None."""

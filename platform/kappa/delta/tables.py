@@ -46,15 +46,15 @@ def _files_dataset(table, settings: Settings | None = None):
     return pds.dataset(files, schema=pa.schema(table.schema().to_arrow()), format="parquet", filesystem=fs)
 
 
-def table_rows(table_path: str) -> tuple[int, int | None]:
-    """(rows, Delta version) of a table; (0, None) when it has no commit yet. Row counts come from
-    the Parquet footers, no data is scanned."""
+def table_rows(table_path: str, version: int | None = None) -> tuple[int, int | None]:
+    """(rows, Delta version) of a table at Delta version ``version`` (default: the latest); (0,
+    None) when it has no commit yet. Row counts come from the Parquet footers, no data is scanned."""
     from deltalake import DeltaTable
 
     from kappa.core.storage import delta_rs_uri
 
     try:
-        table = DeltaTable(delta_rs_uri(table_path))
+        table = DeltaTable(delta_rs_uri(table_path), version=version)
     except Exception:  # TableNotFoundError: the query committed nothing yet
         return 0, None
     return _files_dataset(table).count_rows(), table.version()

@@ -32,6 +32,14 @@ their tables stay) and for the shared tables, in this order:
    Zero hours is refused here: only ``kappa forget`` (:mod:`kappa.lifecycle.forget`), which must
    destroy the old files, vacuums with ``RETAIN 0 HOURS``.
 
+   **Pinned snapshots.** A stable name reads the snapshot pinned by the cut
+   (:mod:`kappa.lifecycle.cut`), which may be older than the table's latest version. Maintenance
+   first moves the cut forward (:func:`kappa.lifecycle.cut.advance`, without waiting), then leaves
+   out of VACUUM any table whose pinned snapshot's files may be older than the retention: files a
+   snapshot names are removed (tombstoned) no earlier than the commit after it, and VACUUM deletes
+   only files tombstoned longer ago than the retention, so the snapshot is safe while the commit
+   after it is younger than the retention (the table is reported with ``skipped`` saying so).
+
 Engines: the tables the queries write (asset versions, quarantine, late events) with Spark's Delta
 (``OPTIMIZE delta.`path```, ``DeltaLog.checkpoint``, ``VACUUM``); the registry and the forgotten
 list, written by delta-rs, with delta-rs (``DeltaTable.optimize.compact``, ``create_checkpoint``,
@@ -73,7 +81,7 @@ class TableReport:
     ``engine``: ``spark`` or ``delta-rs``; files, bytes and rows of the current snapshot before and
     after; ``version_*``: its Delta version (None: no table yet); ``compacted``: files the OPTIMIZE
     removed; ``vacuumed``: files VACUUM deleted; ``seconds``: wall-clock; ``error``: why it failed
-    (None: done), ``skipped``: why nothing was done (no table)."""
+    (None: done), ``skipped``: why nothing, or no VACUUM, was done (no table; a pinned snapshot too old)."""
 
     table: str
     path: str
@@ -180,6 +188,7 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
                             "(only `kappa forget` vacuums with RETAIN 0 HOURS)")
     started = time.monotonic()
     report = MaintainReport(retention_hours=retention_hours)
+    pinned = _recut(settings, say)
     for name, path, engine in targets(settings, assets):
         before = _snapshot(path)
         t = TableReport(name, path, engine, files_before=before.files, bytes_before=before.bytes,
@@ -196,7 +205,9 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
                         from kappa.streaming.session import spark_session
 
                         spark = spark_session(settings)
-                    t.compacted, t.vacuumed = _spark_table(spark, path, retention_hours)
+                    keep = _pin_older_than(path, pinned.get(path), retention_hours)
+                    t.compacted, t.vacuumed = _spark_table(spark, path, retention_hours, vacuum=keep is None)
+                    t.skipped = keep
                 else:
                     t.compacted, t.vacuumed = _delta_rs_table(path, retention_hours)
             except Exception as err:  # noqa: BLE001 - one table's failure must not stop the others
@@ -211,9 +222,47 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
     return report
 
 
-def _spark_table(spark, path: str, retention_hours: float | None) -> tuple[int, int]:
-    """OPTIMIZE, checkpoint and VACUUM one table with Spark's Delta; returns (files the OPTIMIZE
-    removed, files VACUUM deleted)."""
+def _recut(settings: Settings, say: Callable[[str], None] | None) -> dict[str, int]:
+    """Move the cut forward before vacuuming (module docstring); returns table path -> the pinned
+    snapshot of every promoted version after it."""
+    from kappa.delta.registry import Registry
+    from kappa.lifecycle.cut import advance
+
+    if Registry(settings).promoted_all():
+        moved = advance(settings, reason="maintain", wait_s=0.0)
+        for group, why in moved.refused.items():
+            if say is not None:
+                say(f"the cut of {group} did not move: {why}")
+    return {v.table_path: v.snapshot for v in Registry(settings).promoted_all().values() if v.snapshot is not None}
+
+
+#: Delta's default ``delta.deletedFileRetentionDuration`` (7 days), in hours.
+DEFAULT_RETENTION_HOURS = 168.0
+
+
+def _pin_older_than(path: str, snapshot: int | None, retention_hours: float | None) -> str | None:
+    """Why VACUUM must leave the table at ``path`` alone (its pinned ``snapshot``'s files may be
+    older than the retention), or None when it may run."""
+    from deltalake import DeltaTable
+
+    from kappa.core.storage import delta_rs_uri
+
+    if snapshot is None:
+        return None
+    table = DeltaTable(delta_rs_uri(path))
+    if snapshot >= table.version():
+        return None
+    after = next((h for h in table.history() if h.get("version") == snapshot + 1), None)
+    hours = retention_hours if retention_hours is not None else DEFAULT_RETENTION_HOURS
+    if after is None or time.time() - after["timestamp"] / 1000 >= hours * 3600:
+        return (f"VACUUM left out: the pinned snapshot (Delta version {snapshot}) may name files removed more than "
+                f"{hours:g} h ago; move the cut (`kappa advance`) first")
+    return None
+
+
+def _spark_table(spark, path: str, retention_hours: float | None, vacuum: bool = True) -> tuple[int, int]:
+    """OPTIMIZE, checkpoint and (unless not ``vacuum``) VACUUM one table with Spark's Delta;
+    returns (files the OPTIMIZE removed, files VACUUM deleted)."""
     removed = 0
     if _snapshot(path).files > 1:  # one file or none: nothing to bin-pack, spare the Spark job
         metrics = spark.sql(f"OPTIMIZE delta.`{path}`").first()["metrics"]
@@ -224,7 +273,7 @@ def _spark_table(spark, path: str, retention_hours: float | None) -> tuple[int, 
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())  # the OPTIMIZE's version
     log.checkpoint()
-    return removed, _spark_vacuum(spark, path, retention_hours)
+    return removed, _spark_vacuum(spark, path, retention_hours) if vacuum else 0
 
 
 def _spark_vacuum(spark, path: str, retention_hours: float | None) -> int:

@@ -207,15 +207,20 @@ def gate_and_promote(
 
 def commit_promotion(settings: Settings, targets: dict[str, int], reason: str, **evidence: object) -> None:
     """Point each stable name in ``targets`` at its version in one registry commit
-    (:meth:`kappa.delta.registry.Registry.promote`), then wait until a running SQL endpoint
-    (``kappa serve``) has swapped its views, so the next query through it reads what was just
-    promoted.
+    (:meth:`kappa.delta.registry.Registry.promote`), pinned at one consistent cut with every
+    promoted name of the lineages they join (:func:`kappa.lifecycle.cut.cut_for`: each name reads a
+    Delta snapshot covering exactly what the snapshots it was computed from hold), then wait until
+    a running SQL endpoint (``kappa serve``) has swapped its views, so the next query through it
+    reads what was just promoted.
 
     Raises :class:`RegistryError` for an unknown or retired version;
+    :class:`kappa.lifecycle.cut.CutError` (nothing promoted) when no consistent cut exists;
     :class:`kappa.services.serve.ServeError` if a running endpoint does not apply it within 30 s."""
+    from kappa.lifecycle.cut import cut_for
     from kappa.services.serve import await_in_step
 
-    Registry(settings).promote(targets, reason=reason, **evidence)
+    registry = Registry(settings)
+    registry.promote(targets, reason=reason, pins=cut_for(settings, targets, registry), **evidence)
     await_in_step(settings)
 
 

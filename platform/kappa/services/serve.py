@@ -283,12 +283,22 @@ def registry_version(settings: Settings) -> int | None:
 
 # --- the server process --------------------------------------------------------------------------
 def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
-    """(views, tables): stable name -> Delta path of every promoted asset plus ``quarantine`` and
-    ``late_events`` (views), and every dbt mart under :func:`marts_root` (tables)."""
-    views = {asset: v.table_path for asset, v in Registry(settings).promoted_all().items()}
+    """(views, tables): stable name -> the SQL a view selects from, for every promoted asset
+    (``delta.`<path>` VERSION AS OF <snapshot>``: its pinned snapshot, :mod:`kappa.lifecycle.cut`),
+    every asset with versions but none promoted (a ``raise_error`` naming its versions and how to
+    promote one) and ``quarantine`` and ``late_events`` (latest); and every dbt mart under
+    :func:`marts_root` (name -> path, tables)."""
+    registry = Registry(settings)
+    events = registry.events()
+    views = {}
+    for asset, v in registry.promoted_all().items():
+        views[asset] = f"SELECT * FROM delta.`{v.table_path}`" + (
+            "" if v.snapshot is None else f" VERSION AS OF {int(v.snapshot)}")
+    for asset, message in registry.unpromoted(events).items():
+        views[asset] = "SELECT raise_error('" + message.replace("\\", "\\\\").replace("'", "\\'") + f"') AS `{asset}`"
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
         if (Path(path) / "_delta_log").is_dir():
-            views[name] = str(path)
+            views[name] = f"SELECT * FROM delta.`{path}`"
     tables = {}
     root = Path(marts_root(settings))
     if root.is_dir():
@@ -335,12 +345,12 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
 def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool = False) -> dict[str, str]:
     """Make the catalog's views equal the promoted tables; with ``marts`` (at start-up only, so
     it never races a running ``dbt build`` creating the same table) also register the dbt marts.
-    Returns name -> path served. ``CREATE OR REPLACE VIEW`` swaps a view in one catalog call, so a
-    query sees the old version or the new one, never no table."""
+    Returns name -> what it serves (a view's SQL, a mart's path). ``CREATE OR REPLACE VIEW`` swaps
+    a view in one catalog call, so a query sees the old snapshot or the new one, never no table."""
     views, tables = served_relations(settings)
-    for name, path in views.items():
-        if applied.get(name) != path:
-            spark.sql(f"CREATE OR REPLACE VIEW default.`{name}` AS SELECT * FROM delta.`{path}`")
+    for name, select in views.items():
+        if applied.get(name) != select:
+            spark.sql(f"CREATE OR REPLACE VIEW default.`{name}` AS {select}")
     for name in set(applied) - set(views) - set(tables):
         spark.sql(f"DROP VIEW IF EXISTS default.`{name}`")
     if marts:

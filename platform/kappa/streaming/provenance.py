@@ -189,3 +189,59 @@ def _sink_batch(table_path: str, n: int, settings: Settings) -> int | None:
         if "txn" in action:
             return int(action["txn"]["version"])
     return None
+
+
+@dataclass
+class BatchCommit:
+    """One Delta commit a micro-batch of a version's query made: its Delta version
+    (``table_version``), the micro-batch id, and what the batch read up to (``sources``, as in
+    :class:`Coverage`; None when not recorded: a streaming-sink commit whose write-ahead log entry
+    Spark has purged)."""
+
+    table_version: int
+    batch_id: int
+    sources: list[dict] | None
+
+    def reads(self, asset: str, version: int) -> tuple[int | None, bool]:
+        """(the Delta version of ``asset`` version ``version`` the batch read through, complete);
+        (None, False) when it is not one of the batch's recorded sources."""
+        for src in self.sources or []:
+            d = src.get("delta")
+            if d and d.get("asset") == asset and d.get("version") == version:
+                return d.get("table_version"), bool(d.get("complete"))
+        return None, False
+
+    @property
+    def offsets(self) -> dict[str, dict[str, int]]:
+        """The batch's Kafka end offsets: topic -> partition -> offset (exclusive)."""
+        return Coverage("", 0, None, sources=self.sources or []).offsets
+
+
+def batch_commits(settings: Settings, version: Version, limit: int = 500) -> tuple[int, list[BatchCommit]]:
+    """(the table's latest Delta version, its micro-batch commits among the last ``limit`` commits,
+    oldest first): Kappa writers' commits from ``commitInfo.userMetadata``, Delta streaming-sink
+    commits (operation ``STREAMING UPDATE``) from their ``txn`` action and the checkpoint's
+    write-ahead log entry. Other commits (table creation, OPTIMIZE, DELETE, VACUUM) are not micro-batches.
+    The latest version is -1 when the table does not exist yet."""
+    from deltalake import DeltaTable
+
+    from kappa.streaming.checkpoint import batch_sources
+
+    uri, options = delta_rs_uri(version.table_path), delta_rs_options(version.table_path, settings)
+    if not DeltaTable.is_deltatable(uri, storage_options=options):
+        return -1, []
+    table = DeltaTable(uri, storage_options=options)
+    ids: dict | None = None
+    out = []
+    for entry in table.history(limit):
+        n = entry.get("version", -1)
+        meta = _kappa_metadata(entry.get("userMetadata"))
+        if meta is not None and meta.get("asset") == version.asset and meta.get("version") == version.version:
+            out.append(BatchCommit(n, int(meta["batch_id"]), meta.get("sources") or []))
+        elif entry.get("operation") == "STREAMING UPDATE" and (batch := _sink_batch(version.table_path, n, settings)) is not None:
+            raw = batch_sources(version.checkpoint_path, batch, settings)
+            if raw and ids is None and any("reservoirId" in s for s in raw):
+                ids = upstream_table_ids(settings, version)
+            out.append(BatchCommit(n, batch, describe_sources(settings, version, raw, ids) if raw else None))
+    out.sort(key=lambda c: c.table_version)
+    return table.version(), out

@@ -1,0 +1,307 @@
+"""The cut: which Delta version of each promoted table the stable names read, chosen so that every
+pinned table covers exactly what the pinned tables it was computed from hold.
+
+A stable name does not read its version's latest commit: it reads the **snapshot** pinned when the
+version was promoted (or when the cut was last advanced). The snapshots of one lineage (``flights``
+and everything promoted that reads it, transitively, and everything those read) are chosen together
+from the provenance each micro-batch commit carries (:mod:`kappa.streaming.provenance`):
+
+* every asset's snapshot is the last Delta version at or after one of its micro-batch commits and
+  before the next (later commits that are not micro-batches — OPTIMIZE, a forget's DELETE — are
+  included: they change files, not what the table covers);
+* for every pinned asset D reading a pinned asset U (a Delta source), D's chosen micro-batch read
+  U *completely* through a Delta version of U whose last micro-batch commit is U's chosen one. So
+  ``departures_hourly`` at its snapshot was computed from exactly the ``flights`` rows that
+  ``flights`` at its snapshot holds, and two readers of ``flights`` agree on which ``flights``.
+
+The choice is a fixed point: start every asset at its latest micro-batch; while a reader requires
+an earlier upstream batch than the upstream's choice, move the upstream back; while a reader's
+choice read more than its upstream's choice, move the reader back to its latest batch that did not.
+Choices only move back, so this ends: at a consistent cut (the latest one the commits retained
+allow), or at an asset with no such batch, and then the cut is refused (:class:`CutError`, naming
+both assets and what each covers).
+
+The cut's **source-offset watermark** (``cut`` in a pin) is, per asset, the Kafka end offsets its
+snapshot covers, its own sources merged with its upstreams' (topic -> partition -> offset,
+exclusive). Assets reading the same topic without a lineage between them (``flights_bronze`` and
+``flights``) are separate cuts: each records its own offsets, and they agree only when both have
+read to the same point.
+
+What is not constrained, and says so (``verified`` false in the pin): a version whose commits do not
+record their sources (Delta's streaming sink once Spark has purged the batch's write-ahead log entry,
+after ``spark.sql.streaming.minBatchesToRetain`` batches), and the table side of a ``lookup``
+(stream–table join), which each micro-batch reads as it is then, not as a streaming source.
+
+Sources: the Delta protocol ("Commit Provenance Information", time travel ``VERSION AS OF``);
+Spark's write-ahead log (Structured Streaming guide, "Recovering from Failures with
+Checkpointing"); DDIA ch. 11, "Keeping Systems in Sync" (a consistent snapshot across derived data).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from kappa.config import Settings
+from kappa.delta.registry import Registry, Version
+from kappa.errors import KappaError
+from kappa.streaming.provenance import BatchCommit, batch_commits
+
+#: How many of a table's latest commits the cut looks at for a micro-batch to pin.
+HISTORY_LIMIT = 500
+
+
+class CutError(KappaError, RuntimeError):
+    """No consistent cut exists over the retained commits (the message names the assets and what
+    each covers), or a version to pin has no table yet."""
+
+
+@dataclass
+class CutTable:
+    """One asset version as the cut sees it: its latest Delta version, its micro-batch commits
+    (oldest first) and the upstream assets inside the cut it reads as streaming sources."""
+
+    version: Version
+    latest: int
+    commits: list[BatchCommit]
+    #: Upstream asset names inside the cut whose Delta version a batch records (the constraints).
+    ups: list[str] = field(default_factory=list)
+
+    def eligible(self, i: int) -> bool:
+        """Whether commit ``i`` records a complete read of every constrained upstream."""
+        c = self.commits[i]
+        if c.sources is None:
+            return not self.ups
+        return all(c.reads(u, self.version.upstream[u])[1] for u in self.ups)
+
+    def last_eligible(self, at_most: int) -> int:
+        """The latest eligible commit index ≤ ``at_most``, -1 if none."""
+        for i in range(min(at_most, len(self.commits) - 1), -1, -1):
+            if self.eligible(i):
+                return i
+        return -1
+
+    def snapshot(self, i: int) -> int:
+        """The Delta version pinned for commit ``i``: the last version before the next micro-batch
+        commit (the latest for the last commit; the latest too when there is no commit)."""
+        if i + 1 < len(self.commits):
+            return self.commits[i + 1].table_version - 1
+        return self.latest
+
+    def batch_at(self, table_version: int) -> int:
+        """Index of the last micro-batch commit at or before Delta version ``table_version`` (-1: none)."""
+        found = -1
+        for i, c in enumerate(self.commits):
+            if c.table_version <= table_version:
+                found = i
+            else:
+                break
+        return found
+
+    def describe(self, i: int) -> str:
+        """``asset/vN batch B (Delta version V)`` for commit ``i``."""
+        if i < 0:
+            return f"{self.version.name} (no micro-batch)"
+        c = self.commits[i]
+        return f"{self.version.name} batch {c.batch_id} (Delta version {c.table_version})"
+
+
+def lineages(settings: Settings, versions: dict[str, int], registry: Registry | None = None,
+             events: list[dict] | None = None) -> list[list[str]]:
+    """``versions`` (asset -> version) split into lineages: sets of assets connected by the
+    upstream pins of those versions (either direction), each in the order given."""
+    registry = registry or Registry(settings)
+    events = events if events is not None else registry.events()
+    edges = {a: {u for u, m in registry.version(a, n, events).upstream.items() if versions.get(u) == m}
+             for a, n in versions.items()}
+    groups: list[list[str]] = []
+    seen: set[str] = set()
+    for start in versions:
+        if start in seen:
+            continue
+        group, todo = [], [start]
+        while todo:
+            a = todo.pop()
+            if a in seen:
+                continue
+            seen.add(a)
+            group.append(a)
+            todo += [u for u in edges[a] if u not in seen] + [d for d, ups in edges.items() if a in ups and d not in seen]
+        groups.append([a for a in versions if a in group])
+    return groups
+
+
+def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | None = None,
+             events: list[dict] | None = None) -> dict[str, dict]:
+    """The pins of one consistent cut over ``versions`` (asset -> version; every lineage in it is
+    cut on its own): asset -> ``{"version", "snapshot", "batch_id", "reads", "offsets", "cut",
+    "verified"}`` (see :mod:`kappa.delta.registry` for the fields).
+
+    Raises :class:`CutError` when a version has no table yet, or when no consistent cut exists
+    over the last :data:`HISTORY_LIMIT` commits (naming the two assets that cannot be aligned)."""
+    registry = registry or Registry(settings)
+    events = events if events is not None else registry.events()
+    tables: dict[str, CutTable] = {}
+    for asset, number in versions.items():
+        ver = registry.version(asset, number, events)
+        latest, commits = batch_commits(settings, ver, HISTORY_LIMIT)
+        if latest < 0:
+            raise CutError(f"cannot pin {ver.name}: its table has no commit yet (run it first)")
+        tables[asset] = CutTable(ver, latest, commits, [u for u, n in ver.upstream.items() if versions.get(u) == n])
+    choice, unconstrained = solve(tables)
+    pins: dict[str, dict] = {}
+    for asset in _upstream_first(tables):
+        t, i = tables[asset], choice[asset]
+        commit = t.commits[i] if i >= 0 else None
+        reads = {u: tables[u].snapshot(choice[u]) for u in t.ups}
+        offsets = commit.offsets if commit is not None else {}
+        cut = {topic: dict(parts) for topic, parts in offsets.items()}
+        for u in t.ups:
+            for topic, parts in pins[u]["cut"].items():
+                cut.setdefault(topic, {}).update(parts)
+        verified = asset not in unconstrained and all(pins[u]["verified"] for u in t.ups)
+        pins[asset] = {"version": t.version.version, "snapshot": t.snapshot(i),
+                       "batch_id": commit.batch_id if commit else None, "reads": reads, "offsets": offsets,
+                       "cut": cut, "verified": verified}
+    return pins
+
+
+def solve(tables: dict[str, "CutTable"]) -> tuple[dict[str, int], set[str]]:
+    """The cut's fixed point (module docstring) over ``tables`` (asset -> its version, latest Delta
+    version, micro-batch commits and in-cut upstreams): (asset -> chosen commit index, -1 for none;
+    the assets left unconstrained because no commit records what they read). Pure. Raises
+    :class:`CutError` naming the reader and upstream that cannot be aligned."""
+    # A lookup's table side is not a streaming source: its batches do not record it (module docstring).
+    for t in tables.values():
+        t.ups = [u for u in t.ups
+                 if any(c.sources is None or c.reads(u, t.version.upstream[u])[0] is not None for c in t.commits)]
+    choice = {a: t.last_eligible(len(t.commits) - 1) for a, t in tables.items()}
+    unconstrained = {a for a, t in tables.items() if t.commits and choice[a] < 0}  # nothing recorded
+    for a in unconstrained:  # pinned at its latest; any of its commits may be an upstream's choice
+        tables[a].ups = []
+        choice[a] = len(tables[a].commits) - 1
+
+    def required(reader: str, upstream: str) -> int:
+        t = tables[reader]
+        through, _ = t.commits[choice[reader]].reads(upstream, t.version.upstream[upstream])
+        return tables[upstream].batch_at(through)
+
+    for _ in range(10_000):
+        changed = False
+        for u, up in tables.items():
+            readers = [d for d, t in tables.items() if u in t.ups and d not in unconstrained and choice[d] >= 0]
+            if not readers:
+                continue
+            reqs = {d: required(d, u) for d in readers}
+            target = min(min(reqs.values()), choice[u])
+            moved = up.last_eligible(target) if target >= 0 else -1
+            if moved != choice[u]:
+                choice[u], changed = moved, True
+            for d in readers:
+                if reqs[d] == choice[u]:
+                    continue
+                t, i = tables[d], choice[d]
+                while i >= 0 and (not t.eligible(i) or _req_at(tables, d, u, i) > choice[u]):
+                    i -= 1
+                if i < 0:
+                    raise CutError(
+                        f"no consistent cut: {t.version.name} has no micro-batch (among its last {HISTORY_LIMIT} "
+                        f"commits) that read {up.describe(choice[u])} or less; its latest read "
+                        f"{up.describe(reqs[d])}. Let the queries run (or stop ingesting) and try again")
+                choice[d], changed = i, True
+        if not changed:
+            break
+    return choice, unconstrained
+
+
+def _req_at(tables: dict[str, CutTable], reader: str, upstream: str, i: int) -> int:
+    t = tables[reader]
+    through, _ = t.commits[i].reads(upstream, t.version.upstream[upstream])
+    return tables[upstream].batch_at(through)
+
+
+def _upstream_first(tables: dict[str, CutTable]) -> list[str]:
+    order: list[str] = []
+    while len(order) < len(tables):
+        for a, t in tables.items():
+            if a not in order and all(u in order for u in t.ups):
+                order.append(a)
+    return order
+
+
+def plan_cut_waiting(settings: Settings, versions: dict[str, int], registry: Registry | None = None,
+                     events: list[dict] | None = None, wait_s: float = 0.0, poll_s: float = 2.0) -> dict[str, dict]:
+    """:func:`plan_cut`, tried again every ``poll_s`` seconds for up to ``wait_s`` seconds while it
+    raises :class:`CutError`: readers of one upstream that run continuously agree on an upstream
+    version again at their next micro-batches (processing-time triggers fire at multiples of their
+    interval, so readers with one interval plan their batches together). Raises the last
+    :class:`CutError`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return plan_cut(settings, versions, registry, events)
+        except CutError:
+            if time.monotonic() + poll_s > deadline:
+                raise
+            time.sleep(poll_s)
+
+
+def cut_for(settings: Settings, targets: dict[str, int], registry: Registry | None = None,
+            wait_s: float = 30.0) -> dict[str, dict]:
+    """The pins a promotion of ``targets`` (asset -> version) commits: one cut over every lineage
+    the targets join once promoted (the promoted versions of the other names in those lineages are
+    re-pinned with them), waiting up to ``wait_s`` seconds for running readers to agree
+    (:func:`plan_cut_waiting`). Raises :class:`CutError` as :func:`plan_cut`."""
+    registry = registry or Registry(settings)
+    events = registry.events()
+    after = {a: v.version for a, v in registry.promoted_all().items()} | dict(targets)
+    touched = [g for g in lineages(settings, after, registry, events) if set(g) & set(targets)]
+    pins: dict[str, dict] = {}
+    for group in touched:
+        pins.update(plan_cut_waiting(settings, {a: after[a] for a in group}, registry, events, wait_s))
+    return pins
+
+
+@dataclass
+class AdvanceReport:
+    """What ``kappa advance`` did: the new pins (asset -> pin), the snapshots before (asset ->
+    Delta version, None: never pinned) and the lineages it could not cut (their :class:`CutError`)."""
+
+    pins: dict[str, dict]
+    before: dict[str, int | None]
+    refused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def moved(self) -> dict[str, tuple[int | None, int]]:
+        """asset -> (snapshot before, after) for every name whose snapshot changed."""
+        return {a: (self.before.get(a), p["snapshot"]) for a, p in self.pins.items()
+                if self.before.get(a) != p["snapshot"]}
+
+
+def advance(settings: Settings, assets: list[str] | None = None, reason: str = "advance",
+            wait_s: float = 30.0) -> AdvanceReport:
+    """Move the cut forward: re-pin every promoted name (or those of ``assets``' lineages) at the
+    latest consistent cut (waiting up to ``wait_s`` seconds per lineage for running readers to
+    agree, :func:`plan_cut_waiting`), in ONE registry commit, then wait for a running SQL endpoint
+    to swap its views. A lineage that cannot be cut keeps its pins and is reported in ``refused``.
+    Raises :class:`kappa.services.serve.ServeError` when a running endpoint does not apply it."""
+    from kappa.services.serve import await_in_step
+
+    registry = Registry(settings)
+    events = registry.events()
+    promoted = registry.promoted_all()
+    current = {a: v.version for a, v in promoted.items()}
+    groups = lineages(settings, current, registry, events)
+    if assets:
+        groups = [g for g in groups if set(g) & set(assets)]
+    report = AdvanceReport(pins={}, before={a: v.snapshot for a, v in promoted.items()})
+    for group in groups:
+        try:
+            report.pins.update(plan_cut_waiting(settings, {a: current[a] for a in group}, registry, events, wait_s))
+        except CutError as exc:
+            report.refused[", ".join(group)] = str(exc)
+    changed = {a: p for a, p in report.pins.items() if promoted[a].pin is None or promoted[a].snapshot != p["snapshot"]}
+    if changed:
+        registry.pin(changed, reason)
+        await_in_step(settings)
+    return report
