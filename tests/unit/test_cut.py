@@ -84,3 +84,22 @@ def test_an_unpromoted_name_is_one_line_naming_its_versions_and_the_promote_to_r
                        "promote one with `kappa promote origin_load 2`")
     assert user_message(f"[USER_RAISED_EXCEPTION] {message} SQLSTATE: P0001") == message
     assert user_message("[TABLE_OR_VIEW_NOT_FOUND] x") == "[TABLE_OR_VIEW_NOT_FOUND] x"
+
+
+def test_vacuum_leaves_a_table_alone_while_its_pinned_snapshot_may_name_files_older_than_the_retention(tmp_path):
+    """kappa maintain's guard (a real delta-rs table): the pin at the latest version, or one whose
+    next commit is younger than the retention, lets VACUUM run; an older one does not."""
+    import time
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from kappa.lifecycle.maintain import _pin_older_than
+
+    path = str(tmp_path / "t")
+    for i in range(3):
+        write_deltalake(path, pa.table({"x": [i]}), mode="overwrite")  # versions 0, 1, 2
+    assert _pin_older_than(path, 2, None) is None and _pin_older_than(path, None, 1.0) is None
+    assert _pin_older_than(path, 0, None) is None  # the commit after it is seconds old: 7 days to go
+    time.sleep(0.05)
+    assert "pinned snapshot (Delta version 0)" in _pin_older_than(path, 0, 0.00001)  # 36 ms of retention

@@ -23,9 +23,9 @@ class QueryError(KappaError, RuntimeError):
 
 def register_views(spark, settings: Settings) -> dict[str, str]:
     """Create or replace one view per promoted asset at its pinned snapshot, one per unpromoted asset
-    (raising :func:`kappa.delta.registry.not_promoted_message` when read), and ``quarantine`` and
+    (failing with :func:`kappa.delta.registry.not_promoted_message` when read), and ``quarantine`` and
     ``late_events``; returns name -> path (``path@vN`` for a pinned snapshot)."""
-    from pyspark.sql import functions as F
+    from kappa.delta.registry import not_promoted_sql
 
     views: dict[str, str] = {}
     registry = Registry(settings)
@@ -36,7 +36,7 @@ def register_views(spark, settings: Settings) -> dict[str, str]:
         reader.load(version.table_path).createOrReplaceTempView(asset)
         views[asset] = version.table_path + ("" if version.snapshot is None else f"@v{version.snapshot}")
     for asset, message in registry.unpromoted().items():
-        spark.range(1).select(F.raise_error(F.lit(message)).alias(asset)).createOrReplaceTempView(asset)
+        spark.sql(not_promoted_sql(message)).createOrReplaceTempView(asset)
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
         if (Path(path) / "_delta_log").is_dir():
             spark.read.format("delta").load(str(path)).createOrReplaceTempView(name)

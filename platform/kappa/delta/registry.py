@@ -143,6 +143,14 @@ def not_promoted_message(asset: str, versions: list[Version]) -> str:
     return f"{asset} has no promoted version (versions: {listed}); promote one with {how}"
 
 
+def not_promoted_sql(message: str) -> str:
+    """A ``SELECT`` that fails with ``message`` whatever is selected from it, even ``count(*)``
+    (Spark's ``raise_error`` in a filter, which column pruning cannot drop): the relation an
+    unpromoted stable name is served as."""
+    quoted = message.replace("\\", "\\\\").replace("'", "\\'")
+    return f"SELECT id FROM range(1) WHERE raise_error('{quoted}') IS NULL"
+
+
 class Registry:
     """Read and append registry events. Cheap to construct; reads the table on each query."""
 

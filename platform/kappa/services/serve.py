@@ -43,7 +43,7 @@ from kappa.core import processes
 from kappa.config import Settings, join
 from kappa.core.service import LocalService
 from kappa.errors import KappaError
-from kappa.delta.registry import Registry, late_events_path, quarantine_path
+from kappa.delta.registry import Registry, late_events_path, not_promoted_sql, quarantine_path
 from kappa.services.serve_users import read_password_file, verify_password
 
 DEFAULT_PORT = 10000  # HiveServer2's registered port
@@ -285,8 +285,8 @@ def registry_version(settings: Settings) -> int | None:
 def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
     """(views, tables): stable name -> the SQL a view selects from, for every promoted asset
     (``delta.`<path>` VERSION AS OF <snapshot>``: its pinned snapshot, :mod:`kappa.lifecycle.cut`),
-    every asset with versions but none promoted (a ``raise_error`` naming its versions and how to
-    promote one) and ``quarantine`` and ``late_events`` (latest); and every dbt mart under
+    every asset with versions but none promoted (:func:`kappa.delta.registry.not_promoted_sql`:
+    fails naming its versions and how to promote one) and ``quarantine`` and ``late_events`` (latest); and every dbt mart under
     :func:`marts_root` (name -> path, tables)."""
     registry = Registry(settings)
     events = registry.events()
@@ -295,7 +295,7 @@ def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]
         views[asset] = f"SELECT * FROM delta.`{v.table_path}`" + (
             "" if v.snapshot is None else f" VERSION AS OF {int(v.snapshot)}")
     for asset, message in registry.unpromoted(events).items():
-        views[asset] = "SELECT raise_error('" + message.replace("\\", "\\\\").replace("'", "\\'") + f"') AS `{asset}`"
+        views[asset] = not_promoted_sql(message)
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
         if (Path(path) / "_delta_log").is_dir():
             views[name] = f"SELECT * FROM delta.`{path}`"
