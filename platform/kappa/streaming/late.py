@@ -31,8 +31,14 @@ What is not named is said, never guessed: a batch whose input cannot be rebuilt 
 inside a Delta commit, the previous offsets entry was purged, deletion vectors or column mapping on
 the upstream table) or whose count disagrees with Spark's is reported in :class:`LateBatch` with
 ``why``, and the gate's ``late_rows`` check counts its drops as not named. Progress reports come
-from the runner (``recentProgress``, folded as they arrive); the kubernetes runner reads no progress
-and names nothing (its ``late_rows`` check is not evaluated).
+from the local runner: a continuous run folds ``recentProgress`` in at every poll and names new
+batches while the queries run; an available-now run names after the query ended, from the reports
+Spark still holds (``spark.sql.streaming.numRecentProgressUpdates``, 100 batches: the same reports
+its ``dropped_by_watermark`` counts). The kubernetes runner reads no progress reports and names
+nothing (its ``late_rows`` check is not evaluated).
+
+Only Delta sources are rebuilt: every stateful kind reads upstream assets (``AssetSpec`` refuses a
+Kafka source for them).
 """
 
 from __future__ import annotations
