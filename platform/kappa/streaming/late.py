@@ -34,8 +34,11 @@ the upstream table) or whose count disagrees with Spark's is reported in :class:
 from the local runner: a continuous run folds ``recentProgress`` in at every poll and names new
 batches while the queries run; an available-now run names after the query ended, from the reports
 Spark still holds (``spark.sql.streaming.numRecentProgressUpdates``, 100 batches: the same reports
-its ``dropped_by_watermark`` counts). The kubernetes runner reads no progress reports and names
-nothing (its ``late_rows`` check is not evaluated).
+its ``dropped_by_watermark`` counts). A driver that dies between a batch and its naming loses that
+batch's progress report, so its drops are neither counted nor named (the same gap as Spark's count;
+a later run could find such batches by rebuilding every batch, which costs a second read of the
+input). The kubernetes runner reads no progress reports and names nothing (its ``late_rows`` check
+is not evaluated).
 
 Only Delta sources are rebuilt: every stateful kind reads upstream assets (``AssetSpec`` refuses a
 Kafka source for them).
