@@ -51,7 +51,10 @@ def test_the_branch_pattern_finds_what_it_claims():
 @pytest.mark.parametrize("asset, facts", [
     ("flights", {"reads_kafka": True, "quarantines": True, "keeps_late_rows": True, "forget": "event_ids",
                  "gate_checks": ("quarantine_rate",)}),
-    ("departures_hourly", {"stateful": True, "quarantines": False, "gate_checks": ("late_rows",)}),
+    ("departures_hourly", {"stateful": True, "quarantines": False, "keeps_late_rows": True,
+                           "gate_checks": ("late_rows",)}),
+    ("flights_weather", {"stateful": True, "keeps_late_rows": True, "gate_checks": ("late_rows",)}),
+    ("origin_load", {"stateful": True, "keeps_late_rows": True, "gate_checks": ("late_rows",)}),
     ("delay_streaks", {"stateful": True, "keeps_late_rows": True, "forget": None}),
     ("planes", {"reads_kafka": True, "quarantines": True, "forget": "key_columns"}),
 ])
@@ -59,6 +62,16 @@ def test_the_shipped_assets_kinds_say_what_the_platform_relies_on(asset, facts):
     catalog = load_catalog(ROOT / "assets")
     kind = kind_of(catalog[asset])
     assert {k: getattr(kind, k) for k in facts} == facts
+
+
+def test_kinds_whose_late_rows_spark_drops_name_them_from_the_checkpoint():
+    """Window, join and sliding kinds say how to find what their watermark dropped; silver and the
+    pattern set their late rows aside themselves (Spark drops none of theirs)."""
+    catalog = load_catalog(ROOT / "assets")
+    for asset in ("departures_hourly", "departures_3h", "plane_sessions", "flights_weather", "origin_load"):
+        assert kind_of(catalog[asset]).dropped_rows is not None, asset
+    for asset in ("flights", "delay_streaks", "flights_bronze"):
+        assert kind_of(catalog[asset]).dropped_rows is None, asset
 
 
 def test_kind_functions_answer_for_their_own_declarations():

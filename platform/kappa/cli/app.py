@@ -325,10 +325,15 @@ def status(
     fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
 ) -> None:
     """Lag and health of each asset's latest version, read from its checkpoint (the newest committed
-    micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor."""
+    micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor. For
+    assets that keep late rows, ``late``: rows named in the late-events table, Spark's drops over
+    the recorded runs, and those not named; ``stable_name``: the promoted version's pinned snapshot
+    and cut."""
     from kappa.delta.registry import Registry
     from kappa.spec import load_catalog
     from kappa.streaming.checkpoint import observe
+    from kappa.streaming.kinds import kind_of
+    from kappa.streaming.late import late_counts
 
     with Guard():
         settings = load_settings()
@@ -336,7 +341,8 @@ def status(
         for name in assets or []:
             catalog[name]  # an unknown name fails with the list of declared assets
         found = observe(settings, catalog, stall_after, names=assets or None)
-        promoted = Registry(settings).promoted_all()
+        registry = Registry(settings)
+        promoted = registry.promoted_all()
 
         def stable_name(asset: str) -> dict | None:
             v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
@@ -347,18 +353,25 @@ def status(
                  "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
                  "upstream_versions_behind": h.upstream_versions_behind,
                  "seconds_since_progress": h.seconds_since_progress, "reason": h.reason,
-                 "stable_name": stable_name(h.asset)} for h in found]
+                 "stable_name": stable_name(h.asset),
+                 # Late rows: named in the late-events table, and Spark's drops not named (if any).
+                 "late": late_counts(settings, registry.version(h.asset, h.version))
+                 if kind_of(catalog[h.asset]).keeps_late_rows else None} for h in found]
         if fmt == StatusFormat.json:
             print(json.dumps(rows, default=str))
             return
         table = Table(title="streaming queries")
-        for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "health"):
+        for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "late (named)",
+                    "health"):
             table.add_column(col, overflow="fold")
         for r in rows:
+            late = r["late"]
             table.add_row(r["asset"], f"v{r['version']}", r["state"],
                           "" if r["committed_batch"] is None else str(r["committed_batch"]),
                           f"{r['total_lag']:,}" if not r["upstream_versions_behind"] else "",
                           "" if r["upstream_versions_behind"] is None else str(r["upstream_versions_behind"]),
+                          "" if late is None else f"{late['named']:,}" + (
+                              f" [red](+{late['not_named']:,} dropped, not named)[/]" if late["not_named"] else ""),
                           "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
         console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
 

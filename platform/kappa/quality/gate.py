@@ -5,9 +5,10 @@
   built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
-* ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): rows Spark's watermark dropped
-  as too late while building this version, plus a pattern's rows in the late-events table, must be
-  none — a version that lost events is not promoted;
+* ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): the version's rows in
+  the late-events table (a pattern's, and the rows a window's, join's or sliding window's watermark
+  dropped, named from the checkpoint by :mod:`kappa.streaming.late`) plus the rows Spark dropped
+  that were not named, must be none — a version that lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
 
@@ -271,20 +272,27 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
 
 def late_rows(version_obj, named: int = 0) -> CheckResult:
     """Rows behind the watermark while building this version, which must be none: a version that
-    silently lost events is not promoted. Counts the ``dropped_by_watermark`` of every recorded run
-    (``caught_up`` events of until-caught-up runs, ``stopped`` events of continuous runs) plus
-    ``named``: the version's rows in the late-events table (a ``pattern`` asset's processor sets
-    a late row aside there instead of Spark dropping it). Not evaluated when no run of it has
-    reported and nothing was set aside (e.g. a Kubernetes run still going)."""
+    lost events is not promoted. ``named``: the version's rows in the late-events table (silver's
+    and a pattern's late rows, set aside instead of dropped, and the rows a window's, session's,
+    join's or sliding window's watermark dropped, named afterwards by :mod:`kappa.streaming.late`).
+    Compares with Spark's count: the ``dropped_by_watermark`` of every recorded run (``caught_up``
+    events of until-caught-up runs, ``stopped`` events of continuous runs), of which the runs'
+    ``dropped_named`` were named; the rest (``not_named``) are lost rows. Observed = named +
+    not named. Not evaluated when no run of it has reported and nothing was set aside (e.g. a
+    Kubernetes run, whose progress nobody reads)."""
     reports = [e["details"] for e in version_obj.events
                if e["event"] in ("caught_up", "stopped") and "dropped_by_watermark" in e["details"]]
     if not reports and not named:
         return CheckResult(name=LATE_CHECK, passed=False, blocking=True, observed="not evaluated", expected="0",
                            evaluated=False, details={"why": "no run of this version has reported its metrics"})
     dropped = sum(int(d.get("dropped_by_watermark") or 0) for d in reports)
-    return CheckResult(name=LATE_CHECK, passed=dropped + named == 0, blocking=True, observed=dropped + named,
-                       expected="0", details={"dropped_by_watermark": dropped, "late_events": named,
-                                              "runs": len(reports)})
+    dropped_named = sum(int(d.get("dropped_named") or 0) for d in reports)
+    not_named = max(0, dropped - dropped_named)
+    batches = [b for d in reports for b in (d.get("late_not_named") or [])]
+    return CheckResult(name=LATE_CHECK, passed=named + not_named == 0, blocking=True, observed=named + not_named,
+                       expected="0", details={"dropped_by_watermark": dropped, "dropped_named": dropped_named,
+                                              "not_named": not_named, "late_events": named, "runs": len(reports),
+                                              "batches_not_named": batches[:20]})
 
 
 def late_events_of(spark, settings: Settings, asset: str, version: int) -> int:
@@ -358,8 +366,8 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     if "quarantine_rate" in kind.gate_checks:
         checks.append(quarantine_rate(spark, settings, spec, ver))
     if "late_rows" in kind.gate_checks:
-        # A kind that keeps late rows names them in the late-events table; the others' are dropped
-        # by Spark and only counted.
+        # A kind that keeps late rows names them in the late-events table (a window's, join's or
+        # sliding window's after Spark dropped them); late_rows compares with Spark's count.
         named = late_events_of(spark, settings, asset, version) if kind.keeps_late_rows else 0
         checks.append(late_rows(ver, named))
     promoted = registry.promoted(asset)

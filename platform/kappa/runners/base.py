@@ -88,6 +88,11 @@ class AssetRunResult:
     watermark: str | None = None  # the query's event-time watermark at the end (ISO-8601 UTC)
     state_rows: int = 0  # rows in the stateful operators' state store at the end
     state_bytes: int = 0  # memory used by that state (Spark's memoryUsedBytes)
+    #: Of ``dropped_by_watermark``, the rows of the batches whose dropped rows were all named in the
+    #: late-events table (:mod:`kappa.streaming.late`); the gate counts the rest as not named.
+    dropped_named: int = 0
+    #: The batches that dropped rows not named: ``{"batch_id", "dropped", "why"}`` each.
+    late_not_named: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """The result as a JSON-ready dict (every field)."""

@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from kappa.config import Settings
+from kappa.core.storage import exists, join
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.runners.base import (
     AssetRunResult,
@@ -27,6 +28,8 @@ from kappa.runners.base import (
 from kappa.kafka.topics import start_offsets
 from kappa.spec import Catalog, SpecError, load_catalog
 from kappa.streaming.kinds import kind_of
+from kappa.streaming.late import dropped_by_batch, name_dropped_rows
+from kappa.streaming.late import summary as late_summary
 
 
 _log = logging.getLogger(__name__)
@@ -157,6 +160,7 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
     )
     end_offsets = kafka_offsets(progress)
+    named = late_summary(name_dropped_rows(spark, settings, spec, version, dropped_by_batch(progress)))
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     batch_ms = [int(p.get("durationMs", {}).get("triggerExecution", 0)) for p in batches]
     table = DeltaTable.forPath(spark, version.table_path)
@@ -167,14 +171,14 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
     kind = kind_of(spec)
     if kind.quarantines:
         quarantined = spark.read.format("delta").load(str(quarantine_path(settings))).where(mine).count()
-    if kind.keeps_late_rows:
+    if kind.keeps_late_rows and exists(join(late_events_path(settings), "_delta_log"), settings):
         late = spark.read.format("delta").load(str(late_events_path(settings))).where(mine).count()
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=input_rows, quarantined=quarantined,
         late_events=late,
         dropped_by_watermark=dropped, seconds=round(seconds, 2), batches=len(batches),
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
-        input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0,
+        input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0, **named,
         processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
         watermark=((progress[-1] if progress else {}).get("eventTime") or {}).get("watermark"),
         state_rows=sum(int(op.get("numRowsTotal", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
@@ -311,6 +315,7 @@ def run_continuous(
     spark = spark or spark_session(settings)
     running = []
     dropped: dict[str, dict[int, int]] = {}  # asset -> batch id -> rows dropped by the watermark
+    named: dict[str, list] = {}  # asset -> the batches with drops it named (kappa.streaming.late)
 
     def tally() -> None:
         # recentProgress keeps only the newest reports: fold them in at every poll.
@@ -318,6 +323,12 @@ def run_continuous(
             for p in (progress_as_dict(x) for x in r.query.recentProgress if x):
                 dropped.setdefault(r.spec.name, {})[p.get("batchId", -1)] = sum(
                     op.get("numRowsDroppedByWatermark", 0) for op in p.get("stateOperators", []))
+            # The late rows of each new batch with drops, named while the queries run.
+            done = {b.batch_id for b in named.get(r.spec.name, [])}
+            new = {b: n for b, n in dropped.get(r.spec.name, {}).items() if n > 0 and b not in done}
+            if new:
+                named.setdefault(r.spec.name, []).extend(
+                    name_dropped_rows(spark, settings, r.spec, r.version, new))
 
     try:
         for name in names:
@@ -339,7 +350,8 @@ def run_continuous(
         for r in running:  # what the gate's late_rows check reads for a continuously run version
             registry.record(r.spec.name, r.version.version, "stopped", mode="continuous",
                             dropped_by_watermark=sum(dropped.get(r.spec.name, {}).values()),
-                            batches=len(dropped.get(r.spec.name, {})))
+                            batches=len(dropped.get(r.spec.name, {})),
+                            **late_summary(named.get(r.spec.name, [])))
     return [r.query.name for r in running]
 
 

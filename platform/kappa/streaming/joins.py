@@ -14,6 +14,12 @@ Spark rules relied on (Structured Streaming guide, "Stream-stream Joins"):
 * With two watermarks, Spark's global watermark is the minimum of the two
   (``spark.sql.streaming.multipleWatermarkPolicy`` = ``min``): a side whose events stop holds back
   the emission of unmatched rows.
+* Late rows: in micro-batch N each side drops its input rows whose watermark column is at or before
+  the previous batch's global watermark (``StreamingSymmetricHashJoinExec``'s
+  ``OneSideHashJoiner.storeAndJoinWithOtherSide``, ``watermarkPredicateForDataForLateEvents``); a
+  side without its watermark column in its input drops nothing. Rows a side filters before the join
+  (a null join key, on a side whose rows can only match: Spark infers ``IS NOT NULL`` from the
+  condition) never reach the operator. :func:`kappa.streaming.kinds.join.late_join_rows` names them.
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kappa.spec import AssetSpec
+
+
+def right_columns(spec: AssetSpec) -> list[str]:
+    """The right side's columns that enter the join: the keys, ``right.columns`` and the time
+    range's right column, each once, in that order."""
+    j = spec.transform.join
+    assert j is not None
+    return list(dict.fromkeys([*j.keys, *j.right.columns] + ([j.time_range.right_column] if j.time_range else [])))
 
 
 def join_frame(left: DataFrame, right: DataFrame, spec: AssetSpec) -> DataFrame:
@@ -40,8 +54,7 @@ def join_frame(left: DataFrame, right: DataFrame, spec: AssetSpec) -> DataFrame:
     clash = [c for c in j.right.columns if c in left.columns]
     if clash:
         raise ValueError(f"{spec.path}: transform.join.right.columns: {clash} are already left columns")
-    right_cols = list(dict.fromkeys([*j.keys, *j.right.columns]
-                                    + ([j.time_range.right_column] if j.time_range else [])))
+    right_cols = right_columns(spec)
     r = right.select(*right_cols, F.lit(True).alias("_matched")).alias("r")
     l = left.alias("l")
     cond = [F.col(f"l.{k}") == F.col(f"r.{k}") for k in j.keys]

@@ -116,7 +116,10 @@ def _owner_fields() -> list[T.StructField]:
 
 
 def late_events_schema() -> T.StructType:
-    """Schema of the late-events table: valid events that arrived behind the asset's watermark."""
+    """Schema of the late-events table: valid events that arrived behind the asset's watermark.
+    ``reason`` (last, nullable) says which rule set a row aside where more than one could: a
+    stateful operator's dropped rows (:mod:`kappa.streaming.late`) carry it, silver's and a
+    pattern's leave it null (theirs is always "behind the watermark")."""
     return T.StructType([
         *_owner_fields(),
         T.StructField("event_id", T.StringType(), True),
@@ -124,6 +127,7 @@ def late_events_schema() -> T.StructType:
         T.StructField("watermark", T.TimestampType(), True),
         *_record_fields(),
         T.StructField("arrived_at", T.TimestampType(), False),
+        T.StructField("reason", T.StringType(), True),
     ])
 
 

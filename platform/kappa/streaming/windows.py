@@ -10,6 +10,13 @@ Modes", "Handling Late Data and Watermarking"):
   one, so an emitted session may disappear). They run in ``append`` mode: a session is emitted once,
   when the watermark passes its end, and appended to the Delta table.
 
+Late rows: a window aggregation drops, in micro-batch N, the partial aggregates whose window ends at
+or before the watermark of batch N-1 (``StateStoreSaveExec`` / ``SessionWindowStateStoreRestoreExec``
+filter with ``watermarkPredicateForDataForLateEvents``: ``window.end <= watermark``; Spark 3.5+'s
+``PropagateWatermarkSimulator.getInputWatermarkForLateEvents`` is the previous batch's watermark).
+:func:`kappa.streaming.kinds.window.late_window_rows` names the input rows behind them
+(:mod:`kappa.streaming.late`).
+
 The sliding window of DDIA ch. 11 (one window per event) is a kind of its own:
 :mod:`kappa.streaming.kinds.sliding`.
 """
@@ -48,3 +55,4 @@ def window_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
         F.col("window.end").alias(end),
         *w.aggregations.keys(),
     )
+

@@ -35,6 +35,34 @@ ForgetRule = Literal["record_key", "event_ids", "key_columns"]
 #: ``late_rows`` (rows a stateful operator's watermark dropped).
 GateCheck = Literal["quarantine_rate", "late_rows"]
 
+#: How Spark's ``numRowsDroppedByWatermark`` counts what a stateful operator drops, so a named set of
+#: input rows can be compared with it: ``rows`` (each input row: a stream-stream join's sides, a
+#: ``transformWithState`` processor), ``units`` (each distinct ``_unit``: a window aggregation drops
+#: the rows of partial aggregation after the shuffle, one per group and window), ``units_in_partition``
+#: (each distinct ``_unit`` per input partition: a session window's partial aggregation runs before
+#: the shuffle, so Spark counts between the distinct units and the rows).
+LateCount = Literal["rows", "units", "units_in_partition"]
+
+
+@dataclass(frozen=True)
+class LateFrame:
+    """What a stateful operator's watermark drops from one micro-batch's input (:data:`DroppedRows`).
+
+    ``rows``: one row per (input row, counting unit) the operator drops, with the input's ``_row``
+    (row id), ``_event_id`` and ``_json`` (the row as JSON) carried through, plus ``event_time``
+    (timestamp: the row's watermark column), ``reason`` (string: what was behind the watermark)
+    and ``_unit`` (string: what Spark counts, see :data:`LateCount`); ``count``: how Spark counts."""
+
+    rows: "DataFrame"
+    count: LateCount
+
+
+#: Given an asset, its micro-batch's input per upstream asset (a batch DataFrame of the upstream
+#: table's columns plus ``_row``, ``_event_id``, ``_json``) and the watermark Spark drops late rows
+#: by (epoch ms), the rows the kind's stateful operator drops (:class:`LateFrame`); applied by
+#: :mod:`kappa.streaming.late`, which rebuilds the input from the checkpoint.
+DroppedRows = Callable[["AssetSpec", "dict[str, DataFrame]", int], LateFrame]
+
 
 def _never(spec: "AssetSpec") -> bool:
     return False
@@ -57,7 +85,10 @@ class Kind:
     topic). ``event_id``: the event-id column of its rows (None: none). ``full_log``: whether a
     replay needs every record ever written (a compacted topic is not enough: an SCD2 history).
     ``declared_columns``: the output columns the declaration fixes (name -> field), for catalogs
-    and the Dagster UI (None: known only once the query runs)."""
+    and the Dagster UI (None: known only once the query runs). ``dropped_rows``: the rows Spark's
+    watermark drops from a micro-batch's input (:data:`DroppedRows`), for kinds whose late rows
+    Spark drops and Kappa names afterwards from the checkpoint (:mod:`kappa.streaming.late`);
+    None: Spark drops none, or the kind names its late rows itself (``parse``, ``pattern``)."""
 
     name: str
     start: StartWriter
@@ -70,3 +101,4 @@ class Kind:
     event_id: Callable[["AssetSpec"], str | None] = _none
     full_log: Callable[["AssetSpec"], bool] = _never
     declared_columns: Callable[["AssetSpec"], "dict[str, FieldSpec] | None"] = _none
+    dropped_rows: DroppedRows | None = None

@@ -6,7 +6,10 @@ event-time timers: rows wait in the group's state until the watermark passes the
 row at the same time is counted; input rows at or behind the watermark are dropped by Spark and
 counted in ``numRowsDroppedByWatermark``. State and timers live in the checkpoint (RocksDB state
 store), so a restarted query carries on. Written by Delta's streaming sink in ``append`` mode
-(:func:`kappa.streaming.writers.frame_sink`).
+(:func:`kappa.streaming.writers.frame_sink`). In micro-batch N the operator drops the rows at or
+behind the previous batch's watermark (``TransformWithStateExec``'s
+``watermarkPredicateForDataForLateEvents``); :func:`late_sliding_rows` names them afterwards
+(:mod:`kappa.streaming.late`).
 
 This module is the whole kind: its frame, its processor and its registry entry (:data:`KIND`).
 """
@@ -30,7 +33,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from kappa.config import Settings
 from kappa.delta.registry import Version
 from kappa.spec import AssetSpec, interval_seconds
-from kappa.streaming.kinds.base import Kind
+from kappa.streaming.kinds.base import Kind, LateFrame
 from kappa.streaming.writers import frame_sink
 
 
@@ -159,4 +162,21 @@ def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Sett
     return frame_sink(spark, sliding_frame(source, spec), spec, version, settings)
 
 
-KIND = Kind(name="sliding", start=start, stateful=True, gate_checks=("late_rows",))
+def late_sliding_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_ms: int) -> LateFrame:
+    """The rows of a micro-batch's input (``inputs[source.asset]``) that the sliding window's
+    ``transformWithState`` operator drops at the watermark ``watermark_ms`` (epoch ms): after the
+    asset's ``filter``, those whose time column is at or before it. Spark counts each row
+    (``rows``). Out: ``_row``, ``_event_id``, ``_json``, ``event_time``, ``reason``, ``_unit``."""
+    sl = spec.transform.sliding
+    assert sl is not None and spec.source.asset is not None
+    df = inputs[spec.source.asset]
+    if sl.filter:
+        df = df.where(F.expr(sl.filter))
+    late = df.where(F.col(sl.time_column) <= F.timestamp_millis(F.lit(watermark_ms)))
+    return LateFrame(late.select("_row", "_event_id", "_json", F.col(sl.time_column).alias("event_time"),
+                                 F.lit(f"row: {sl.time_column}").alias("reason"), F.col("_row").alias("_unit")),
+                     "rows")
+
+
+KIND = Kind(name="sliding", start=start, stateful=True, keeps_late_rows=True, gate_checks=("late_rows",),
+            dropped_rows=late_sliding_rows)
