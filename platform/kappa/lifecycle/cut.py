@@ -27,7 +27,8 @@ exclusive). Assets reading the same topic without a lineage between them (``flig
 ``flights``) are separate cuts: each records its own offsets, and they agree only when both have
 read to the same point.
 
-What is not constrained, and says so (``verified`` false in the pin): a version whose commits do not
+What is not constrained, and says so (``verified`` false in the pin): a version without a table or
+without a micro-batch commit yet (nothing recorded to pin by); a version whose commits do not
 record their sources (Delta's streaming sink once Spark has purged the batch's write-ahead log entry,
 after ``spark.sql.streaming.minBatchesToRetain`` batches), and the table side of a ``lookup``
 (stream–table join), which each micro-batch reads as it is then, not as a streaming source.
@@ -53,7 +54,7 @@ HISTORY_LIMIT = 500
 
 class CutError(KappaError, RuntimeError):
     """No consistent cut exists over the retained commits (the message names the assets and what
-    each covers), or a version to pin has no table yet."""
+    each covers)."""
 
 
 @dataclass
@@ -137,19 +138,28 @@ def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | 
     cut on its own): asset -> ``{"version", "snapshot", "batch_id", "reads", "offsets", "cut",
     "verified"}`` (see :mod:`kappa.delta.registry` for the fields).
 
-    Raises :class:`CutError` when a version has no table yet, or when no consistent cut exists
-    over the last :data:`HISTORY_LIMIT` commits (naming the two assets that cannot be aligned)."""
+    A version without a table yet is pinned to nothing (``snapshot`` None: readers read its table
+    as it comes) and is not verified, nor is anything reading it.
+
+    Raises :class:`CutError` when no consistent cut exists over the last :data:`HISTORY_LIMIT`
+    commits (naming the two assets that cannot be aligned)."""
     registry = registry or Registry(settings)
     events = events if events is not None else registry.events()
     tables: dict[str, CutTable] = {}
+    pins: dict[str, dict] = {}
     for asset, number in versions.items():
         ver = registry.version(asset, number, events)
         latest, commits = batch_commits(settings, ver, HISTORY_LIMIT)
-        if latest < 0:
-            raise CutError(f"cannot pin {ver.name}: its table has no commit yet (run it first)")
+        if latest < 0:  # no table yet: nothing to pin; readers read it as it comes (not verified)
+            pins[asset] = {"version": number, "snapshot": None, "batch_id": None, "reads": {}, "offsets": {},
+                           "cut": {}, "verified": False}
+            continue
         tables[asset] = CutTable(ver, latest, commits, [u for u, n in ver.upstream.items() if versions.get(u) == n])
+    for t in tables.values():
+        t.ups = [u for u in t.ups if u in tables]
     choice, unconstrained = solve(tables)
-    pins: dict[str, dict] = {}
+    unconstrained |= {a for a, t in tables.items()
+                      if any(versions.get(u) == n and u not in tables for u, n in t.version.upstream.items())}
     for asset in _upstream_first(tables):
         t, i = tables[asset], choice[asset]
         commit = t.commits[i] if i >= 0 else None
@@ -159,7 +169,7 @@ def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | 
         for u in t.ups:
             for topic, parts in pins[u]["cut"].items():
                 cut.setdefault(topic, {}).update(parts)
-        verified = asset not in unconstrained and all(pins[u]["verified"] for u in t.ups)
+        verified = asset not in unconstrained and commit is not None and all(pins[u]["verified"] for u in t.ups)
         pins[asset] = {"version": t.version.version, "snapshot": t.snapshot(i),
                        "batch_id": commit.batch_id if commit else None, "reads": reads, "offsets": offsets,
                        "cut": cut, "verified": verified}
