@@ -34,11 +34,16 @@ an immutable log means rewriting history, not hiding it):
   state and timers of sliding and pattern assets, all in the RocksDB state store): its query is
   stopped, then its whole checkpoint deleted (state SST and changelog files, offsets, commits), and
   the registry records ``checkpoint_deleted`` on the version, which can then never run again nor
-  be promoted (a rollback onto it refuses). Every stateful version is treated as holding the key,
-  without reading its state: the state store keeps the files of the last
-  ``spark.sql.streaming.minBatchesToRetain`` (100) batches, so state the newest batch evicted (a
-  closed window, a matched pattern) is still on disk, compressed (RocksDB SST files, LZ4), and
-  kinds do not declare what their state is keyed by. The checkpoints of stateless versions (raw,
+  be promoted (a rollback onto it refuses; one that stays promoted because its replacement failed
+  its gate keeps serving its table, and the ``replayed`` step names the failed checks). Every
+  stateful version is treated as holding the key, without reading its state: the state store keeps
+  the files of the last ``spark.sql.streaming.minBatchesToRetain`` (100) batches, so state the
+  newest batch evicted (a closed window, a matched pattern) is still on disk, compressed (RocksDB
+  SST blocks and Spark's changelog files, LZ4 by default: a byte search misses the key, Spark's
+  state data source finds it), and kinds do not declare what their state is keyed by. The query
+  stopped is the runner's (on Kubernetes its SparkApplication) or one of this process's Spark
+  session; a ``kappa run`` in another local process must be stopped before the forget, as before a
+  replay. The checkpoints of stateless versions (raw,
   parse, changelog, lookup, SQL) are kept: they hold Kafka offsets (topic, partition, offset) or
   Delta source offsets (table id, version, index), commit markers and query metadata, never a
   record's key or value (a ``parse`` asset deduplicates against its table, not in Spark state);
