@@ -69,7 +69,7 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     seconds = time.monotonic() - started
     steps = report.request.steps
     print(f"forget: {seconds:.1f} s, steps {report.ran}, replayed {steps['replayed']}, "
-          f"checkpoints {steps['checkpoints']}")
+          f"checkpoints {steps.get('checkpoints')}")
 
     # No file under the warehouse or the checkpoints holds the key or one of its event ids, in any
     # form: raw bytes (Delta's JSON log, the DELETEs' predicates in commitInfo included; offsets,

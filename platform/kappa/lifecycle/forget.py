@@ -28,7 +28,7 @@ an immutable log means rewriting history, not hiding it):
   replay into a new version over the cleaned upstream, gated and promoted (the old versions keep
   aggregate values only, never the key's rows); and the live version of every *stateful* asset
   derived from them (or reading the topic), promoted or not: a replay into a new version (promoted
-  only if the old one was), so a running or resumed query never carries state built from the key;
+  only if the old one, or a table below it, was), so no query runs on state built from the key;
 * the checkpoints of every older version of every such stateful asset (:attr:`Kind.stateful`:
   window and session aggregation state, stream-stream join buffers, the ``transformWithState``
   state and timers of sliding and pattern assets, all in the RocksDB state store): its query is
@@ -301,7 +301,8 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
 def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list[str]) -> dict:
     """Replay into a new version every promoted table derived from the cleaned ones (promoted) and
     every stateful asset among ``direct`` and ``derived`` with a live version (promoted only if it
-    was): one replay per chain head, a replay carrying its downstream chain. Returns asset ->
+    or an asset below it was): one replay per chain head, a replay carrying its downstream chain
+    (promoted as one, :func:`kappa.lifecycle.promotion.replay`). Returns asset ->
     ``{"version", "previous", "promoted", "failed"}`` (the new version, the one promoted before it,
     whether the chain was promoted, the blocking checks that failed)."""
     from kappa.delta.registry import Registry
@@ -311,13 +312,17 @@ def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list
     done: dict[str, dict] = {}
     covered: set[str] = set()
     for name in catalog.topological(direct + derived):
-        promoted = registry.promoted(name) is not None
+        events = registry.events()  # once per asset: each replay adds versions
+        promoted = registry.promoted(name, events) is not None
         # A stateful live version's state may hold the key: it needs a successor before its
         # checkpoint goes (:func:`_delete_checkpoints`), promoted or not.
-        stateful = kind_of(catalog[name]).stateful and registry.latest(name) is not None
+        stateful = kind_of(catalog[name]).stateful and registry.latest(name, events) is not None
         if name in covered or (name in direct and not stateful) or not (promoted or stateful):
             continue
-        report = replay(settings, name, promote=promoted, spark=spark)
+        # The replay carries the downstream chain: promote it if any member of it is promoted, so a
+        # promoted table below an unpromoted stateful one is not left behind.
+        chain_promoted = any(registry.promoted(n, events) is not None for n in [name, *catalog.downstream(name)])
+        report = replay(settings, name, promote=chain_promoted, spark=spark)
         covered.update(report.versions)
         for asset, v in report.versions.items():
             done[asset] = {"version": v, "previous": report.previous.get(asset), "promoted": report.promoted,
