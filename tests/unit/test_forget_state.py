@@ -1,6 +1,7 @@
 """A version whose checkpoint ``kappa forget`` deleted (its state may hold a forgotten key): the
-registry never resumes it nor promotes it, a rollback onto it refuses, and a promoted one keeps
-its stable name (real Delta tables through delta-rs)."""
+registry never resumes it nor promotes it (a rollback promotes through the same check:
+``tests/integration/test_forget.py`` rolls back onto one), and a promoted one keeps its stable
+name (real Delta tables through delta-rs)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import pytest
 
 from kappa.config import load_settings
 from kappa.delta.registry import Registry, RegistryError
-from kappa.lifecycle.promotion import commit_promotion, rollback
 
 
 @pytest.fixture
@@ -21,16 +21,14 @@ def test_a_version_whose_checkpoint_forget_deleted_never_runs_nor_is_promoted_ag
     for n in (1, 2):
         reg.create_version("w", f"f{n}", {})
         reg.record("w", n, "gate_passed", checks=[])
-        commit_promotion(settings, {"w": n}, reason="replay", chain=["w"])
+        reg.promote({"w": n}, reason="replay", chain=["w"])
     reg.record("w", 1, "checkpoint_deleted", request_id="r1", reason="forget", files=3)
 
     old = reg.version("w", 1)
     assert old.state == "checkpoint-deleted" and old.checkpoint_deleted == {"request_id": "r1", "reason": "forget",
                                                                             "files": 3}
     with pytest.raises(RegistryError, match=r"w/v1 cannot be promoted: kappa forget \(request r1\) deleted its checkpoint"):
-        rollback(settings, "w")
-    with pytest.raises(RegistryError, match="cannot be promoted"):
-        reg.promote({"w": 1})
+        reg.promote({"w": 1}, reason="rollback")
     assert reg.promoted("w").version == 2 and reg.latest("w").version == 2
 
     # The promoted version's checkpoint deleted too (its replacement failed its gate): the stable
