@@ -125,3 +125,67 @@ def files_holding(root: Path, needle: bytes) -> list[str]:
                     found.append(str(path))
                     break
     return found
+
+
+def files_with_bytes(roots: list[Path], needles: list[bytes]) -> dict[str, list[bytes]]:
+    """Every file under ``roots`` (any name, any format: Parquet, Delta's JSON log, checkpoint
+    offsets, commits, RocksDB SST and zip files) whose raw bytes contain one of ``needles``: path ->
+    the needles found. Raw bytes only: a compressed file can hide a needle (see
+    :func:`state_rows_holding`)."""
+    found: dict[str, list[bytes]] = {}
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            hits = [n for n in needles if n in data]
+            if hits:
+                found[str(path)] = hits
+    return found
+
+
+def state_rows_holding(spark, root: Path, needles: list[str]) -> dict[str, list[str]]:
+    """Every stateful checkpoint under ``root`` (a folder with ``offsets`` and ``state``) whose
+    state, read through Spark's state data source (decoded, so compression cannot hide a value),
+    holds one of ``needles`` in any column of any row: ``<checkpoint>#<operator>/<store or
+    variable>@<batch>`` -> the needles found. Every operator the checkpoint's state metadata lists
+    (``format("state-metadata")``), each store of it (both sides of a stream-stream join; every
+    state variable and the timers of a ``transformWithState``), at every batch id the checkpoint
+    still keeps (``minBatchId``..``maxBatchId``: older state files hold what the newest no longer
+    does). Spark's "State Data Source Integration Guide" (Spark 4.x) names these options."""
+    import json
+    import operator
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    found: dict[str, list[str]] = {}
+    for offsets in sorted(root.rglob("offsets")):
+        checkpoint = offsets.parent
+        if not (offsets.is_dir() and (checkpoint / "state").is_dir()):
+            continue
+        for op in spark.read.format("state-metadata").load(str(checkpoint)).collect():
+            reads: list[tuple[str, dict[str, str]]] = []
+            props = json.loads(op["operatorProperties"] or "{}") if "operatorProperties" in op else {}
+            # transformWithState: one read per state variable the processor declared, and one of
+            # its registered timers (the variables named "$…" are Spark's own: timers, TTL
+            # indexes; the state data source refuses them by name).
+            variables = [v.get("stateName") for v in props.get("stateVariables", [])]
+            if variables:
+                reads += [(v, {"stateVarName": v}) for v in variables if v and not v.startswith("$")]
+                reads.append(("timers", {"readRegisteredTimers": "true"}))
+            elif "join" in op["operatorName"].lower():
+                reads += [(f"{side} side", {"joinSide": side}) for side in ("left", "right")]
+            else:
+                reads.append((op["stateStoreName"], {"storeName": op["stateStoreName"]}))
+            for batch in range(max(op["minBatchId"], 0), op["maxBatchId"] + 1):
+                for what, options in reads:
+                    reader = spark.read.format("statestore").option("operatorId", op["operatorId"]) \
+                        .option("batchId", batch)
+                    for k, v in options.items():
+                        reader = reader.option(k, v)
+                    text = reader.load(str(checkpoint)).select(F.to_json(F.struct("*")).alias("j"))
+                    matching = [r["j"] for r in text.where(reduce(operator.or_, [F.col("j").contains(n) for n in needles]))
+                                .collect()]
+                    hits = [n for n in needles if any(n in j for j in matching)]
+                    if hits:
+                        found[f"{checkpoint}#{op['operatorId']}/{what}@{batch}"] = hits
+    return found

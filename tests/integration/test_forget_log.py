@@ -24,7 +24,7 @@ from kappa.lifecycle.promotion import replay
 from kappa.runners import run_until_caught_up
 from kappa.spec import load_catalog
 
-from .helpers import files_holding, renamed, table
+from .helpers import files_holding, files_with_bytes, renamed, table
 
 pytestmark = pytest.mark.integration
 
@@ -73,6 +73,9 @@ def test_forgetting_a_changelog_key_tombstones_every_spelling_and_empties_both_t
     assert steps["log"] == {"tombstones": 2}
     assert steps["deleted"]["rows"] == 1 + 2  # current state: 1 row; history: 2 versions
     assert files_holding(Path(settings.warehouse), FORGOTTEN.encode()) == []
+    # A changelog's checkpoint holds Kafka offsets, commits and metadata: no key, so it stays.
+    assert files_with_bytes([Path(settings.checkpoints)], [FORGOTTEN.encode(), KEPT.encode()]) == {}
+    assert steps["checkpoints"] == {"checkpoints": {}, "stopped": []}
     assert set(table(settings, "planes")["tailnum"]) == {KEPT}
     history = table(settings, "planes_history")
     assert list(history["tailnum"]) == [KEPT] * 2 and history["is_current"].sum() == 1

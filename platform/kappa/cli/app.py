@@ -470,6 +470,8 @@ def _forget_steps(steps: dict[str, dict]) -> str:
         elif step == "replayed":
             parts.append("replayed " + (", ".join(f"{a} v{x['version']}{' (promoted)' if x['promoted'] else ''}"
                                                   for a, x in d.items()) or "nothing"))
+        elif step == "checkpoints":
+            parts.append("deleted the checkpoints of " + (", ".join(d.get("checkpoints", {})) or "no stateful version"))
         elif step == "vacuumed":
             parts.append(f"vacuumed {len(d.get('files_removed', {}))} tables")
         elif step == "log":

@@ -21,7 +21,7 @@ import pyarrow as pa
 from kappa.config import Settings, join
 from kappa.errors import KappaError
 
-STEPS = ("located", "deleted", "replayed", "vacuumed", "log", "done")
+STEPS = ("located", "deleted", "replayed", "checkpoints", "vacuumed", "log", "done")
 
 _SCHEMA = pa.schema([
     ("request_id", pa.string()),

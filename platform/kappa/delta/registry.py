@@ -14,10 +14,14 @@ new cut, :mod:`kappa.lifecycle.cut`), ``retired``. A ``promoted`` or ``pinned`` 
 carry the version's pin: ``snapshot`` (the Delta table version readers of the stable name read),
 ``batch_id``, ``reads`` (upstream asset -> the Delta version of it the snapshot covers), ``offsets``
 (its own Kafka sources: topic -> partition -> end offset, exclusive) and ``cut`` (the same through
-its upstreams: the source-offset watermark it covers).
+its upstreams: the source-offset watermark it covers). ``checkpoint_deleted``: ``kappa forget`` deleted the
+version's checkpoint because its state may hold a forgotten key (details ``request_id``, ``reason``,
+``files``; :mod:`kappa.lifecycle.forget`).
 
 A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
-(the one the stable name points at), retired.
+(the one the stable name points at), retired, checkpoint-deleted. A version whose checkpoint was
+deleted can never run again (:meth:`Registry.latest` skips it) nor be promoted (a rollback onto it
+refuses); its table stays readable while it stays promoted.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from kappa.errors import KappaError
 from kappa.core.storage import delta_rs_options, delta_rs_uri
 
 EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
-          "pinned", "retired")
+          "pinned", "retired", "checkpoint_deleted")
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),
@@ -85,6 +89,13 @@ class Version:
         ``"late"``), so each table's transaction ids never collide across writers. The only place
         a side writer id is made."""
         return self.txn_app_id if side is None else f"{self.txn_app_id}-{side}"
+
+    @property
+    def checkpoint_deleted(self) -> dict | None:
+        """Details of the ``checkpoint_deleted`` event (``request_id``, ``reason``, ``files``) when
+        ``kappa forget`` deleted this version's checkpoint, else None. Such a version cannot run
+        again (its state is gone) nor be promoted."""
+        return self.last("checkpoint_deleted")
 
     def last(self, event: str) -> dict | None:
         """Details of the most recent ``event`` of this version, or None."""
@@ -204,7 +215,8 @@ class Registry:
             if e["event"] in ("promoted", "pinned") and "snapshot" in e["details"]:
                 ver.pin = e["details"]
             state = {"running": "running", "caught_up": "caught-up", "failed": "failed",
-                     "gate_failed": "failed-gate", "gate_passed": "caught-up", "retired": "retired"}.get(e["event"])
+                     "gate_failed": "failed-gate", "gate_passed": "caught-up", "retired": "retired",
+                     "checkpoint_deleted": "checkpoint-deleted"}.get(e["event"])
             if state:
                 ver.state = state
         for ver in by_version.values():
@@ -227,8 +239,9 @@ class Registry:
         return self.version(asset, version.upstream[asset])
 
     def latest(self, asset: str, events: list[dict] | None = None) -> Version | None:
-        """The newest version that is not retired (the one ``kappa run`` continues), or None."""
-        live = [v for v in self.versions(asset, events) if v.state != "retired"]
+        """The newest version that is not retired and still has its checkpoint (the one ``kappa
+        run`` continues), or None."""
+        live = [v for v in self.versions(asset, events) if v.state != "retired" and v.checkpoint_deleted is None]
         return live[-1] if live else None
 
     def promoted(self, asset: str, events: list[dict] | None = None) -> Version | None:
@@ -292,13 +305,19 @@ class Registry:
         snapshot moved with the cut). Readers see it at their next look
         (:func:`kappa.lifecycle.promotion.commit_promotion` also waits for a running SQL endpoint).
 
-        Raises :class:`RegistryError` for an unknown or retired version."""
+        Raises :class:`RegistryError` for an unknown or retired version, or one whose checkpoint
+        ``kappa forget`` deleted (a rollback onto it too)."""
         pins = pins or {}
         rows = []
         for asset, v in targets.items():
             ver = self.version(asset, v)
             if ver.state == "retired":
                 raise RegistryError(f"{ver.name} is retired and cannot be promoted")
+            if (deleted := ver.checkpoint_deleted) is not None:
+                raise RegistryError(
+                    f"{ver.name} cannot be promoted: kappa forget (request {deleted.get('request_id')}) deleted its "
+                    f"checkpoint, whose state held a forgotten key, so it can never run again. Promote a newer "
+                    f"version of {asset} (`kappa versions {asset}`) or replay it (`kappa replay {asset}`)")
             previous = self.promoted(asset)
             rows.append({"asset": asset, "version": v, "event": "promoted",
                          "details": {"reason": reason, "previous": previous.version if previous else None,

@@ -6,9 +6,12 @@ append-only event log like the registry: rows ``request_id`` string, ``topic`` s
 ``key_sha256`` string (SHA-256 of the record key's bytes, hex: the list itself must not hold
 the key it removes everywhere else), ``event`` string, ``at`` timestamp (UTC), ``reason`` string,
 ``details`` JSON string. Events: ``requested``, then one per step done: ``located`` (the key's
-offsets and event ids in the log), ``deleted`` (rows deleted per table), ``replayed`` (aggregate
-versions recomputed and promoted), ``vacuumed`` (files removed), ``log`` (tombstone, retention
-report or ``deleteRecords``), ``done``.
+offsets and the SHA-256 of the event ids it carries), ``deleted`` (rows deleted per table),
+``replayed`` (versions recomputed, aggregates promoted), ``checkpoints`` (checkpoints of stateful
+versions deleted), ``vacuumed`` (files removed), ``log`` (tombstone, retention report or
+``deleteRecords``), ``done``. The list never holds the key nor its event ids in the clear, and
+neither does any predicate the forget hands Delta (each compares SHA-256 hashes: a DELETE's
+predicate is kept in the table's ``commitInfo``).
 
 Every step is idempotent (a DELETE that finds nothing deletes nothing, a VACUUM with nothing to
 remove removes nothing, a tombstone twice is one tombstone), and a step recorded as done is not run
@@ -23,7 +26,27 @@ an immutable log means rewriting history, not hiding it):
   and late-events tables (``topic``, ``key``; a pattern's late rows by event id): Delta ``DELETE``;
 * the promoted version of every table derived from those (aggregates: windows, SQL, Python): a
   replay into a new version over the cleaned upstream, gated and promoted (the old versions keep
-  aggregate values only, never the key's rows);
+  aggregate values only, never the key's rows); and the live version of every *stateful* asset
+  derived from them (or reading the topic), promoted or not: a replay into a new version (promoted
+  only if the old one, or a table below it, was), so no query runs on state built from the key;
+* the checkpoints of every older version of every such stateful asset (:attr:`Kind.stateful`:
+  window and session aggregation state, stream-stream join buffers, the ``transformWithState``
+  state and timers of sliding and pattern assets, all in the RocksDB state store): its query is
+  stopped, then its whole checkpoint deleted (state SST and changelog files, offsets, commits), and
+  the registry records ``checkpoint_deleted`` on the version, which can then never run again nor
+  be promoted (a rollback onto it refuses; one that stays promoted because its replacement failed
+  its gate keeps serving its table, and the ``replayed`` step names the failed checks). Every
+  stateful version is treated as holding the key, without reading its state: the state store keeps
+  the files of the last ``spark.sql.streaming.minBatchesToRetain`` (100) batches, so state the
+  newest batch evicted (a closed window, a matched pattern) is still on disk, compressed (RocksDB
+  SST blocks and Spark's changelog files, LZ4 by default: a byte search misses the key, Spark's
+  state data source finds it), and kinds do not declare what their state is keyed by. The query
+  stopped is the runner's (on Kubernetes its SparkApplication) or one of this process's Spark
+  session; a ``kappa run`` in another local process must be stopped before the forget, as before a
+  replay. The checkpoints of stateless versions (raw,
+  parse, changelog, lookup, SQL) are kept: they hold Kafka offsets (topic, partition, offset) or
+  Delta source offsets (table id, version, index), commit markers and query metadata, never a
+  record's key or value (a ``parse`` asset deduplicates against its table, not in Spark state);
 * ``VACUUM … RETAIN 0 HOURS`` on every table it deleted from, so the Parquet files that held the rows
   are gone. **Time travel to a Delta version before the forget is gone too** (those versions'
   files no longer exist). Delta's JSON log keeps per-file min/max statistics of removed files until
@@ -65,11 +88,27 @@ from kappa.streaming.kinds import kind_of
 
 def _is_key(catalog, req: "Request"):
     """A Spark Column over Kafka records (or bronze, quarantine, late-events rows: ``topic``,
-    ``key``): true for a record of the request's topic with its key."""
+    ``key``): true for a record of the request's topic with its key. It compares SHA-256 hashes,
+    as :func:`kappa.delta.forgotten.forgotten_condition` does, so the predicate Delta writes into
+    the DELETE's ``commitInfo`` never holds the key."""
     from pyspark.sql import functions as F
 
-    return (F.col("topic") == req.topic) & (key_column(catalog, req.topic) == F.lit(req.key))
+    return (F.col("topic") == req.topic) & (F.sha2(key_column(catalog, req.topic), 256) == F.lit(req.key_sha256))
 
+
+def _sha256(column):
+    """SHA-256 (hex) of a Spark Column's value as a string (UTF-8), as :func:`key_hash` hashes."""
+    from pyspark.sql import functions as F
+
+    return F.sha2(column.cast("string"), 256)
+
+
+def _id_hashes(located: dict) -> dict[str, list[str]]:
+    """Parse asset -> SHA-256 (hex) of the event ids the key's records carry, from the ``located``
+    step (a request located before hashes were kept stored the ids themselves: hashed here)."""
+    if "event_id_sha256" in located:
+        return located["event_id_sha256"]
+    return {n: sorted(key_hash(i.encode()) for i in ids) for n, ids in located.get("event_ids", {}).items()}
 
 
 
@@ -130,7 +169,8 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
 
     step("located", lambda: _locate(spark, settings, catalog, req, direct))
     step("deleted", lambda: _delete(spark, settings, catalog, req, direct, derived, values))
-    step("replayed", lambda: _replay(spark, settings, catalog, derived))
+    step("replayed", lambda: _replay(spark, settings, catalog, direct, derived))
+    step("checkpoints", lambda: _delete_checkpoints(spark, settings, catalog, req, direct + derived))
     step("vacuumed", lambda: _vacuum(spark, req.steps["deleted"]))
     step("log", lambda: _log(spark, settings, catalog, req, truncate_log))
     step("done", lambda: {})
@@ -147,8 +187,9 @@ def _topic_records(spark, settings: Settings, topic: str):
 
 
 def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:
-    """The key's last offset per partition and, per parse asset, the event ids its records carry:
-    one batch read of the topic (kept in the request, so a later step needs no log)."""
+    """The key's last offset per partition and, per parse asset, the SHA-256 (hex) of the event ids
+    its records carry (``event_id_sha256``; hashes, so the forgotten list holds no id in the
+    clear): one batch read of the topic (kept in the request, so a later step needs no log)."""
     from pyspark.sql import functions as F
 
     mine = _topic_records(spark, settings, req.topic).where(_is_key(catalog, req)).cache()
@@ -159,10 +200,10 @@ def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str])
         kind = kind_of(catalog[name])
         if kind.forget == "event_ids":
             col = F.get_json_object(F.col("value").cast("string"), f"$.{kind.event_id(catalog[name])}")
-            ids[name] = sorted({r[0] for r in mine.select(col).collect() if r[0] is not None})
+            ids[name] = sorted({r[0] for r in mine.select(_sha256(col)).collect() if r[0] is not None})
     records = mine.count()
     mine.unpersist()
-    return {"records": records, "last_offsets": last, "event_ids": ids}
+    return {"records": records, "last_offsets": last, "event_id_sha256": ids}
 
 
 def _version_paths(settings: Settings, asset: str) -> list[str]:
@@ -195,7 +236,9 @@ def _row_condition(catalog, name: str, columns: set[str], req: Request, direct: 
     * ``changelog``: the key columns' values;
     * any table derived from those: rows naming one of those event ids (an event-id column, or a
       pattern match's ``event_ids``) or carrying the key's columns (e.g. sessions per tailnum).
-      An aggregate with none of these columns keeps no row of the key: it is replayed instead."""
+      An aggregate with none of these columns keeps no row of the key: it is replayed instead.
+
+    ``ids`` are SHA-256 hashes of the event ids; every comparison is of hashes (see the module doc)."""
     from pyspark.sql import functions as F
 
     spec = catalog[name]
@@ -204,15 +247,15 @@ def _row_condition(catalog, name: str, columns: set[str], req: Request, direct: 
         if rule == "record_key":
             return _is_key(catalog, req)
         if rule == "event_ids":
-            mine = req.steps["located"]["event_ids"].get(name, [])
-            return F.col(kind_of(spec).event_id(spec)).isin(mine) if mine else None
+            mine = _id_hashes(req.steps["located"]).get(name, [])
+            return _sha256(F.col(kind_of(spec).event_id(spec))).isin(mine) if mine else None
         if rule == "key_columns":
             return _equal_all(values)
     conds = []
     if ids and "event_ids" in columns:
-        conds.append(F.arrays_overlap(F.col("event_ids"), F.array(*[F.lit(i) for i in ids])))
+        conds.append(F.exists(F.col("event_ids"), lambda i: _sha256(i).isin(ids)))
     if ids:
-        conds += [F.col(c).isin(ids) for c in sorted(id_columns & columns)]
+        conds += [_sha256(F.col(c)).isin(ids) for c in sorted(id_columns & columns)]
     if values and set(values) <= columns:
         conds.append(_equal_all(values))
     return reduce(operator.or_, conds) if conds else None
@@ -221,7 +264,7 @@ def _row_condition(catalog, name: str, columns: set[str], req: Request, direct: 
 def _equal_all(values: dict[str, str]):
     from pyspark.sql import functions as F
 
-    return reduce(operator.and_, [F.col(c).cast("string") == F.lit(v) for c, v in values.items()])
+    return reduce(operator.and_, [_sha256(F.col(c)) == F.lit(key_hash(v.encode())) for c, v in values.items()])
 
 
 def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str], derived: list[str],
@@ -233,7 +276,7 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
 
     from kappa.delta.registry import late_events_path, quarantine_path
 
-    ids = sorted({i for found in req.steps["located"]["event_ids"].values() for i in found})
+    ids = sorted({i for found in _id_hashes(req.steps["located"]).values() for i in found})
     id_columns = {kind_of(catalog[n]).event_id(catalog[n]) for n in direct if kind_of(catalog[n]).forget == "event_ids"}
     deleted: dict[str, int] = {}
     for name in catalog.topological(direct + derived):
@@ -248,31 +291,91 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     keeping = [n for n in derived if kind_of(catalog[n]).keeps_late_rows]
     if ids and keeping:
         # A derived table's late rows (a pattern's) carry no Kafka coordinates, only their event id.
-        late = late | (F.col("asset").isin(keeping) & F.col("event_id").isin(ids))
+        late = late | (F.col("asset").isin(keeping) & _sha256(F.col("event_id")).isin(ids))
     for path, cond in ((str(quarantine_path(settings)), _is_key(catalog, req)), (str(late_events_path(settings)), late)):
         table = _open(spark, path)
         deleted[path] = _delete_rows(table, cond) if table is not None else 0
     return {"tables": deleted, "rows": sum(deleted.values())}
 
 
-def _replay(spark, settings: Settings, catalog, derived: list[str]) -> dict:
-    """Replay every promoted table derived from the cleaned ones into a new version and promote it
-    (one replay per chain head: a replay carries its downstream chain). Returns asset -> new version."""
+def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list[str]) -> dict:
+    """Replay into a new version every promoted table derived from the cleaned ones (promoted) and
+    every stateful asset among ``direct`` and ``derived`` with a live version (promoted only if it
+    or an asset below it was): one replay per chain head, a replay carrying its downstream chain
+    (promoted as one, :func:`kappa.lifecycle.promotion.replay`). Returns asset ->
+    ``{"version", "previous", "promoted", "failed"}`` (the new version, the one promoted before it,
+    whether the chain was promoted, the blocking checks that failed)."""
     from kappa.delta.registry import Registry
     from kappa.lifecycle.promotion import replay
 
     registry = Registry(settings)
     done: dict[str, dict] = {}
     covered: set[str] = set()
-    for name in derived:
-        if name in covered or registry.promoted(name) is None:
+    for name in catalog.topological(direct + derived):
+        events = registry.events()  # once per asset: each replay adds versions
+        promoted = registry.promoted(name, events) is not None
+        # A stateful live version's state may hold the key: it needs a successor before its
+        # checkpoint goes (:func:`_delete_checkpoints`), promoted or not.
+        stateful = kind_of(catalog[name]).stateful and registry.latest(name, events) is not None
+        if name in covered or (name in direct and not stateful) or not (promoted or stateful):
             continue
-        report = replay(settings, name, promote=True, spark=spark)
+        # The replay carries the downstream chain: promote it if any member of it is promoted, so a
+        # promoted table below an unpromoted stateful one is not left behind.
+        chain_promoted = any(registry.promoted(n, events) is not None for n in [name, *catalog.downstream(name)])
+        report = replay(settings, name, promote=chain_promoted, spark=spark)
         covered.update(report.versions)
         for asset, v in report.versions.items():
             done[asset] = {"version": v, "previous": report.previous.get(asset), "promoted": report.promoted,
                            "failed": [c.name for c in report.gates[asset].failed]}
     return done
+
+
+def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names: list[str]) -> dict:
+    """Delete the checkpoint of every version of every stateful asset in ``names`` that may hold
+    the key: every version older than the one the ``replayed`` step made (all versions of an asset
+    it did not replay: none of them is live). Each version's query is stopped first (the runner's,
+    and one of this Spark session by its name), then its checkpoint folder deleted whole, then
+    ``checkpoint_deleted`` recorded on the version (:class:`kappa.delta.registry.Registry`: it can
+    never run or be promoted again). A version recorded before is skipped; a checkpoint already
+    gone is recorded with 0 files (a crash between the deletion and the record).
+
+    Returns ``{"checkpoints": {"<asset>/v<N>": files deleted}, "stopped": ["<asset>/v<N>", …]}``."""
+    from pyarrow.fs import FileSelector, FileType
+
+    from kappa.core.storage import filesystem
+    from kappa.delta.registry import Registry
+    from kappa.runners import pick_runner
+    from kappa.runners.local import stop_between_batches
+    from kappa.streaming.query import query_name
+
+    registry = Registry(settings)
+    replayed = req.steps.get("replayed", {})
+    runner = pick_runner(settings, spark=spark)
+    deleted: dict[str, int] = {}
+    stopped: list[str] = []
+    for name in names:
+        if not kind_of(catalog[name]).stateful:
+            continue
+        successor = replayed.get(name, {}).get("version")
+        for ver in registry.versions(name):
+            if (successor is not None and ver.version >= successor) or ver.checkpoint_deleted is not None:
+                continue
+            # Stop before deleting: a query would otherwise write its next batch's state and
+            # offsets into a fresh folder, or fail on files gone from under it.
+            running = [q for q in spark.streams.active if q.name == query_name(name, ver.version)]
+            by_runner = runner.stop(name, ver.version)
+            stop_between_batches(running)
+            if by_runner or running:
+                stopped.append(ver.name)
+            fs, path = filesystem(ver.checkpoint_path, settings)
+            files = 0
+            if fs.get_file_info(path).type == FileType.Directory:
+                files = sum(1 for i in fs.get_file_info(FileSelector(path, recursive=True)) if i.type == FileType.File)
+                fs.delete_dir(path)
+            registry.record(name, ver.version, "checkpoint_deleted", request_id=req.request_id, reason="forget",
+                            files=files)
+            deleted[ver.name] = files
+    return {"checkpoints": deleted, "stopped": stopped}
 
 
 def _vacuum(spark, deleted: dict) -> dict:
