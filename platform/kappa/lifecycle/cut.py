@@ -315,3 +315,25 @@ def advance(settings: Settings, assets: list[str] | None = None, reason: str = "
         registry.pin(changed, reason)
         await_in_step(settings)
     return report
+
+
+def advance_past(settings: Settings, at_least: dict[str, int], reason: str, wait_s: float = 60.0,
+                 poll_s: float = 2.0) -> AdvanceReport:
+    """Advance the cut until every promoted version whose table path is a key of ``at_least`` is
+    pinned at or after that Delta version (``kappa forget``: past its DELETE commits, so readers no
+    longer see the key and a ``VACUUM RETAIN 0 HOURS`` removes no file a pin names), trying for up
+    to ``wait_s`` seconds while running queries move on. Raises :class:`CutError` naming the tables
+    still pinned before it (stop their queries, or wait, and run again)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        report = advance(settings, reason=reason, wait_s=0.0)
+        behind = {v.name: (v.snapshot, at_least[v.table_path]) for v in Registry(settings).promoted_all().values()
+                  if v.table_path in at_least and v.snapshot is not None and v.snapshot < at_least[v.table_path]}
+        if not behind:
+            return report
+        if time.monotonic() + poll_s > deadline:
+            raise CutError("the cut cannot move past the forget's DELETE commits of " + ", ".join(
+                f"{name} (pinned at Delta version {pin}, needs {need})" for name, (pin, need) in sorted(behind.items()))
+                + "; its readers have not read past them: let them run (or stop them) and run `kappa forget` again, "
+                  "which resumes" + (f" ({'; '.join(report.refused.values())})" if report.refused else ""))
+        time.sleep(poll_s)

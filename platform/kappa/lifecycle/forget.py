@@ -47,7 +47,9 @@ an immutable log means rewriting history, not hiding it):
   parse, changelog, lookup, SQL) are kept: they hold Kafka offsets (topic, partition, offset) or
   Delta source offsets (table id, version, index), commit markers and query metadata, never a
   record's key or value (a ``parse`` asset deduplicates against its table, not in Spark state);
-* ``VACUUM … RETAIN 0 HOURS`` on every table it deleted from, so the Parquet files that held the rows
+* ``VACUUM … RETAIN 0 HOURS`` on every table it deleted from, after moving the cut past the DELETE
+  commits (:func:`kappa.lifecycle.cut.advance_past`: a stable name's pinned snapshot must not show
+  the key, nor name a vacuumed file), so the Parquet files that held the rows
   are gone. **Time travel to a Delta version before the forget is gone too** (those versions'
   files no longer exist). Delta's JSON log keeps per-file min/max statistics of removed files until
   log retention (``delta.logRetentionDuration``, 30 days) cleans it up;
@@ -171,7 +173,7 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     step("deleted", lambda: _delete(spark, settings, catalog, req, direct, derived, values))
     step("replayed", lambda: _replay(spark, settings, catalog, direct, derived))
     step("checkpoints", lambda: _delete_checkpoints(spark, settings, catalog, req, direct + derived))
-    step("vacuumed", lambda: _vacuum(spark, req.steps["deleted"]))
+    step("vacuumed", lambda: _vacuum(spark, settings, req.steps["deleted"]))
     step("log", lambda: _log(spark, settings, catalog, req, truncate_log))
     step("done", lambda: {})
     return ForgetReport(request=req, seconds=round(time.monotonic() - started, 1), ran=ran)
@@ -378,35 +380,45 @@ def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names:
     return {"checkpoints": deleted, "stopped": stopped}
 
 
-def _vacuum(spark, deleted: dict) -> dict:
-    """VACUUM RETAIN 0 HOURS every table the forget deleted from. Returns path -> files removed
-    (``"vacuumed"`` for a table on an object store, where files are not counted)."""
-    from kappa.core.storage import local_path
+def _vacuum(spark, settings: Settings, deleted: dict) -> dict:
+    """VACUUM RETAIN 0 HOURS every table the forget deleted from. Before it, the cut is moved past
+    the DELETE (and REORG) commits (:func:`kappa.lifecycle.cut.advance_past`): a stable name pinned
+    before them would still show the key, and VACUUM would remove files its snapshot names. Returns
+    path -> files removed (``"vacuumed"`` for a table on an object store, where files are not
+    counted) and the pins moved. Raises :class:`kappa.lifecycle.cut.CutError` when a reader has not
+    read past the DELETE within a minute (the step is not recorded: ``kappa forget`` again resumes)."""
+    from deltalake import DeltaTable
+
+    from kappa.core.storage import delta_rs_options, delta_rs_uri, local_path
+    from kappa.lifecycle.cut import advance_past
 
     def parquet_files(local: Path | None) -> int | None:
         return sum(1 for _ in local.rglob("*.parquet")) if local is not None else None
 
+    tables = {path: table for path, rows in deleted["tables"].items()
+              if rows and (table := _open(spark, path)) is not None}
+    for path, table in tables.items():
+        # With deletion vectors a DELETE only marks rows deleted in the old files: rewrite
+        # those files first (Delta docs, "REORG TABLE … APPLY (PURGE)").
+        props = table.detail().select("properties").first()[0] or {}
+        if props.get("delta.enableDeletionVectors") == "true":
+            spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
+    latest = {path: DeltaTable(delta_rs_uri(path), storage_options=delta_rs_options(path, settings)).version()
+              for path in tables}
+    moved = advance_past(settings, latest, reason="forget").moved
     # Delta refuses a retention below 7 days unless told the caller knows no reader or writer needs
     # the old files (Delta docs, "Remove files no longer referenced by a Delta table").
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     out = {}
     try:
-        for path, rows in deleted["tables"].items():
-            table = _open(spark, path) if rows else None
-            if table is None:
-                continue
-            # With deletion vectors a DELETE only marks rows deleted in the old files: rewrite
-            # those files first (Delta docs, "REORG TABLE … APPLY (PURGE)").
-            props = table.detail().select("properties").first()[0] or {}
-            if props.get("delta.enableDeletionVectors") == "true":
-                spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
+        for path, table in tables.items():
             local = local_path(path)
             before = parquet_files(local)
             _vacuum_now(spark, table, path)
             out[path] = before - parquet_files(local) if before is not None else "vacuumed"
     finally:
         spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
-    return {"files_removed": out}
+    return {"files_removed": out, "pins_moved": {a: list(m) for a, m in moved.items()}}
 
 
 def _vacuum_now(spark, table, path: str) -> None:
