@@ -44,6 +44,10 @@ def _none(spec: "AssetSpec") -> None:
     return None
 
 
+def _always(spec: "AssetSpec") -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Kind:
     """One transform kind (``transform: {<name>: …}`` in an asset YAML).
@@ -57,7 +61,13 @@ class Kind:
     topic). ``event_id``: the event-id column of its rows (None: none). ``full_log``: whether a
     replay needs every record ever written (a compacted topic is not enough: an SCD2 history).
     ``declared_columns``: the output columns the declaration fixes (name -> field), for catalogs
-    and the Dagster UI (None: known only once the query runs)."""
+    and the Dagster UI (None: known only once the query runs). ``no_data_batches``: whether the
+    query needs Spark's no-data micro-batches (``spark.sql.streaming.noDataMicroBatches.enabled``):
+    a batch without input, run when the watermark has moved, so an operator that emits on the
+    watermark (an append-mode window, an outer join's unmatched rows, an event-time timer) emits
+    without waiting for more input. False where the watermark only evicts state: each such batch is
+    a job and, for a foreachBatch writer, a call, for nothing (issue 19). Spark's default (True)
+    unless a kind says otherwise."""
 
     name: str
     start: StartWriter
@@ -70,3 +80,4 @@ class Kind:
     event_id: Callable[["AssetSpec"], str | None] = _none
     full_log: Callable[["AssetSpec"], bool] = _never
     declared_columns: Callable[["AssetSpec"], "dict[str, FieldSpec] | None"] = _none
+    no_data_batches: Callable[["AssetSpec"], bool] = _always

@@ -23,4 +23,11 @@ def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Sett
     return frame_sink(spark, window_frame(source, spec), spec, version, settings)
 
 
-KIND = Kind(name="window", start=start, stateful=True, gate_checks=("late_rows",))
+def _closes_on_watermark(spec: AssetSpec) -> bool:
+    # Append mode (session windows): a window is emitted only once the watermark passes its end, so
+    # an idle stream needs the no-data batch that moves it. Update mode emits on every change.
+    return spec.output_mode == "append"
+
+
+KIND = Kind(name="window", start=start, stateful=True, gate_checks=("late_rows",),
+            no_data_batches=_closes_on_watermark)
