@@ -19,8 +19,13 @@ from kappa.streaming.writers import frame_sink
 
 def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
           source: DataFrame) -> DataStreamWriter:
-    """The ``window`` query: :func:`~kappa.streaming.windows.window_frame` into the asset's sink."""
-    return frame_sink(spark, window_frame(source, spec), spec, version, settings)
+    """The ``window`` query: :func:`~kappa.streaming.windows.window_frame` into the asset's sink. In
+    update mode each micro-batch holds one row per changed window, and its MERGE keys include the
+    window's keys, so the batch is merged as it is (no dedup)."""
+    w = spec.transform.window
+    assert w is not None
+    unique = spec.output_mode == "update" and set(w.keys) <= set(spec.merge_keys)
+    return frame_sink(spark, window_frame(source, spec), spec, version, settings, unique_keys=unique)
 
 
 def _closes_on_watermark(spec: AssetSpec) -> bool:
