@@ -31,6 +31,9 @@ from kappa.streaming.sources import TriggerMode, read_source
 #: Spark's switch for no-data micro-batches. A query reads it from its session when it starts (its
 #: ``StreamExecution`` clones the session then), so setting it around ``start()`` sets it per query.
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+#: The scheduler pool of the jobs a thread submits (Spark's "Job Scheduling" guide, "Fair Scheduler
+#: Pools"; pools not declared in an allocation file are made on first use, weight 1).
+POOL = "spark.scheduler.pool"
 _starting = threading.Lock()  # one query's start at a time may change the session's setting
 
 
@@ -69,11 +72,18 @@ def start_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=spec.trigger.processing_time)
+    sc = spark.sparkContext
     with _starting:
         before = spark.conf.get(NO_DATA_BATCHES)  # the session's value (Spark's default: true)
+        pool = sc.getLocalProperty(POOL)
         spark.conf.set(NO_DATA_BATCHES, str(kind.no_data_batches(spec)).lower())
+        # The query's thread inherits the starting thread's local properties: its jobs (its
+        # foreachBatch writer's included) run in a FAIR pool of its own, so queries sharing the
+        # session share its cores instead of queueing behind each other's jobs (FIFO).
+        sc.setLocalProperty(POOL, query_name(spec.name, version.version))
         try:
             query = writer.start()
         finally:
             spark.conf.set(NO_DATA_BATCHES, before)
+            sc.setLocalProperty(POOL, pool)
     return RunningQuery(spec=spec, version=version, query=query)

@@ -65,6 +65,11 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # Fair scheduling between the queries of one session: each query's jobs go to a pool of its
+        # own (kappa.streaming.query.start_query), so a short micro-batch of one asset does not
+        # wait behind a long one of another (Spark's "Job Scheduling" guide, "Scheduling Within an
+        # Application"; FIFO is the default).
+        "spark.scheduler.mode": "FAIR",
         # Changelog checkpointing: a micro-batch uploads the state changes it made, not a snapshot of
         # the changed RocksDB files; snapshots are made in the background (Structured Streaming
         # guide, "RocksDB State Store Changelog Checkpointing"). An existing checkpoint takes it on.
