@@ -218,7 +218,8 @@ class Settings(BaseSettings):
 
     #: ``KAPPA_FAULT``: a deterministic fault point (tests and chaos drills), None in normal runs.
     fault: Fault | None = None
-    #: ``KAPPA_DEDUP_ANTI_JOIN``: test only. ``False`` disables silver's anti-join against the table,
+    #: ``KAPPA_DEDUP_ANTI_JOIN``: test only. ``False`` disables silver's anti-join against the table
+    #: (for events behind the watermark; on-time copies are dropped by the state store either way),
     #: so the fault-point tests show that Delta's transaction ids alone give exactly-once.
     dedup_anti_join: bool = True
 

@@ -39,6 +39,8 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.scheduler.mode": "FAIR",  # a pool per query (start_query)
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.hadoop.fs.s3a.endpoint": "http://minio:9000",

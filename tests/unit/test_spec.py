@@ -157,6 +157,13 @@ def test_interval_seconds(text, seconds):
     assert interval_seconds(text) == seconds
 
 
+def test_a_latency_sensitive_asset_may_declare_a_zero_trigger(tmp_path):
+    # "0 seconds": the next micro-batch starts as soon as the last one ends (Spark's
+    # ProcessingTime(0)); README "Triggers and back-pressure" gives the cost in commits.
+    spec = load_asset(_write(tmp_path, "s", {**SILVER, "trigger": {"processing_time": "0 seconds"}}))
+    assert interval_seconds(spec.trigger.processing_time) == 0
+
+
 @pytest.mark.parametrize("text", ["10", "ten seconds", "1 fortnight", ""])
 def test_interval_seconds_rejects_non_intervals(text):
     with pytest.raises(ValueError):

@@ -70,6 +70,21 @@ def read_checkpoint(checkpoint: str | Path, settings: Settings | None = None) ->
     return state
 
 
+def batch_watermark_ms(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> int | None:
+    """The event-time watermark (epoch ms) Spark planned micro-batch ``batch_id`` with: the
+    ``batchWatermarkMs`` of its write-ahead log entry's metadata line, ``<checkpoint>/offsets/<batch_id>``
+    (written before the batch runs; 0 until a batch with event times has completed). The stateful
+    operators of batch N evict state with it and drop input rows at or behind the one of batch
+    N - 1 (Spark 4.1 ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents``). None when the
+    entry is missing or unreadable."""
+    path = join(join(str(checkpoint), "offsets"), str(batch_id))
+    try:
+        lines = [ln for ln in read_text(path, settings).splitlines() if ln.strip()]
+        return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+    except (OSError, FileNotFoundError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def batch_sources(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> list[dict]:
     """What micro-batch ``batch_id`` reads up to, one entry per source in the query's source order,
     from its write-ahead log entry ``<checkpoint>/offsets/<batch_id>`` (written before the batch

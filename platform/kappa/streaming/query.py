@@ -15,6 +15,7 @@ of the foreachBatch writers; the fault-point tests use it to prove the above at 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -25,6 +26,15 @@ from kappa.delta.registry import Version
 from kappa.spec import AssetSpec
 from kappa.streaming.kinds import kind_of
 from kappa.streaming.sources import TriggerMode, read_source
+
+
+#: Spark's switch for no-data micro-batches. A query reads it from its session when it starts (its
+#: ``StreamExecution`` clones the session then), so setting it around ``start()`` sets it per query.
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+#: The scheduler pool of the jobs a thread submits (Spark's "Job Scheduling" guide, "Fair Scheduler
+#: Pools"; pools not declared in an allocation file are made on first use, weight 1).
+POOL = "spark.scheduler.pool"
+_starting = threading.Lock()  # one query's start at a time may change the session's setting
 
 
 @dataclass
@@ -50,9 +60,11 @@ def start_query(
     ``Trigger.AvailableNow``); ``continuous`` runs micro-batches every ``trigger.processing_time``
     until stopped; a continuous query reading Kafka is bounded by ``KAPPA_MAX_OFFSETS_PER_TRIGGER``
     records per micro-batch unless the asset declares its own bound (:mod:`kappa.streaming.sources`).
-    The checkpoint is the version's own (never shared between versions)."""
+    The checkpoint is the version's own (never shared between versions). No-data micro-batches run
+    only for a kind that emits on the watermark (:attr:`kappa.streaming.kinds.base.Kind.no_data_batches`)."""
+    kind = kind_of(spec)
     source = read_source(spark, spec, version, settings, mode)
-    writer = kind_of(spec).start(spark, spec, version, settings, source)
+    writer = kind.start(spark, spec, version, settings, source)
     writer = writer.queryName(query_name(spec.name, version.version)).option(
         "checkpointLocation", version.checkpoint_path
     )
@@ -60,4 +72,18 @@ def start_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=spec.trigger.processing_time)
-    return RunningQuery(spec=spec, version=version, query=writer.start())
+    sc = spark.sparkContext
+    with _starting:
+        before = spark.conf.get(NO_DATA_BATCHES)  # the session's value (Spark's default: true)
+        pool = sc.getLocalProperty(POOL)
+        spark.conf.set(NO_DATA_BATCHES, str(kind.no_data_batches(spec)).lower())
+        # The query's thread inherits the starting thread's local properties: its jobs (its
+        # foreachBatch writer's included) run in a FAIR pool of its own, so queries sharing the
+        # session share its cores instead of queueing behind each other's jobs (FIFO).
+        sc.setLocalProperty(POOL, query_name(spec.name, version.version))
+        try:
+            query = writer.start()
+        finally:
+            spark.conf.set(NO_DATA_BATCHES, before)
+            sc.setLocalProperty(POOL, pool)
+    return RunningQuery(spec=spec, version=version, query=query)

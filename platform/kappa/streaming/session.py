@@ -44,7 +44,7 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     Shared: Delta's SQL extension and catalog (Delta docs, "Quickstart"), session time zone UTC
     (event-time windows must not depend on the machine), RocksDB state store (Spark's
     "Structured Streaming Programming Guide", *RocksDB state store implementation*: state off the
-    JVM heap), Delta's auto compaction off (compaction is ``kappa maintain``'s), Delta's snapshot
+    JVM heap) with changelog checkpointing, Delta's auto compaction off (compaction is ``kappa maintain``'s), Delta's snapshot
     partitions, and the object-store (s3a) settings (Hadoop-AWS docs; the credentials are the
     ``AWS_*`` variables, never values in the conf).
     Kafka security is not Spark configuration: the query passes :meth:`Settings.kafka_client_options`
@@ -65,6 +65,15 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        # Fair scheduling between the queries of one session: each query's jobs go to a pool of its
+        # own (kappa.streaming.query.start_query), so a short micro-batch of one asset does not
+        # wait behind a long one of another (Spark's "Job Scheduling" guide, "Scheduling Within an
+        # Application"; FIFO is the default).
+        "spark.scheduler.mode": "FAIR",
+        # Changelog checkpointing: a micro-batch uploads the state changes it made, not a snapshot of
+        # the changed RocksDB files; snapshots are made in the background (Structured Streaming
+        # guide, "RocksDB State Store Changelog Checkpointing"). An existing checkpoint takes it on.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         # Auto compaction off: in open-source Delta it is a synchronous OPTIMIZE the writer runs
         # after its commit (Delta docs, "Optimizations" -> "Auto compaction",
         # docs.delta.io/latest/optimizations-oss.html#auto-compaction), i.e. inside the

@@ -230,9 +230,14 @@ class UpsertWriter(MicroBatchWriter):
     committed (Delta docs, "Idempotent writes": the ``txnAppId``/``txnVersion`` session settings
     apply to DML). The merge sink of tumbling and hopping windows (update output mode)."""
 
-    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
+                 unique_keys: bool = False):
         super().__init__(spec, version, settings)
         self.keys = spec.merge_keys
+        #: A micro-batch holds at most one row per key (an update-mode aggregation grouped by the
+        #: keys emits each changed group once), so the MERGE source needs no dedup; otherwise the
+        #: batch is deduplicated on the keys (a MERGE refuses two source rows for one target row).
+        self.unique_keys = unique_keys
         #: Only the first batch a query runs can be a re-run (Spark re-runs the one batch its commit
         #: log lacks, first, on restart); later batches skip the look at the Delta log.
         self._first_batch = True
@@ -265,7 +270,7 @@ class UpsertWriter(MicroBatchWriter):
         def merge() -> None:
             with self.transaction(spark, batch_id):
                 (DeltaTable.forPath(spark, path).alias("t")
-                 .merge(batch.dropDuplicates(self.keys).alias("s"), cond)
+                 .merge((batch if self.unique_keys else batch.dropDuplicates(self.keys)).alias("s"), cond)
                  .whenMatchedUpdateAll()
                  .whenNotMatchedInsertAll()
                  .execute())
@@ -275,13 +280,16 @@ class UpsertWriter(MicroBatchWriter):
 
 
 def frame_sink(spark: SparkSession, out: DataFrame, spec: AssetSpec, version: Version,
-               settings: Settings) -> DataStreamWriter:
+               settings: Settings, unique_keys: bool = False) -> DataStreamWriter:
     """The sink of a kind whose query is a frame (window, sliding, join, sql, python, raw):
-    ``sink_mode: merge`` upserts each micro-batch (:class:`UpsertWriter`, the spec's output mode);
-    ``append`` writes through Delta's streaming sink, which records each micro-batch id in the
-    Delta log and skips a batch it has already committed (optionally ``partitionBy``)."""
+    ``sink_mode: merge`` upserts each micro-batch (:class:`UpsertWriter`, the spec's output mode;
+    ``unique_keys``: the frame emits at most one row per merge key in a micro-batch, so it is not
+    deduplicated first); ``append`` writes through Delta's streaming sink, which records each
+    micro-batch id in the Delta log and skips a batch it has already committed (optionally
+    ``partitionBy``)."""
     if spec.sink_mode == "merge":
-        return out.writeStream.outputMode(spec.output_mode).foreachBatch(UpsertWriter(spark, spec, version, settings))
+        return out.writeStream.outputMode(spec.output_mode).foreachBatch(
+            UpsertWriter(spark, spec, version, settings, unique_keys=unique_keys))
     writer = out.writeStream.format("delta").outputMode("append").option("path", version.table_path)
     if spec.sink.partition_by:
         writer = writer.partitionBy(*spec.sink.partition_by)

@@ -72,6 +72,10 @@ def _none(spec: "AssetSpec") -> None:
     return None
 
 
+def _always(spec: "AssetSpec") -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Kind:
     """One transform kind (``transform: {<name>: …}`` in an asset YAML).
@@ -88,7 +92,14 @@ class Kind:
     and the Dagster UI (None: known only once the query runs). ``dropped_rows``: the rows Spark's
     watermark drops from a micro-batch's input (:data:`DroppedRows`), for kinds whose late rows
     Spark drops and Kappa names afterwards from the checkpoint (:mod:`kappa.streaming.late`);
-    None: Spark drops none, or the kind names its late rows itself (``parse``, ``pattern``)."""
+    None: Spark drops none, or the kind names its late rows itself (``parse``, ``pattern``).
+    ``no_data_batches``: whether the
+    query needs Spark's no-data micro-batches (``spark.sql.streaming.noDataMicroBatches.enabled``):
+    a batch without input, run when the watermark has moved, so an operator that emits on the
+    watermark (an append-mode window, an outer join's unmatched rows, an event-time timer) emits
+    without waiting for more input. False where the watermark only evicts state: each such batch is
+    a job and, for a foreachBatch writer, a call, for nothing (issue 19). Spark's default (True)
+    unless a kind says otherwise."""
 
     name: str
     start: StartWriter
@@ -102,3 +113,4 @@ class Kind:
     full_log: Callable[["AssetSpec"], bool] = _never
     declared_columns: Callable[["AssetSpec"], "dict[str, FieldSpec] | None"] = _none
     dropped_rows: DroppedRows | None = None
+    no_data_batches: Callable[["AssetSpec"], bool] = _always

@@ -1,45 +1,114 @@
 """``parse`` (silver): Kafka records parsed with the declared schema, bad records quarantined, rows
-deduplicated by event id, late events kept (:class:`ParseWriter`).
+deduplicated by event id, late events kept (:func:`silver_frame` into :class:`ParseWriter`).
 
 Each append of a micro-batch (bad records to the quarantine table, late events to the late-events
 table, new rows to the asset's table) carries ``txnAppId`` = the version's writer id (a side table's
 for the first two) and ``txnVersion`` = the batch id (:class:`kappa.streaming.writers.MicroBatchWriter`),
-so a batch re-run after a failure is skipped where it already committed. Deduplication: within the
-batch the earliest copy of an ``event_id`` in the log wins; a left anti-join on ``event_id`` against
-the table (bounded by the batch's earliest event time, so Delta's data skipping reads only recent
-files) drops events seen before. With a ``watermark``, a new event older than (latest event time
-already in the table - delay) goes to the late-events table instead; the watermark of a batch comes
-from the batches before it, as in Spark's own stateful operators. The table append is the batch's
-last write, so a re-run of a batch whose table commit exists is skipped whole: its watermark,
-recomputed from a table that already holds the batch, would differ.
+so a batch re-run after a failure is skipped where it already committed. The table append is the
+batch's last write, so a re-run of a batch whose table commit exists is skipped whole (its input is
+still run through the state store, which Spark 4.1 requires to commit every batch).
+
+Deduplication, with a ``watermark`` (the shipped silver assets). The watermark W of micro-batch N
+is Spark's: the latest event time of the good records of the batches before it minus the delay,
+``batchWatermarkMs`` of the batch's write-ahead log entry (:func:`kappa.streaming.checkpoint.batch_watermark_ms`).
+
+* On time (event time above the watermark of batch N - 1, W'): Spark's state store drops a copy of
+  an event it has seen (``dropDuplicatesWithinWatermark`` on ``event_id``; Structured Streaming guide,
+  "Streaming Deduplication"). It keeps an event until the watermark passes its event time + delay,
+  so every copy above W' meets its first copy there: an on-time batch never reads the table. Of the
+  rows it passes, those behind W are new late events (late-events table); the rest are new rows.
+* Behind W' (Spark's state store drops such rows as late, so they are read again from the same
+  micro-batch by a second, stateless branch of the query): the earliest copy in the log per
+  ``event_id`` wins, and a copy of an event already in the table is a duplicate, dropped (a left
+  anti-join on ``event_id``, bounded by the earliest such event time so Delta's data skipping reads
+  only recent files: Delta docs, "Data skipping"). The other ones are new late events. A re-ingest
+  of the whole log therefore changes nothing and adds no late event.
+
+Copies of one event carry the same event time (a copy is the event), so they always take the same
+path. Among on-time copies in one micro-batch the state store keeps the first it reads: the earliest
+offset for copies in one Kafka partition read by one task.
+
+Without a watermark nothing is late: every good record is checked against the table as above.
+
+One pass per batch: the micro-batch (state-store rows and behind-W' rows) is evaluated once,
+persisted, and the statistics, quarantine, late and new rows are read from that one evaluation.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
 from kappa.delta.registry import Version
-from kappa.spec import AssetSpec, interval_seconds
+from kappa.spec import AssetSpec, ParseTransform
+from kappa.streaming.checkpoint import batch_watermark_ms
 from kappa.streaming.kinds.base import Kind
-from kappa.streaming.parse import KAFKA_COLUMNS, parse_columns, row_schema
+from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, parse_columns, row_schema
 from kappa.streaming.writers import (
     MicroBatchWriter,
     ensure_late_events_table,
     ensure_quarantine_table,
     ensure_table,
     record_columns,
+    run_for_state,
 )
+
+#: Which branch of :func:`silver_frame` a row came through: ``state`` (every record, parsed, less
+#: the on-time copies the state store dropped and the good records behind W') or ``behind`` (every
+#: record again, with only its event time parsed; the writer keeps those behind W').
+PATH, STATE, BEHIND = "_path", "state", "behind"
+#: The good record's event time (null for a bad one) in :func:`silver_frame`'s output.
+EVENT_TIME = "_et"
+
+
+def silver_frame(source: DataFrame, spec: AssetSpec) -> DataFrame:
+    """The query of a ``parse`` asset before its writer. In: Kafka records (:data:`KAFKA_COLUMNS`).
+    Out: ``_path`` (:data:`STATE` or :data:`BEHIND`), ``topic``, ``partition``, ``offset``,
+    ``timestamp``, ``key`` and ``value`` (binary; on the state path only for bad records), ``r``
+    (the parsed struct, state path), ``reason`` (null: good), ``_et`` (the good record's event time).
+
+    With a watermark, the state path deduplicates by ``event_id`` in the state store within the
+    watermark; bad records pass it under a key of their own and a null event time (Spark neither
+    drops nor keeps them: a null is never behind the watermark and expires at once). Without one,
+    every record takes the state path with no state."""
+    t = spec.transform.parse
+    assert t is not None
+    raw = source.select(*KAFKA_COLUMNS)
+    parsed = parse_columns(raw, t)
+    good = F.col("reason").isNull()
+    state = parsed.select(
+        "topic", "partition", "offset", "timestamp",
+        F.when(~good, F.col("key")).alias("key"), F.when(~good, F.col("value")).alias("value"),
+        "r", "reason", F.when(good, F.col(f"r.{t.event_time}")).alias(EVENT_TIME),
+        F.when(good, F.col(f"r.{t.event_id}").cast("string"))
+        .otherwise(F.concat_ws(":", F.lit("\u0000bad"), "topic", "partition", "offset")).alias("_id"))
+    if spec.watermark is None:
+        return state.drop("_id").withColumn(PATH, F.lit(STATE))
+    state = (state.withWatermark(EVENT_TIME, spec.watermark.delay)
+             .dropDuplicatesWithinWatermark(["_id"]).drop("_id").withColumn(PATH, F.lit(STATE)))
+    behind = raw.select(
+        "topic", "partition", "offset", "timestamp", "key", "value",
+        F.lit(None).cast(parsed.schema["r"].dataType).alias("r"), F.lit(None).cast("string").alias("reason"),
+        _probe_event_time(t).alias(EVENT_TIME), F.lit(BEHIND).alias(PATH))
+    return state.unionByName(behind)
+
+
+def _probe_event_time(t: ParseTransform) -> Column:
+    """The event time alone, parsed as :func:`kappa.streaming.parse.parse_columns` parses it (for a
+    good record the same value): cheap enough to read every record twice."""
+    schema = T.StructType([T.StructField(t.event_time, T.TimestampType(), True),
+                           T.StructField(CORRUPT, T.StringType(), True)])
+    return F.from_json(F.col("value").cast("string"), schema,
+                       {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})[t.event_time]
 
 
 class ParseWriter(MicroBatchWriter):
     """foreachBatch body of a ``parse`` asset: quarantine bad records, keep late events, insert new
-    good rows (see the module docstring). In: Kafka records (:data:`KAFKA_COLUMNS`); out: the
-    declared fields, one row per ``event_id``."""
+    good rows (see the module docstring). In: :func:`silver_frame`; out: the declared fields, one
+    row per ``event_id``."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         super().__init__(spec, version, settings)
@@ -48,97 +117,128 @@ class ParseWriter(MicroBatchWriter):
         self.anti_join = settings.dedup_anti_join
         self.quarantine = ensure_quarantine_table(spark, settings)
         self.late = ensure_late_events_table(spark, settings)
-        self.delay_s = interval_seconds(spec.watermark.delay) if spec.watermark else None
+        self.stateful = spec.watermark is not None
         ensure_table(spark, version.table_path, row_schema(self.transform.fields))
-        # The latest event time in the table (None: empty), read once per query start and then
-        # advanced by each batch (a scan of the whole table per micro-batch would make every
-        # batch cost grow). It is the watermark's base, and it spares the duplicate check of a
-        # batch whose events are all newer than every row in the table.
-        self.latest = spark.read.format("delta").load(version.table_path).agg(
-            F.max(self.transform.event_time)).first()[0]
         # The last batch whose table append committed before this query started (None: none).
         self.last_committed = self.committed(version.table_path)
+        self._watermark: tuple[int, int] | None = None  # (batch id, its watermark in ms)
 
-    def watermark(self):
-        """Latest event time of the batches before this one minus the delay (None: none yet)."""
-        if self.delay_s is None or self.latest is None:
-            return None
-        return self.latest - timedelta(seconds=self.delay_s)
+    def watermarks(self, batch_id: int) -> tuple[int, int]:
+        """(W', W) of micro-batch ``batch_id`` in epoch ms: the watermark of the batch before it (the
+        state store drops good records at or behind it; 0 for batch 0) and its own (rows behind it
+        are late), from the write-ahead log (:func:`kappa.streaming.checkpoint.batch_watermark_ms`)."""
+        cp = self.version.checkpoint_path
+        current = batch_watermark_ms(cp, batch_id, self.settings)
+        if batch_id == 0:
+            before = 0
+        elif self._watermark is not None and self._watermark[0] == batch_id - 1:
+            before = self._watermark[1]
+        else:
+            before = batch_watermark_ms(cp, batch_id - 1, self.settings)
+        if current is None or before is None:
+            raise RuntimeError(f"{self.version.name} batch {batch_id}: no watermark in {cp}/offsets")
+        self._watermark = (batch_id, current)
+        return before, current
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
         if self.last_committed is not None and batch_id <= self.last_committed:
             # Re-run of a batch whose table append (its last write) committed before a crash.
+            if self.stateful:
+                run_for_state(batch)
             return
-        spark = batch.sparkSession
-        event_id, event_time = self.transform.event_id, self.transform.event_time
-        is_good = F.col("reason").isNull()
-        good_time = F.when(is_good, F.col(f"r.{event_time}"))
-        wm = self.watermark()
-        behind = F.col(f"r.{event_time}") < F.lit(wm) if wm is not None else F.lit(False)
-        # Persisted once, read by every write below. The raw key and value are kept only for the
-        # records that may be set aside (bad, or behind the watermark): most of a record's bytes
-        # need not be cached twice (raw and parsed).
-        set_aside = ~is_good | behind
-        parsed = parse_columns(batch.select(*KAFKA_COLUMNS), self.transform).select(
-            "topic", "partition", "offset", "timestamp", "r", "reason",
-            F.when(set_aside, F.col("key")).alias("key"), F.when(set_aside, F.col("value")).alias("value"),
-        ).persist()
+        et, eid = F.col(EVENT_TIME), self.transform.event_id
+        on_state, is_good = F.col(PATH) == STATE, F.col("reason").isNull()
+        coords = ["topic", "partition", "offset"]
+        if self.stateful:
+            w_before, w_now = self.watermarks(batch_id)
+            watermark, before = F.timestamp_millis(F.lit(w_now)), F.timestamp_millis(F.lit(w_before))
+            behind_now = F.coalesce(et < watermark, F.lit(False))
+            # Pushed into the union's behind branch: only its records behind W are kept. Those at or
+            # behind W' are checked against the table; the others only lend their raw bytes to the
+            # state path's late rows (which carries a good record's parsed row, not its bytes).
+            frame = batch.where(on_state | (et < watermark))
+            checked, lender = ~on_state & (et <= before), ~on_state & (et > before)
+        else:  # nothing is late; every good record is checked against the table
+            watermark, behind_now, frame = None, F.lit(False), batch
+            checked, lender = is_good, F.lit(False)
+        fresh = on_state & is_good & ~behind_now if self.stateful else F.lit(False)
+        frame = frame.persist()
+        new = None
         try:
-            stats = parsed.agg(
-                F.count_if(~is_good).alias("bad"),
-                F.min(good_time).alias("earliest"),
-                F.max(good_time).alias("latest"),
-                F.count_if(is_good & behind).alias("behind"),
+            stats = frame.agg(
+                F.count_if(on_state & ~is_good).alias("bad"),
+                F.count_if(on_state & is_good & behind_now).alias("late"),
+                F.count_if(fresh).alias("fresh"),
+                F.count_if(checked).alias("checked"),
+                F.min(F.when(checked, et)).alias("earliest"),
             ).first()
             self.at("before_write", batch_id)
             if stats["bad"]:  # an empty append would still cost a Delta commit
-                bad = parsed.where(~is_good).select(
+                bad = frame.where(on_state & ~is_good).select(
                     *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
                 self.append(bad, self.quarantine, batch_id, side="quarantine")
                 self.at("after_quarantine_commit", batch_id)
-            if stats["earliest"] is None:
-                return  # no good record in this batch
-
-            # One row per event_id: the earliest copy in the log wins, so every version (and a
-            # replay of the whole log in one batch) keeps the same copy.
-            first = Window.partitionBy(F.col(f"r.{event_id}")).orderBy("topic", "partition", "offset")
-            good = parsed.where(is_good).withColumn("_n", F.row_number().over(first)).where("_n = 1")
-            # Events already in the table are duplicates. An event's time is part of the event, so a
-            # copy of an event in this batch can only match a row at or after the batch's earliest
-            # event time: when that is later than the table's latest, nothing can match and the
-            # table is not read; otherwise the bound lets Delta skip every older file by its min/max
-            # statistics (Delta docs, "Data skipping"), so a micro-batch's cost follows the batch,
-            # not the table.
-            new = good
-            if self.anti_join and self.latest is not None and stats["earliest"] <= self.latest:
-                seen = (spark.read.format("delta").load(self.version.table_path)
-                        .where(F.col(event_time) >= F.lit(stats["earliest"]))
-                        .select(F.col(event_id).alias("_seen")))
-                new = good.join(seen, F.col(f"r.{event_id}") == F.col("_seen"), "left_anti")
-            if stats["behind"]:
-                # New, but behind the watermark: late, kept in the late-events table.
-                late = new.where(behind).select(
-                    *self.owner_columns(),
-                    F.col(f"r.{event_id}").alias("event_id"),
-                    F.col(f"r.{event_time}").alias("event_time"),
-                    F.lit(wm).cast("timestamp").alias("watermark"),
-                    *record_columns(), F.current_timestamp().alias("arrived_at"))
-                self.append(late, self.late, batch_id, side="late")
+            n_late, n_new, late = stats["late"], stats["fresh"], []
+            if n_late:  # new events behind W that the state store passed: their bytes from the lender rows
+                late.append(frame.where(on_state & is_good & behind_now).drop("key", "value")
+                            .join(frame.where(lender).select(*coords, "key", "value"), coords))
+            if stats["checked"]:
+                new = self._new_events(frame.where(checked), stats["earliest"])
+                counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new")).first()
+                n_late, n_new = n_late + counts["late"], n_new + counts["new"]
+                late.append(new.where(behind_now))
+            if n_late:
+                rows = late[0] if len(late) == 1 else late[0].unionByName(late[1])
+                self.append(rows.select(
+                    *self.owner_columns(), F.col(f"r.{eid}").alias("event_id"), et.alias("event_time"),
+                    watermark.cast("timestamp").alias("watermark"),
+                    *record_columns(), F.current_timestamp().alias("arrived_at")), self.late, batch_id, side="late")
                 self.at("after_late_commit", batch_id)
-                new = new.where(~behind)
-            rows = new.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields])
-            self.append(rows, self.version.table_path, batch_id)
-            self.at("after_table_commit", batch_id)
-            if self.latest is None or stats["latest"] > self.latest:
-                self.latest = stats["latest"]
+            if n_new:  # nothing new (every record a duplicate, bad or late): no empty commit
+                rows = frame.where(fresh)
+                if new is not None:
+                    rows = rows.unionByName(new.where(~behind_now))
+                self.append(rows.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields]),
+                            self.version.table_path, batch_id)
+                self.at("after_table_commit", batch_id)
         finally:
-            parsed.unpersist()
+            if new is not None:
+                new.unpersist()
+            frame.unpersist()
+
+    def _new_events(self, checked: DataFrame, earliest) -> DataFrame:
+        """Of ``checked`` (rows of :func:`silver_frame` whose records must be checked against the
+        table), the good records whose event is new: the earliest copy in the log per event id, and
+        none already in the table (unless ``KAPPA_DEDUP_ANTI_JOIN`` is off). Persisted (the caller
+        unpersists it): its late and on-time rows are read apart. Same columns as ``checked``."""
+        t = self.transform
+        eid, et = t.event_id, t.event_time
+        if self.stateful:
+            # The behind branch parsed only the event time: validate these records in full (a bad
+            # one came through the state path already, and is quarantined from there).
+            checked = parse_columns(checked.select(*KAFKA_COLUMNS), t).where(F.col("reason").isNull()).select(
+                F.lit(BEHIND).alias(PATH), "topic", "partition", "offset", "timestamp", "key", "value", "r", "reason",
+                F.col(f"r.{et}").alias(EVENT_TIME))
+        else:
+            checked = checked.where(F.col("reason").isNull())
+        # One row per event_id: the earliest copy in the log wins, so every version (and a replay
+        # of the whole log in one batch) keeps the same copy.
+        first = Window.partitionBy(F.col(f"r.{eid}")).orderBy("topic", "partition", "offset")
+        new = checked.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+        if self.anti_join:
+            # A copy of an event can only match a row at or after the earliest event time checked
+            # (an event's time is part of the event): Delta skips every older file by its min/max
+            # statistics, so the read follows the batch, not the table.
+            seen = (checked.sparkSession.read.format("delta").load(self.version.table_path)
+                    .where(F.col(et) >= F.lit(earliest)).select(F.col(eid).alias("_seen")))
+            new = new.join(seen, F.col(f"r.{eid}") == F.col("_seen"), "left_anti")
+        return new.persist()
 
 
 def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
           source: DataFrame) -> DataStreamWriter:
-    """The ``parse`` query: Kafka records into :class:`ParseWriter`."""
-    return source.writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
+    """The ``parse`` query: :func:`silver_frame` of the Kafka records into :class:`ParseWriter`."""
+    return silver_frame(source, spec).writeStream.foreachBatch(ParseWriter(spark, spec, version, settings))
 
 
 def _event_id(spec: AssetSpec) -> str:
@@ -152,4 +252,5 @@ def _columns(spec: AssetSpec):
 
 
 KIND = Kind(name="parse", start=start, reads_kafka=True, quarantines=True, keeps_late_rows=True,
-            gate_checks=("quarantine_rate",), forget="event_ids", event_id=_event_id, declared_columns=_columns)
+            gate_checks=("quarantine_rate",), forget="event_ids", event_id=_event_id, declared_columns=_columns,
+            no_data_batches=lambda spec: False)  # its watermark only evicts deduplication state

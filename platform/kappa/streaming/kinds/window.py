@@ -23,8 +23,13 @@ from kappa.streaming.writers import frame_sink
 
 def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
           source: DataFrame) -> DataStreamWriter:
-    """The ``window`` query: :func:`~kappa.streaming.windows.window_frame` into the asset's sink."""
-    return frame_sink(spark, window_frame(source, spec), spec, version, settings)
+    """The ``window`` query: :func:`~kappa.streaming.windows.window_frame` into the asset's sink. In
+    update mode each micro-batch holds one row per changed window, and its MERGE keys include the
+    window's keys, so the batch is merged as it is (no dedup)."""
+    w = spec.transform.window
+    assert w is not None
+    unique = spec.output_mode == "update" and set(w.keys) <= set(spec.merge_keys)
+    return frame_sink(spark, window_frame(source, spec), spec, version, settings, unique_keys=unique)
 
 
 def late_window_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_ms: int) -> LateFrame:
@@ -63,5 +68,11 @@ def late_window_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_ms
         F.to_json(F.struct(*keys, F.col("_start"))).alias("_unit")), count)
 
 
+def _closes_on_watermark(spec: AssetSpec) -> bool:
+    # Append mode (session windows): a window is emitted only once the watermark passes its end, so
+    # an idle stream needs the no-data batch that moves it. Update mode emits on every change.
+    return spec.output_mode == "append"
+
+
 KIND = Kind(name="window", start=start, stateful=True, keeps_late_rows=True, gate_checks=("late_rows",),
-            dropped_rows=late_window_rows)
+            dropped_rows=late_window_rows, no_data_batches=_closes_on_watermark)
