@@ -355,7 +355,8 @@ def status(
                  "seconds_since_progress": h.seconds_since_progress, "reason": h.reason,
                  "stable_name": stable_name(h.asset),
                  # Late rows: named in the late-events table, and Spark's drops not named (if any).
-                 "late": late_counts(settings, registry.version(h.asset, h.version))
+                 "late": late_counts(settings, registry.version(h.asset, h.version),
+                                     names_itself=kind_of(catalog[h.asset]).dropped_rows is None)
                  if kind_of(catalog[h.asset]).keeps_late_rows else None} for h in found]
         if fmt == StatusFormat.json:
             print(json.dumps(rows, default=str))

@@ -350,10 +350,13 @@ def summary(batches: list[LateBatch]) -> dict:
                                for b in batches if not b.accounted]}
 
 
-def late_counts(settings: Settings, version: Version) -> dict:
+def late_counts(settings: Settings, version: Version, names_itself: bool = False) -> dict:
     """A version's late rows without Spark: ``named`` (its rows in the late-events table, delta-rs),
     ``dropped`` (Spark's drops over its recorded runs), ``not_named`` (drops of those runs that were
-    not named: ``dropped`` - the recorded ``dropped_named``)."""
+    not named: ``dropped`` - the recorded ``dropped_named``). ``names_itself``: a kind whose writer
+    routes every row Spark's operator leaves out (``parse``: the copies its deduplication state
+    drops go to the duplicate count or the late-events table; ``pattern``): nothing it drops is
+    lost, so ``dropped`` and ``not_named`` are 0."""
     from kappa.delta.tables import count_of
 
     runs = [e["details"] for e in version.events if e["event"] in ("caught_up", "stopped")]
@@ -363,4 +366,6 @@ def late_counts(settings: Settings, version: Version) -> dict:
         named = count_of(str(late_events_path(settings)), version.asset, version.version)
     except Exception:  # no late-events table yet
         named = 0
+    if names_itself:
+        return {"named": named, "dropped": 0, "not_named": 0}
     return {"named": named, "dropped": dropped, "not_named": max(0, dropped - named_drops)}
