@@ -26,8 +26,11 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
     # and the jars: files on this machine vs files in the image
     assert set(session) - set(app) == SESSION_ONLY
     assert set(app) - set(session) == APPLICATION_ONLY
-    assert session["spark.jars"].endswith("/delta.jar") and app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
-    shared = set(session) & set(app) - {"spark.jars"} - MACHINE_PATHS
+    # (the session's on the driver's class path: local mode's executor is the driver's JVM, and
+    # spark.jars would copy each jar into a temporary directory at every start)
+    assert session["spark.driver.extraClassPath"].endswith("/delta.jar") and "spark.jars" not in session
+    assert app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
+    shared = set(session) & set(app) - MACHINE_PATHS
     assert {k: session[k] for k in shared} == {k: app[k] for k in shared}
     # paths: this machine's for the session, the image's for the application (never the renderer's)
     assert str(settings.project_dir) not in "".join(app[k] for k in MACHINE_PATHS)

@@ -1,7 +1,7 @@
 """JVM dependencies resolved by Maven (``jvm/*/pom.xml``) into ``build/jars/<set>``.
 
-Nothing is fetched at run time: Spark receives its extra jars through ``spark.jars`` and the local
-broker runs from a classpath of its jar folder. ``make install`` runs the Maven step.
+Nothing is fetched at run time: Spark receives its extra jars on the driver's class path (the local
+session) or through ``spark.jars`` (a SparkApplication: files in the image), and the local broker runs from a classpath of its jar folder. ``make install`` runs the Maven step.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The SparkSession every query, gate and ``kappa sql`` uses, and THE Spark configuration
 (:func:`spark_conf`), shared with the SparkApplications of the kubernetes runner.
 
-Extra jars (Kafka source, Delta) come from the Maven-resolved ``build/jars/spark`` through
-``spark.jars``; nothing is resolved by Ivy at run time. Delta is enabled with its SQL extension and
+Extra jars (Kafka source, Delta, hadoop-aws and its SDK) come from the Maven-resolved
+``build/jars/spark``: on the driver's class path for the local session, through ``spark.jars`` for
+a SparkApplication; nothing is resolved by Ivy at run time. Delta is enabled with its SQL extension and
 catalog (Delta docs, "Quickstart: Set up Apache Spark with Delta Lake").
 """
 
@@ -20,11 +21,15 @@ _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 
 
 #: Keys only one side can have. The local session names its master, its driver heap and the jars
-#: on this machine; a SparkApplication's master is the cluster (spark-submit sets it), its driver
-#: heap is ``spec.driver.memory`` and its jars are files inside the image (``local://`` URIs, passed
-#: in as ``jars``); spark-submit must not wait for a streaming application to end.
-SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory"})
-APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion"})
+#: on this machine, on the driver's class path: in local mode the executor is the driver's JVM, so
+#: the jars reach every task from there, whereas ``spark.jars`` would have the executor fetch a
+#: copy of each into a temporary directory at every start (650 MB with the AWS SDK bundle
+#: hadoop-aws needs), left behind whenever a process is killed. A SparkApplication's master is the
+#: cluster (spark-submit sets it), its driver heap is ``spec.driver.memory`` and its jars are files
+#: inside the image (``spark.jars``, ``local://`` URIs, passed in as ``jars``: no copy either);
+#: spark-submit must not wait for a streaming application to end.
+SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})
+APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.jars"})
 #: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
 #: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
 #: SparkApplication. A path of the machine that rendered the application must never reach a pod.
@@ -37,8 +42,9 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     """THE Spark configuration of Kappa, as ``spark.*`` key -> string value, for the local
     session (``application=False``) and for every SparkApplication's ``sparkConf``
     (``application=True``; :func:`kappa.runners.kubernetes.application.build_spark_application`).
-    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY`, the
-    value of ``spark.jars`` (``jars``; default: the Maven-resolved jars of ``settings.jars_dir``)
+    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY` (the
+    jars: ``spark.driver.extraClassPath`` of the Maven-resolved jars of ``settings.jars_dir`` for
+    the session, ``spark.jars`` = ``jars`` for an application, left out when ``jars`` is empty)
     and the paths of :data:`MACHINE_PATHS` (this machine's vs the image's).
 
     Shared: Delta's SQL extension and catalog (Delta docs, "Quickstart"), session time zone UTC
@@ -56,7 +62,6 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         log4j, warehouse_dir = str(_LOG4J), str((settings.home or Path(".kappa")) / "spark-warehouse")
     conf = {
         "spark.app.name": "kappa",
-        "spark.jars": ",".join(str(j) for j in (jars if jars is not None else spark_jars(settings))),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
@@ -111,7 +116,10 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         conf["spark.hadoop.fs.s3a.endpoint.region"] = aws_environment().get("AWS_REGION", "us-east-1")
     if application:
         conf["spark.kubernetes.submission.waitAppCompletion"] = "false"
+        if jars:
+            conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(str(j) for j in spark_jars(settings))
         conf["spark.master"] = settings.spark_master
         conf["spark.driver.memory"] = settings.spark_driver_memory
     return conf

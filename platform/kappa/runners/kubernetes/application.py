@@ -173,8 +173,6 @@ def _application(
     executor = _role("executor", executor_res, labels, env[1], mounts, pod_volumes)
     executor["instances"] = instances
     conf = spark_conf(settings, application=True, jars=cfg.jars)
-    if not cfg.jars:
-        del conf["spark.jars"]
     conf.update(cfg.spark_conf)
     app_spec: dict[str, Any] = {
         "type": "Python",
