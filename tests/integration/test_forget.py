@@ -26,8 +26,9 @@ pytestmark = pytest.mark.integration
 SLICE = 2_000
 # plane_sessions (sessions per tailnum) is built but never promoted: the forget deletes the key's
 # rows from it (topics.yaml: flights' key_field), and, as its session-window state is keyed by
-# tailnum, replays it into a new version (not promoted) and deletes v1's checkpoint.
-# departures_hourly (a window: stateful too) is promoted, so replayed and promoted.
+# tailnum, replays it into a new version and deletes v1's checkpoint. The silver `flights` keeps
+# its deduplication state keyed by event id: stateful too, so the forget replays it (carrying
+# departures_hourly and plane_sessions, promoted as a chain) and deletes its v1's checkpoint.
 ASSETS = ["flights_bronze", "flights", "departures_hourly", "plane_sessions"]
 PROMOTED = ["flights_bronze", "flights", "departures_hourly"]
 
@@ -78,16 +79,22 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     # retention: a key that was a file's min or max would stay there. In this slice none is.)
     assert _scan(spark, settings, needles) == ({}, {})
     assert files_holding(Path(settings.warehouse), needle) == []
-    # Both stateful v1s were replaced and their checkpoints deleted; their versions can never run
-    # or be promoted again.
-    assert set(steps["checkpoints"]["checkpoints"]) == {"departures_hourly/v1", "plane_sessions/v1"}
-    assert steps["replayed"]["plane_sessions"]["version"] == 2 and not steps["replayed"]["plane_sessions"]["promoted"]
-    for asset in ("departures_hourly", "plane_sessions"):
+    # Every stateful v1 was replaced and its checkpoint deleted; those versions can never run or be
+    # promoted again.
+    assert set(steps["checkpoints"]["checkpoints"]) == {"flights/v1", "departures_hourly/v1", "plane_sessions/v1"}
+    assert {a: r["version"] for a, r in steps["replayed"].items()} == {
+        "flights": 2, "departures_hourly": 2, "plane_sessions": 2}
+    for asset in ("flights", "departures_hourly", "plane_sessions"):
         old = registry.version(asset, 1)
         assert old.checkpoint_deleted["request_id"] == report.request.request_id
         assert not Path(old.checkpoint_path).exists()
         assert registry.latest(asset).version == 2
-    with pytest.raises(RegistryError, match=r"departures_hourly/v1 cannot be promoted: kappa forget"):
+    for asset in ("flights", "departures_hourly"):
+        with pytest.raises(RegistryError, match=rf"{asset}/v1 cannot be promoted: kappa forget"):
+            registry.promote({asset: 1})
+    # (a rollback of the chain would land on those v1s too; plane_sessions, promoted for the first
+    # time with the chain, has nothing to roll back to and is named first)
+    with pytest.raises(RegistryError, match=r"plane_sessions has no previously promoted version"):
         rollback(settings, "departures_hourly")
     # the other aircraft's sessions are as they were, in the old version and the replayed one
     others = sessions[sessions["tailnum"] != tailnum].sort_values(["tailnum", "session_start"]).reset_index(drop=True)
@@ -109,8 +116,8 @@ def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_
     # A replay after the forget reads the whole log, which still holds the records (unlimited
     # retention): they must not come back, in the tables or in the new versions' state.
     rep = replay(settings, "flights", promote=True, spark=spark)
-    assert rep.promoted and rep.versions == {"flights": 2, "departures_hourly": 3, "plane_sessions": 3}
-    assert (table(settings, "flights", 2)["tailnum"] != tailnum).all()
-    assert len(table(settings, "flights", 2)) == SLICE - located["records"]
+    assert rep.promoted and rep.versions == {"flights": 3, "departures_hourly": 3, "plane_sessions": 3}
+    assert (table(settings, "flights", 3)["tailnum"] != tailnum).all()
+    assert len(table(settings, "flights", 3)) == SLICE - located["records"]
     assert_departures_equal(table(settings, "departures_hourly", 3), expected)
     assert _scan(spark, settings, needles) == ({}, {})

@@ -50,18 +50,21 @@ def test_the_branch_pattern_finds_what_it_claims():
 
 @pytest.mark.parametrize("asset, facts", [
     ("flights", {"reads_kafka": True, "quarantines": True, "keeps_late_rows": True, "forget": "event_ids",
-                 "gate_checks": ("quarantine_rate",)}),
+                 "gate_checks": ("quarantine_rate",), "stateful": True}),  # deduplication state
+    ("flights_bronze", {"reads_kafka": True, "stateful": False}),
     ("departures_hourly", {"stateful": True, "quarantines": False, "keeps_late_rows": True,
                            "gate_checks": ("late_rows",)}),
     ("flights_weather", {"stateful": True, "keeps_late_rows": True, "gate_checks": ("late_rows",)}),
     ("origin_load", {"stateful": True, "keeps_late_rows": True, "gate_checks": ("late_rows",)}),
     ("delay_streaks", {"stateful": True, "keeps_late_rows": True, "forget": None}),
-    ("planes", {"reads_kafka": True, "quarantines": True, "forget": "key_columns"}),
+    ("planes", {"reads_kafka": True, "quarantines": True, "forget": "key_columns", "stateful": False}),
 ])
 def test_the_shipped_assets_kinds_say_what_the_platform_relies_on(asset, facts):
     catalog = load_catalog(ROOT / "assets")
     kind = kind_of(catalog[asset])
-    assert {k: getattr(kind, k) for k in facts} == facts
+    got = {k: getattr(kind, k) for k in facts}
+    got.update({k: v(catalog[asset]) for k, v in got.items() if k == "stateful"})  # per declaration
+    assert got == facts
 
 
 def test_kinds_whose_late_rows_spark_drops_name_them_from_the_checkpoint():

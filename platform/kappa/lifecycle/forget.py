@@ -31,7 +31,8 @@ an immutable log means rewriting history, not hiding it):
   only if the old one, or a table below it, was), so no query runs on state built from the key;
 * the checkpoints of every older version of every such stateful asset (:attr:`Kind.stateful`:
   window and session aggregation state, stream-stream join buffers, the ``transformWithState``
-  state and timers of sliding and pattern assets, all in the RocksDB state store): its query is
+  state and timers of sliding and pattern assets, a ``parse`` asset's deduplication state keyed
+  by event id, all in the RocksDB state store): its query is
   stopped, then its whole checkpoint deleted (state SST and changelog files, offsets, commits), and
   the registry records ``checkpoint_deleted`` on the version, which can then never run again nor
   be promoted (a rollback onto it refuses; one that stays promoted because its replacement failed
@@ -318,7 +319,7 @@ def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list
         promoted = registry.promoted(name, events) is not None
         # A stateful live version's state may hold the key: it needs a successor before its
         # checkpoint goes (:func:`_delete_checkpoints`), promoted or not.
-        stateful = kind_of(catalog[name]).stateful and registry.latest(name, events) is not None
+        stateful = kind_of(catalog[name]).stateful(catalog[name]) and registry.latest(name, events) is not None
         if name in covered or (name in direct and not stateful) or not (promoted or stateful):
             continue
         # The replay carries the downstream chain: promote it if any member of it is promoted, so a
@@ -356,7 +357,7 @@ def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names:
     deleted: dict[str, int] = {}
     stopped: list[str] = []
     for name in names:
-        if not kind_of(catalog[name]).stateful:
+        if not kind_of(catalog[name]).stateful(catalog[name]):
             continue
         successor = replayed.get(name, {}).get("version")
         for ver in registry.versions(name):

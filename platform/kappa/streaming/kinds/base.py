@@ -81,8 +81,11 @@ class Kind:
     """One transform kind (``transform: {<name>: …}`` in an asset YAML).
 
     ``start`` builds the query (:data:`StartWriter`). ``reads_kafka``: its source is a topic (else
-    an upstream asset). ``stateful``: Spark keeps event-time state bounded by a watermark and drops
-    (and counts) rows behind it. ``quarantines``: bad records go to the quarantine table.
+    an upstream asset). ``stateful``: whether the declaration's query keeps state in the state
+    store, bounded by a watermark, dropping (and counting) rows behind it: windows, joins, sliding
+    and pattern always; ``parse`` when it declares a watermark (its deduplication state, keyed by
+    event id). What the state holds is data: forget replays a stateful asset and deletes its old
+    checkpoints (:mod:`kappa.lifecycle.forget`). ``quarantines``: bad records go to the quarantine table.
     ``keeps_late_rows``: rows behind the watermark are written to the late-events table (named,
     not only counted). ``gate_checks``: its checks of :data:`GateCheck`. ``forget``: how forget
     deletes a key's rows where the kind reads the topic (:data:`ForgetRule`; None: it never reads a
@@ -104,7 +107,7 @@ class Kind:
     name: str
     start: StartWriter
     reads_kafka: bool = False
-    stateful: bool = False
+    stateful: Callable[["AssetSpec"], bool] = _never
     quarantines: bool = False
     keeps_late_rows: bool = False
     gate_checks: tuple[GateCheck, ...] = ()

@@ -64,5 +64,5 @@ def late_join_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_ms: 
     return LateFrame(out, "rows")
 
 
-KIND = Kind(name="join", start=start, stateful=True, keeps_late_rows=True, gate_checks=("late_rows",),
+KIND = Kind(name="join", start=start, stateful=lambda spec: True, keeps_late_rows=True, gate_checks=("late_rows",),
             dropped_rows=late_join_rows)

@@ -253,4 +253,6 @@ def _columns(spec: AssetSpec):
 
 KIND = Kind(name="parse", start=start, reads_kafka=True, quarantines=True, keeps_late_rows=True,
             gate_checks=("quarantine_rate",), forget="event_ids", event_id=_event_id, declared_columns=_columns,
-            no_data_batches=lambda spec: False)  # its watermark only evicts deduplication state
+            # a watermark bounds its deduplication state (dropDuplicatesWithinWatermark, keyed by
+            # event id) and only evicts it: no no-data micro-batches
+            stateful=lambda spec: spec.watermark is not None, no_data_batches=lambda spec: False)

@@ -21,4 +21,4 @@ def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Sett
         PatternWriter(spark, spec, version, settings))
 
 
-KIND = Kind(name="pattern", start=start, stateful=True, keeps_late_rows=True, gate_checks=("late_rows",))
+KIND = Kind(name="pattern", start=start, stateful=lambda spec: True, keeps_late_rows=True, gate_checks=("late_rows",))

@@ -178,5 +178,5 @@ def late_sliding_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_m
                      "rows")
 
 
-KIND = Kind(name="sliding", start=start, stateful=True, keeps_late_rows=True, gate_checks=("late_rows",),
+KIND = Kind(name="sliding", start=start, stateful=lambda spec: True, keeps_late_rows=True, gate_checks=("late_rows",),
             dropped_rows=late_sliding_rows)

@@ -68,7 +68,7 @@ def late_window_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_ms
         F.to_json(F.struct(*keys, F.col("_start"))).alias("_unit")), count)
 
 
-KIND = Kind(name="window", start=start, stateful=True, keeps_late_rows=True, gate_checks=("late_rows",),
+KIND = Kind(name="window", start=start, stateful=lambda spec: True, keeps_late_rows=True, gate_checks=("late_rows",),
             dropped_rows=late_window_rows)
 # No-data micro-batches stay on for update-mode windows too: without the one that follows a batch,
 # Spark's late-events watermark (the previous batch's) lags a whole batch, so after a pause the
