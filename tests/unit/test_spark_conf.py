@@ -30,6 +30,9 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
     # spark.jars would copy each jar into a temporary directory at every start)
     assert session["spark.driver.extraClassPath"].endswith("/delta.jar") and "spark.jars" not in session
     assert app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
+    # executors in other JVMs (a standalone cluster's) must fetch them: spark.jars
+    remote = spark_conf(load_settings(project_dir=ROOT, jars_dir=tmp_path, spark_master="spark://127.0.0.1:7077"))
+    assert remote["spark.jars"].endswith("/delta.jar") and "spark.driver.extraClassPath" not in remote
     shared = set(session) & set(app) - MACHINE_PATHS
     assert {k: session[k] for k in shared} == {k: app[k] for k in shared}
     # paths: this machine's for the session, the image's for the application (never the renderer's)

@@ -308,18 +308,19 @@ def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]
 
 def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     """Kappa's Spark configuration plus the Thrift server's. Delta's jars are on the driver's class
-    path (as for every local session): the Thrift server's handler threads resolve the session
-    catalog (``DeltaCatalog``) through the application class loader, which ``spark.jars`` would not
-    reach.
+    path (as for every local session; whatever the master): the Thrift server's handler threads
+    resolve the session catalog (``DeltaCatalog``) through the application class loader, which
+    ``spark.jars`` does not reach.
 
     With ``settings.serve_password_file``: ``hive.server2.authentication=CUSTOM`` with
     :data:`AUTH_CLASS` (its jar on the driver's class path). Hive instantiates the provider from a
     fresh ``HiveConf``, which reads JVM system properties but not Spark's ``spark.hadoop.*``, so the
     class is also given as a ``-D`` option of the driver."""
+    from kappa.core.jvm import spark_jars
     from kappa.streaming.session import spark_conf
 
     conf = spark_conf(settings)
-    class_path = conf["spark.driver.extraClassPath"].split(os.pathsep)
+    class_path = [str(j) for j in spark_jars(settings)]
     auth = "NONE"
     if settings.serve_password_file is not None:
         auth = "CUSTOM"

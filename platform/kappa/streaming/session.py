@@ -24,11 +24,12 @@ _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 #: on this machine, on the driver's class path: in local mode the executor is the driver's JVM, so
 #: the jars reach every task from there, whereas ``spark.jars`` would have the executor fetch a
 #: copy of each into a temporary directory at every start (650 MB with the AWS SDK bundle
-#: hadoop-aws needs), left behind whenever a process is killed. A SparkApplication's master is the
+#: hadoop-aws needs), left behind whenever a process is killed. (A session whose master is not
+#: ``local[…]`` has executors in other JVMs: they fetch the jars through ``spark.jars``.) A SparkApplication's master is the
 #: cluster (spark-submit sets it), its driver heap is ``spec.driver.memory`` and its jars are files
 #: inside the image (``spark.jars``, ``local://`` URIs, passed in as ``jars``: no copy either);
 #: spark-submit must not wait for a streaming application to end.
-SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})
+SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})  # local[…]
 APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.jars"})
 #: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
 #: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
@@ -119,9 +120,12 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         if jars:
             conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:
-        conf["spark.driver.extraClassPath"] = os.pathsep.join(str(j) for j in spark_jars(settings))
         conf["spark.master"] = settings.spark_master
         conf["spark.driver.memory"] = settings.spark_driver_memory
+        if settings.spark_master.startswith("local"):
+            conf["spark.driver.extraClassPath"] = os.pathsep.join(str(j) for j in spark_jars(settings))
+        else:  # executors in other JVMs (a standalone cluster's) fetch them from the driver
+            conf["spark.jars"] = ",".join(str(j) for j in spark_jars(settings))
     return conf
 
 
