@@ -274,11 +274,39 @@ def await_in_step(settings: Settings, timeout_s: float = 30.0) -> bool:
 
 def registry_version(settings: Settings) -> int | None:
     """The registry table's current Delta version, or None when it does not exist yet."""
-    from deltalake import DeltaTable
+    return RegistryWatch(settings).version()
 
-    registry = Registry(settings)
-    uri, options = registry.uri, registry.storage_options
-    return DeltaTable(uri, storage_options=options).version() if DeltaTable.is_deltatable(uri, options) else None
+
+class RegistryWatch:
+    """The registry table's current Delta version, read again and again at little cost: the table
+    is opened (its log replayed from the last checkpoint) once; then each :meth:`version` looks
+    for the next commit's file only (``_delta_log/<version + 1, 20 digits>.json``: Delta writes
+    commit N+1 as that one file, put-if-absent; Delta protocol, "Delta Log Entries") and reads the
+    new commits (delta-rs ``update_incremental``) when it is there. Measured with the endpoint idle
+    (`kappa serve`, 20 s, a 395-commit registry 95 commits past its checkpoint), the endpoint's
+    Python process: 11 % of a core opening the table four times a second, 1.4 % with
+    ``update_incremental`` at every look, 0.15 % looking for the next file first."""
+
+    def __init__(self, settings: Settings):
+        from kappa.core.storage import filesystem, join
+
+        registry = Registry(settings)
+        self.uri, self.options = registry.uri, registry.storage_options
+        self.fs, self.log = filesystem(join(registry.path, "_delta_log"), settings)
+        self.table = None
+
+    def version(self) -> int | None:
+        """The newest Delta version of the registry (None: no registry table yet)."""
+        from deltalake import DeltaTable
+        from pyarrow.fs import FileType
+
+        if self.table is None:
+            if not DeltaTable.is_deltatable(self.uri, self.options):
+                return None
+            self.table = DeltaTable(self.uri, storage_options=self.options)
+        elif self.fs.get_file_info(f"{self.log}/{self.table.version() + 1:020d}.json").type != FileType.NotFound:
+            self.table.update_incremental()
+        return self.table.version()
 
 
 # --- the server process --------------------------------------------------------------------------
@@ -388,7 +416,8 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
 
-    version = registry_version(settings)
+    watch = RegistryWatch(settings)
+    version = watch.version()
     applied = sync_catalog(spark, settings, {}, marts=True)
     jvm = spark.sparkContext._jvm
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithContext(
@@ -403,7 +432,7 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     try:
         while not stopping:
             time.sleep(POLL_S)
-            current = registry_version(settings)
+            current = watch.version()
             if current != state["registry_version"]:
                 applied = sync_catalog(spark, settings, applied)
                 state.update(registry_version=current, tables=applied)
