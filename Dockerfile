@@ -19,7 +19,8 @@ COPY tools/image/pom.xml tools/image/pom.xml
 RUN mvn -q -B -s jvm/settings.xml -f jvm/spark/pom.xml dependency:copy-dependencies \
  && mvn -q -B -s jvm/settings.xml -f tools/image/pom.xml dependency:copy-dependencies \
  && mvn -q -B -s jvm/settings.xml -f jvm/serve-auth/pom.xml package \
- && ls build/jars/spark build/jars/serve/kappa-serve-auth.jar
+ && mvn -q -B -s jvm/settings.xml -f jvm/sql-guard/pom.xml package \
+ && ls build/jars/spark build/jars/serve/kappa-serve-auth.jar build/jars/serve/kappa-sql-guard.jar
 
 FROM ${PYTHON_IMAGE} AS python
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

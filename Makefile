@@ -36,7 +36,13 @@ $(SERVE_AUTH_JAR): jvm/serve-auth/pom.xml $(shell find jvm/serve-auth/src -name 
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/serve-auth/pom.xml package
 
-install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR)
+# The SQL endpoint's statement policy (a Spark session extension, `kappa serve`).
+SQL_GUARD_JAR := build/jars/serve/kappa-sql-guard.jar
+$(SQL_GUARD_JAR): jvm/sql-guard/pom.xml $(shell find jvm/sql-guard/src -name '*.java') jvm/settings.xml
+	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
+	$(MVN) -f jvm/sql-guard/pom.xml package
+
+install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR)
 
 demo: install
 	$(BIN)/kappa demo

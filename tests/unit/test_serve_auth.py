@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kappa.config import load_settings
-from kappa.services.serve import (AUTH_CLASS, ServeError, ServeStatus, check_exposure, client_credentials,
+from kappa.services.serve import (AUTH_CLASS, GUARD_CLASS, ServeError, ServeStatus, check_exposure, client_credentials,
                                   is_loopback, server_conf)
 from kappa.services.serve_users import (MIN_ITERATIONS, PasswordFileError, PasswordHash, add_user, hash_password,
                                         read_password_file, user_line, verify_password)
@@ -173,14 +173,23 @@ def test_server_conf_is_custom_authentication_only_with_a_password_file(tmp_path
     jars = tmp_path / "jars"
     (jars / "spark").mkdir(parents=True)
     (jars / "spark" / "delta-spark_2.13-4.4.0.jar").write_bytes(b"")
+    with pytest.raises(ServeError, match="kappa-sql-guard.jar is missing: build it with `make install`"):
+        server_conf(load_settings(home=tmp_path, jars_dir=jars), "127.0.0.1", 10000)
+    (jars / "serve").mkdir()
+    (jars / "serve" / "kappa-sql-guard.jar").write_bytes(b"")
     plain = server_conf(load_settings(home=tmp_path, jars_dir=jars), "127.0.0.1", 10000)
     assert plain["spark.hadoop.hive.server2.authentication"] == "NONE"
+    # the statement policy, whatever the authentication: the extension, no path reads, dbt's schema
+    assert plain["spark.sql.extensions"].split(",") == ["io.delta.sql.DeltaSparkSessionExtension", GUARD_CLASS]
+    assert plain["spark.sql.runSQLOnFiles"] == "false"
+    assert plain["spark.kappa.sql.guard.schema"] == "analytics"
+    assert plain["spark.kappa.sql.guard.location"] == str(tmp_path / "warehouse" / "_dbt")
+    assert str(jars / "serve" / "kappa-sql-guard.jar") in plain["spark.driver.extraClassPath"].split(":")
     users = tmp_path / "users"
     add_user(users, "a", "b", CHEAP)
     secured = load_settings(home=tmp_path, jars_dir=jars, serve_password_file=users)
     with pytest.raises(ServeError, match="kappa-serve-auth.jar is missing: build it with `make install`"):
         server_conf(secured, "127.0.0.1", 10000)
-    (jars / "serve").mkdir()
     (jars / "serve" / "kappa-serve-auth.jar").write_bytes(b"")
     conf = server_conf(secured, "0.0.0.0", 10000)
     assert conf["spark.hadoop.hive.server2.authentication"] == "CUSTOM"

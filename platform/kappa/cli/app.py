@@ -195,7 +195,7 @@ def serve_start(
             st = serve.start(settings, port=port or settings.serve_port, host=host, timeout_s=timeout,
                              password_file=auth)
         console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "
-                      f"{', '.join(sorted(st.tables or {})) or 'nothing promoted yet'}; log: {st.log_file}")
+                      f"{', '.join(serve.served_names(st.tables)) or 'nothing promoted yet'}; log: {st.log_file}")
         login = (f"user and password from {st.password_file}" if st.auth == "CUSTOM" else "no password")
         console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})")
 

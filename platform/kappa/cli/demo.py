@@ -145,7 +145,7 @@ def _demo_analysts(settings):
     console.print(f"  JDBC URL  {endpoint.jdbc_url}   (Hive JDBC driver; ODBC: Spark/Hive driver, host "
                   f"{endpoint.host}, port {endpoint.port})")
     console.print(f"  tables    the promoted streams by stable name and the dbt marts "
-                  f"carrier_daily_performance, origin_daily_weather_delays")
+                  f"analytics.carrier_daily_performance, analytics.origin_daily_weather_delays (dbt's schema)")
     console.print(f"  beeline   {beeline_path()} -u {endpoint.jdbc_url}")
     return endpoint
 

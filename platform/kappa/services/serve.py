@@ -3,11 +3,12 @@
 ``kappa serve`` starts one long-lived Spark driver that runs ``HiveThriftServer2`` (it ships in the
 pyspark package's jars) and keeps the catalog in step with the promotion registry:
 
-* every asset with a promoted version is a view named after the asset (its stable name),
-  ``SELECT * FROM delta.`<warehouse>/<asset>/v<N>```; ``quarantine`` and ``late_events`` too;
-* the dbt marts (Delta tables under ``<warehouse>/_dbt/``) are registered as tables when the
-  endpoint starts, so they survive a restart of it (while it runs, dbt itself creates them in its
-  catalog);
+* every asset with a promoted version is a view named after the asset (its stable name) in
+  schema ``default``, over the version's Delta table registered as ``kappa.<asset>_v<N>`` and read
+  at its pinned snapshot; ``quarantine`` and ``late_events`` too;
+* the dbt marts (Delta tables under ``<warehouse>/_dbt/``) are registered as tables in schema
+  ``analytics`` (dbt's) when the endpoint starts, so they survive a restart of it (while it runs,
+  dbt itself creates them in its catalog);
 * a background loop polls the registry's Delta version every :data:`POLL_S` seconds and, when it
   moved, replaces the views; the registry version it has applied is written to the state file.
   :meth:`kappa.delta.registry.Registry.promote` waits for that acknowledgement, so once a promotion
@@ -23,6 +24,13 @@ with :data:`AUTH_CLASS` (``jvm/serve-auth``), which refuses any other user or pa
 name out for a while after repeated failures; the Kubernetes chart always runs it so, with the file
 mounted from a Secret. State (pid file, state JSON, the server's log) lives in
 ``<KAPPA_HOME>/serve``.
+
+Every login is read-only outside dbt's schema: :data:`GUARD_CLASS` (``jvm/sql-guard``), a Spark
+session extension, refuses ``reflect``/``java_method``, path reads (``spark.sql.runSQLOnFiles`` is
+off), ``ADD JAR``/``ADD FILE``, ``CREATE FUNCTION``, ``INSERT … DIRECTORY``, ``SET``/``RESET``, Delta's
+maintenance and history statements, and any DDL or DML outside ``analytics`` or with a location
+outside ``<warehouse>/_dbt``; the error names the rule (``kappa sql guard: <rule>: …``). Only the
+endpoint's own session, which keeps the catalog in step, is exempt.
 
 Sources: Spark docs, "Distributed SQL Engine" (Thrift JDBC/ODBC server, ``hive.server2.thrift.*``);
 Delta docs, "Table batch reads and writes" (``delta.`path``` identifiers).
@@ -53,6 +61,14 @@ POLL_S = 0.25
 #: HiveServer2 CUSTOM authentication provider checking logins against the salted hashes of the file
 #: named by ``KAPPA_SERVE_PASSWORD_FILE`` (jvm/serve-auth; the jar is build/jars/serve/kappa-serve-auth.jar).
 AUTH_CLASS = "dev.kappa.serve.PasswordFileAuthenticator"
+#: The endpoint's statement policy, a Spark session extension (jvm/sql-guard; the jar is
+#: build/jars/serve/kappa-sql-guard.jar): read-only except in :data:`DBT_SCHEMA`, see :func:`server_conf`.
+GUARD_CLASS = "dev.kappa.serve.ReadOnlySqlGuard"
+#: The schema dbt builds its models in (``dbt/profiles.yml``), the only one a login may write in.
+DBT_SCHEMA = "analytics"
+#: The schema of the tables the stable names' views read (one per promoted version, plus
+#: ``quarantine`` and ``late_events``); only the endpoint itself writes its catalog entries.
+INTERNAL_SCHEMA = "kappa"
 
 
 class ServeError(KappaError, RuntimeError):
@@ -73,7 +89,8 @@ class ServeStatus:
     log_file: str
     #: The registry's Delta version the endpoint's catalog reflects (None before the first sync).
     registry_version: int | None = None
-    #: Stable name -> Delta path of every relation the endpoint serves.
+    #: What the endpoint serves: stable name (a view in ``default``) -> its SQL; ``analytics.<mart>``
+    #: and ``kappa.<asset>_v<N>`` (the tables the views read) -> Delta path.
     tables: dict[str, str] | None = None
     #: HiveServer2 authentication: ``NONE`` (any user) or ``CUSTOM`` (the password file).
     auth: str = "NONE"
@@ -88,8 +105,14 @@ class ServeStatus:
         """The JDBC URL, pid, authentication, the tables served and the log (plain text)."""
         login = f"user and password from {self.password_file}" if self.auth == "CUSTOM" else "no password"
         return [f"at {self.jdbc_url} (pid {self.pid or '-'}, {self.auth} authentication); log: {self.log_file}",
-                f"tables: {', '.join(sorted(self.tables or {})) or 'nothing promoted yet'}",
+                f"tables: {', '.join(served_names(self.tables)) or 'nothing promoted yet'}",
                 f"connect: beeline -u {self.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})"]
+
+
+def served_names(tables: dict[str, str] | None) -> list[str]:
+    """The names a user queries, sorted: the stable names and the dbt marts (``analytics.<mart>``),
+    not the version tables behind the views."""
+    return sorted(n for n in tables or {} if not n.startswith(f"{INTERNAL_SCHEMA}."))
 
 
 def jdbc_url(host: str, port: int) -> str:
@@ -134,6 +157,16 @@ def auth_jar(settings: Settings) -> Path:
     if not jar.is_file():
         raise ServeError(f"{jar} is missing: build it with `make install` "
                          f"(mvn -s jvm/settings.xml -f jvm/serve-auth/pom.xml package)")
+    return jar
+
+
+def guard_jar(settings: Settings) -> Path:
+    """``build/jars/serve/kappa-sql-guard.jar`` (the :data:`GUARD_CLASS`). Raises
+    :class:`ServeError` when it has not been built."""
+    assert settings.jars_dir is not None
+    jar = settings.jars_dir / "serve" / "kappa-sql-guard.jar"
+    if not jar.is_file():
+        raise ServeError(f"{jar} is missing: build it with `make install`")
     return jar
 
 
@@ -310,27 +343,43 @@ class RegistryWatch:
 
 
 # --- the server process --------------------------------------------------------------------------
+def version_table(asset: str, version: int) -> str:
+    """The catalog name a promoted version's Delta table is registered under:
+    ``kappa.<asset>_v<N>`` (the view named after the asset selects from it)."""
+    return f"{INTERNAL_SCHEMA}.{asset}_v{int(version)}"
+
+
+def _quoted(name: str) -> str:
+    """``schema.name`` as SQL: ``schema.`name```."""
+    schema, _, table = name.partition(".")
+    return f"{schema}.`{table}`"
+
+
 def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]]:
-    """(views, tables): stable name -> the SQL a view selects from, for every promoted asset
-    (``delta.`<path>` VERSION AS OF <snapshot>``: its pinned snapshot, :mod:`kappa.lifecycle.cut`),
-    every asset with versions but none promoted (:func:`kappa.delta.registry.not_promoted_sql`:
-    fails naming its versions and how to promote one) and ``quarantine`` and ``late_events`` (latest); and every dbt mart under
-    :func:`marts_root` (name -> path, tables)."""
+    """(views, tables). ``views``: stable name (schema ``default``) -> the SQL it selects, for every
+    promoted asset (its version's table at its pinned snapshot, ``kappa.<asset>_v<N> VERSION AS OF
+    <snapshot>``, :mod:`kappa.lifecycle.cut`), every asset with versions but none promoted
+    (:func:`kappa.delta.registry.not_promoted_sql`: fails naming its versions and how to promote one)
+    and ``quarantine`` and ``late_events`` (latest). ``tables``: qualified catalog name -> Delta path of
+    every table those views read (schema :data:`INTERNAL_SCHEMA`) and every dbt mart under
+    :func:`marts_root` (schema :data:`DBT_SCHEMA`). The views read tables by name, never
+    ``delta.`<path>```: path reads are off on the endpoint (``spark.sql.runSQLOnFiles=false``)."""
     registry = Registry(settings)
     events = registry.events()
-    views = {}
+    views, tables = {}, {}
     for asset, v in registry.promoted_all().items():
-        views[asset] = f"SELECT * FROM delta.`{v.table_path}`" + (
-            "" if v.snapshot is None else f" VERSION AS OF {int(v.snapshot)}")
+        name = version_table(asset, v.version)
+        tables[name] = str(v.table_path)
+        views[asset] = f"SELECT * FROM {_quoted(name)}" + ("" if v.snapshot is None else f" VERSION AS OF {int(v.snapshot)}")
     for asset, message in registry.unpromoted(events).items():
         views[asset] = not_promoted_sql(message)
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
         if (Path(path) / "_delta_log").is_dir():
-            views[name] = f"SELECT * FROM delta.`{path}`"
-    tables = {}
+            tables[f"{INTERNAL_SCHEMA}.{name}"] = str(path)
+            views[name] = f"SELECT * FROM {_quoted(f'{INTERNAL_SCHEMA}.{name}')}"
     root = Path(marts_root(settings))
     if root.is_dir():
-        tables = {p.name: str(p) for p in sorted(root.iterdir()) if (p / "_delta_log").is_dir()}
+        tables.update({f"{DBT_SCHEMA}.{p.name}": str(p) for p in sorted(root.iterdir()) if (p / "_delta_log").is_dir()})
     return views, tables
 
 
@@ -343,12 +392,16 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     With ``settings.serve_password_file``: ``hive.server2.authentication=CUSTOM`` with
     :data:`AUTH_CLASS` (its jar on the driver's class path). Hive instantiates the provider from a
     fresh ``HiveConf``, which reads JVM system properties but not Spark's ``spark.hadoop.*``, so the
-    class is also given as a ``-D`` option of the driver."""
+    class is also given as a ``-D`` option of the driver.
+
+    The statement policy: :data:`GUARD_CLASS` joins ``spark.sql.extensions``; path reads are off;
+    ``spark.kappa.sql.guard.schema`` / ``.location`` (SparkConf, which no session can change) name
+    where a login may write: :data:`DBT_SCHEMA` and :func:`marts_root`."""
     from kappa.core.jvm import spark_jars
     from kappa.streaming.session import spark_conf
 
     conf = spark_conf(settings)
-    class_path = [str(j) for j in spark_jars(settings)]
+    class_path = [str(j) for j in spark_jars(settings)] + [str(guard_jar(settings))]
     auth = "NONE"
     if settings.serve_password_file is not None:
         auth = "CUSTOM"
@@ -367,26 +420,36 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
         "spark.hadoop.hive.exec.scratchdir": str(_paths(settings)["dir"] / "scratch"),
         "spark.hadoop.hive.exec.local.scratchdir": str(_paths(settings)["dir"] / "scratch-local"),
         "spark.sql.hive.thriftServer.async": "true",
+        "spark.sql.extensions": f"{conf['spark.sql.extensions']},{GUARD_CLASS}",
+        "spark.sql.runSQLOnFiles": "false",
+        "spark.kappa.sql.guard.schema": DBT_SCHEMA,
+        "spark.kappa.sql.guard.location": str(marts_root(settings)),
     })
     return conf
 
 
 def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool = False) -> dict[str, str]:
-    """Make the catalog's views equal the promoted tables; with ``marts`` (at start-up only, so
-    it never races a running ``dbt build`` creating the same table) also register the dbt marts.
-    Returns name -> what it serves (a view's SQL, a mart's path). ``CREATE OR REPLACE VIEW`` swaps
-    a view in one catalog call, so a query sees the old snapshot or the new one, never no table."""
+    """Make the catalog equal :func:`served_relations`: register the tables the views read, swap the
+    views, then drop what is no longer served. With ``marts`` (at start-up only, so it never races a
+    running ``dbt build`` creating the same table) also register the dbt marts in :data:`DBT_SCHEMA`.
+    Returns name -> what it serves (a view's SQL, a table's path). ``CREATE OR REPLACE VIEW`` swaps a
+    view in one catalog call, so a query sees the old snapshot or the new one, never no table; an
+    external table's drop leaves its files alone."""
     views, tables = served_relations(settings)
+    for schema in (INTERNAL_SCHEMA, DBT_SCHEMA):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    for name, path in tables.items():
+        # dbt owns its schema once the endpoint runs; the marts are registered at start-up only
+        if applied.get(name) != path and (marts or not name.startswith(f"{DBT_SCHEMA}.")):
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {_quoted(name)} USING delta LOCATION '{path}'")
     for name, select in views.items():
         if applied.get(name) != select:
             spark.sql(f"CREATE OR REPLACE VIEW default.`{name}` AS {select}")
     for name in set(applied) - set(views) - set(tables):
-        spark.sql(f"DROP VIEW IF EXISTS default.`{name}`")
-    if marts:
-        existing = {r.tableName for r in spark.sql("SHOW TABLES IN default").collect() if not r.isTemporary}
-        for name, path in tables.items():
-            if name not in existing and name not in views:
-                spark.sql(f"CREATE TABLE IF NOT EXISTS default.`{name}` USING delta LOCATION '{path}'")
+        if name.startswith(f"{INTERNAL_SCHEMA}."):
+            spark.sql(f"DROP TABLE IF EXISTS {_quoted(name)}")
+        elif "." not in name:
+            spark.sql(f"DROP VIEW IF EXISTS default.`{name}`")
     return {**tables, **views}
 
 
@@ -411,6 +474,8 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # This session keeps the catalog in step; every client session is a new one, under the policy.
+    spark.sparkContext._jvm.dev.kappa.serve.ReadOnlySqlGuard.trust(spark._jsparkSession)
 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -428,7 +493,7 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
              "password_file": str(password_file) if password_file else None}
     _write_state(settings, state)
     print(f"kappa serve: {jdbc_url(host, port)} ({state['auth']} authentication) serving "
-          f"{', '.join(sorted(applied)) or 'nothing yet'}", flush=True)
+          f"{', '.join(served_names(applied)) or 'nothing yet'}", flush=True)
     try:
         while not stopping:
             time.sleep(POLL_S)
