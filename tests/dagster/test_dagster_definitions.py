@@ -238,3 +238,24 @@ def test_the_advance_sensor_runs_by_default_with_continuous_assets_and_the_job_m
     result = build_advance_job(component.catalog, component.options).execute_in_process(
         resources={"kappa": KappaResource(home=str(tmp_path))})
     assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {}}
+
+
+def test_a_run_config_cannot_choose_the_image_the_tables_or_the_dbt_executable(tmp_path):
+    """Issue 23: whoever can launch a run (the launchpad) could set any field of a resource from
+    run config: the kubernetes runner's image and service account, the warehouse, dbt's executable.
+    The code location binds its resources sealed, so such a run is refused before it starts;
+    without run config the same job runs (here: `maintain` on an empty warehouse)."""
+    from kappa.dagster.resources import KappaResource
+
+    defs = build_definitions(REPO / "assets", resource=KappaResource(home=str(tmp_path)))
+    job = defs.get_job_def("maintain")
+    ops = {"maintain_tables": {"config": {"assets": ["flights"]}}}
+    for resource, config in (("kappa", {"kubernetes": {"image": "evil.example/miner:latest",
+                                                       "service_account": "default"}}),
+                             ("kappa", {"warehouse": str(tmp_path / "elsewhere")}),
+                             ("dbt", {"dbt_executable": "/bin/sh"})):
+        with pytest.raises(dg.DagsterInvalidConfigError,
+                           match=f'unexpected config entry "{next(iter(config))}" at path root:resources:{resource}'):
+            job.execute_in_process(run_config={"ops": ops, "resources": {resource: {"config": config}}})
+    assert job.execute_in_process(run_config={"ops": ops}).success
+    assert not (tmp_path / "elsewhere").exists()

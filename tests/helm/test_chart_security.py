@@ -346,9 +346,32 @@ def test_dagster_may_only_create_get_watch_delete_sparkapplications_in_its_names
     }]
     (binding,) = [b for b in kinds(rendered, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
-    # the only other Role: Kafka Connect's `get` on the database Secret (test_connect_may_read_only_the_database_secret)
-    assert len(kinds(rendered, "Role")) == 2 and len(kinds(rendered, "RoleBinding")) == 2
+    # the only other Roles: Kafka Connect's `get` on the database Secret
+    # (test_connect_may_read_only_the_database_secret) and the drivers' executor pods (below)
+    assert len(kinds(rendered, "Role")) == 3 and len(kinds(rendered, "RoleBinding")) == 3
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-dagster", "namespace": "kappa"}]
+
+
+def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_image(rendered):
+    """The chart owns the drivers' Role (the spark-operator chart's is off): pods, nothing else.
+    Its admission policies name the image and the Secrets a SparkApplication may use (the attacks
+    themselves run against a real API server: tests/kubernetes/test_admission.py)."""
+    operator = yaml.safe_load((ROOT / "helm" / "values" / "spark-operator.yaml").read_text())
+    assert operator["spark"]["rbac"]["create"] is False
+    (role,) = [r for r in kinds(rendered, "Role") if r["metadata"]["name"] == "kappa-spark-drivers"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
+                              "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"]}]
+    (binding,) = [b for b in kinds(rendered, "RoleBinding") if b["roleRef"]["name"] == "kappa-spark-drivers"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-spark", "namespace": "kappa"}]
+    policies = {p["metadata"]["name"]: p for p in kinds(rendered, "ValidatingAdmissionPolicy")}
+    assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa"}
+    bindings = kinds(rendered, "ValidatingAdmissionPolicyBinding")
+    assert {b["spec"]["policyName"] for b in bindings} == set(policies)
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    for policy in policies.values():
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        secrets = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "secrets")
+        assert "-cluster-ca-cert'" in secrets and "'kappa-asset-flights'" in secrets
 
 
 def test_dagster_values_bind_the_same_service_account_and_load_kappa_config():

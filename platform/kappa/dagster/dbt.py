@@ -24,7 +24,7 @@ from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtC
 from kappa.analytics.dbt import dbt_env, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
 from kappa.services.serve import client_credentials
 from kappa.config import Settings
-from kappa.dagster.resources import KappaResource
+from kappa.dagster.resources import KappaResource, sealed
 
 GROUP = "analytics"
 
@@ -77,4 +77,4 @@ def build_dbt_definitions(settings: Settings) -> dg.Definitions:
 
     dbt = DbtCliResource(project_dir=str(project_dir(settings)), profiles_dir=str(project_dir(settings)),
                          target_path=target_dir(settings), dbt_executable=dbt_executable())
-    return dg.Definitions(assets=[dbt_models], resources={"dbt": dbt})
+    return dg.Definitions(assets=[dbt_models], resources={"dbt": sealed(dbt, "dbt")})

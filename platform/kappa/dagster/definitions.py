@@ -31,7 +31,7 @@ import dagster as dg
 from kappa.config import load_settings
 from kappa.dagster.component import StreamingAssets
 from kappa.dagster.registry import build_registry_sensor
-from kappa.dagster.resources import KappaResource
+from kappa.dagster.resources import KappaResource, sealed
 
 AUTOMATION_SENSOR = "kappa_automation"
 
@@ -52,7 +52,8 @@ def build_definitions(
     parts = [
         dg.build_defs_for_component(component),
         dg.Definitions(sensors=[build_registry_sensor(component.catalog, component.options)],
-                       resources={"kappa": resource or KappaResource()}, executor=dg.in_process_executor),
+                       resources={"kappa": sealed(resource or KappaResource(), "kappa")},
+                       executor=dg.in_process_executor),
     ]
     if dbt:
         from kappa.dagster.dbt import GROUP, build_dbt_definitions

@@ -8,6 +8,11 @@ Example::
 
     KappaResource(home="/tmp/t/home", kafka_port=39092).settings().warehouse
     # PosixPath('/tmp/t/home/warehouse')
+
+The code location binds its resources :func:`sealed`: a Dagster resource's fields are otherwise
+settable from any run's config (the launchpad's ``resources.kappa.config.kubernetes.image``, a
+``warehouse``, dbt's ``dbt_executable``), which would let whoever can launch a run choose the
+image, the service account or the tables a run writes.
 """
 
 from __future__ import annotations
@@ -15,6 +20,16 @@ from __future__ import annotations
 import dagster as dg
 
 from kappa.config import Settings, load_settings
+
+
+def sealed(resource: dg.ConfigurableResource, name: str) -> dg.ResourceDefinition:
+    """``resource`` as it is, taking no run config: a run config that sets any of its fields fails
+    to launch with Dagster's ``DagsterInvalidConfigError`` ("Received unexpected config entry …
+    at path root:resources:<name>:config"). Settings come from the code location's environment
+    (``KAPPA_*``, on Kubernetes the chart's ConfigMap) or from the fields given here."""
+    return dg.ResourceDefinition(resource_fn=lambda _: resource, config_schema={},
+                                 description=f"{type(resource).__name__} ({name}), fixed by the code location: "
+                                             f"run config cannot change it")
 
 
 class KappaResource(dg.ConfigurableResource):

@@ -28,9 +28,11 @@ _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 #: ``local[…]`` has executors in other JVMs: they fetch the jars through ``spark.jars``.) A SparkApplication's master is the
 #: cluster (spark-submit sets it), its driver heap is ``spec.driver.memory`` and its jars are files
 #: inside the image (``spark.jars``, ``local://`` URIs, passed in as ``jars``: no copy either);
-#: spark-submit must not wait for a streaming application to end.
+#: spark-submit must not wait for a streaming application to end, and executors take their
+#: configuration from the driver rather than a ConfigMap (the drivers may not write ConfigMaps).
 SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})  # local[…]
-APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.jars"})
+APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.kubernetes.executor.disableConfigMap",
+                              "spark.jars"})
 #: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
 #: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
 #: SparkApplication. A path of the machine that rendered the application must never reach a pod.
@@ -117,6 +119,9 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         conf["spark.hadoop.fs.s3a.endpoint.region"] = aws_environment().get("AWS_REGION", "us-east-1")
     if application:
         conf["spark.kubernetes.submission.waitAppCompletion"] = "false"
+        # Executors get their configuration from the driver, not from a ConfigMap the driver would
+        # create: the drivers' Role (helm/kappa, 021-Role-spark-drivers) grants no ConfigMap writes.
+        conf["spark.kubernetes.executor.disableConfigMap"] = "true"
         if jars:
             conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:

@@ -1,0 +1,174 @@
+"""Attacks on what runs Kappa's code, against a real API server (issue 23, items 4 and 7).
+
+- Admission: the kappa chart's ValidatingAdmissionPolicies (022-ValidatingAdmissionPolicy-spark)
+  admit a SparkApplication only with the Kappa image, the drivers' service account, Kappa's
+  entrypoint and jars and the Secrets the chart names; and a pod the drivers' service account
+  creates (an executor) only with the Kappa image and those Secrets. The runner's own
+  SparkApplication (k8s/, generated) is admitted.
+- RBAC: the drivers' service account, bound to the chart's Role (021-Role-spark-drivers), may
+  create pods and nothing else it could turn against the platform (SubjectAccessReview).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.kubernetes.plane import CHART, helm, wait_for
+from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVERS = "kappa-spark"  # values.yaml spark.serviceAccount
+IMAGE = "registry.example.com/kappa/kappa:0.1.0"  # the chart's default image
+EVIL = "evil.example/miner:latest"
+TEMPLATES = ("templates/021-Role-spark-drivers.yaml", "templates/022-ValidatingAdmissionPolicy-spark.yaml")
+
+
+@pytest.fixture
+def guarded(kubectl, namespace):
+    """``namespace`` with the chart's drivers' Role and admission policies (cluster-scoped, named
+    after the namespace; deleted afterwards), once the API server enforces them."""
+    args = ["template", "kappa", str(CHART), "-n", namespace]
+    for t in TEMPLATES:
+        args += ["--show-only", t]
+    rendered = helm(*args).stdout
+    kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    yield namespace, rendered
+    kubectl("delete", "-f", "-", "--ignore-not-found", stdin=rendered, check=False)
+
+
+def application(namespace: str) -> dict:
+    """The runner's SparkApplication of flights_bronze v1 (k8s/, generated), in ``namespace``."""
+    app = yaml.safe_load((ROOT / "k8s" / "sparkapplication-flights-bronze-v1.yaml").read_text())
+    app["metadata"]["namespace"] = namespace
+    return app
+
+
+def create(api_client, namespace: str, body: dict) -> None:
+    """Create ``body`` with a server-side dry run: admission runs, nothing is stored."""
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body,
+                                                                         dry_run="All")
+
+
+def refusal(call) -> str:
+    """The API server's message for ``call()``, which must be refused (403/422)."""
+    with pytest.raises(ApiException) as refused:
+        call()
+    assert refused.value.status in (403, 422), refused.value.body
+    return refused.value.body
+
+
+def _driver_container(app: dict) -> dict:
+    return app["spec"]["driver"]["template"]["spec"]["containers"][0]
+
+
+ATTACKS = {
+    "another image": (lambda a: a["spec"].update(image=EVIL), "run the Kappa image"),
+    "another executor image": (
+        lambda a: a["spec"]["executor"]["template"]["spec"]["containers"][0].update(image=EVIL), "run the Kappa image"),
+    "another service account": (lambda a: a["spec"]["driver"].update(serviceAccount="kappa-dagster"),
+                                "service account kappa-spark only"),
+    "an extra Secret in the environment": (
+        lambda a: _driver_container(a)["env"].append(
+            {"name": "PG", "valueFrom": {"secretKeyRef": {"name": "kappa-dagster-postgresql",
+                                                          "key": "postgresql-password"}}}),
+        "may reference only these Secrets"),
+    "an extra Secret volume": (
+        lambda a: a["spec"]["driver"]["template"]["spec"]["volumes"].append(
+            {"name": "pw", "secret": {"secretName": "kappa-serve-users"}}),
+        "may reference only these Secrets"),
+    "the operator's secrets field": (
+        lambda a: a["spec"]["driver"].update(secrets=[{"name": "kappa-dagster-postgresql", "path": "/s",
+                                                       "secretType": "Generic"}]),
+        "may reference only these Secrets"),
+    "the image through sparkConf": (
+        lambda a: a["spec"]["sparkConf"].update({"spark.kubernetes.container.image": EVIL}), "no spark.kubernetes"),
+    "jars from the internet": (
+        lambda a: a["spec"].update(deps={"jars": ["https://evil.example/x.jar"]}), "no deps"),
+    "a sidecar": (
+        lambda a: a["spec"]["driver"].update(sidecars=[{"name": "s", "image": IMAGE}]), "no sidecars"),
+}
+
+
+def test_the_runners_spark_application_is_admitted_and_each_attack_is_refused(api_client, guarded):
+    namespace, _ = guarded
+    first_name, (first_change, first_message) = next(iter(ATTACKS.items()))
+    bad = application(namespace)
+    first_change(bad)
+    # a policy takes effect once the API server's informer has it
+    wait_for("the admission policy to be enforced",
+             lambda: _refused(lambda: create(api_client, namespace, bad)), timeout_s=30)
+    create(api_client, namespace, application(namespace))  # admitted
+    for name, (change, message) in ATTACKS.items():
+        app = application(namespace)
+        change(app)
+        body = refusal(lambda: create(api_client, namespace, app))
+        assert message in body, (name, body)
+
+
+def _refused(call) -> bool:
+    try:
+        call()
+        return False
+    except ApiException:
+        return True
+
+
+def _as(plane, api_client, namespace: str, account: str) -> client.ApiClient:
+    """An API client with a token the API server issued for ``account`` (TokenRequest)."""
+    token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
+        account, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=["https://kubernetes.default.svc.cluster.local"], expiration_seconds=600))).status.token
+    conf = client.Configuration()
+    conf.host = plane.server
+    conf.ssl_ca_cert = str(plane.state_dir) + "/pki/ca.crt"
+    conf.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(conf)
+
+
+def executor_pod(image: str = IMAGE, **spec) -> dict:
+    """A pod as a driver creates its executors (Pod Security "restricted" settings)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "exec-probe"},
+            "spec": {"serviceAccountName": DRIVERS, "securityContext": {
+                "runAsNonRoot": True, "runAsUser": 185, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "spark-kubernetes-executor", "image": image, "securityContext": {
+                    "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}], **spec}}
+
+
+def test_a_driver_may_create_executor_pods_of_the_kappa_image_only(plane, api_client, guarded):
+    namespace, _ = guarded
+    as_driver = _as(plane, api_client, namespace, DRIVERS)
+    core = client.CoreV1Api(as_driver)
+    wait_for("the pod policy to be enforced",
+             lambda: _refused(lambda: core.create_namespaced_pod(namespace, executor_pod(EVIL), dry_run="All")),
+             timeout_s=30)
+    core.create_namespaced_pod(namespace, executor_pod(), dry_run="All")  # an executor: admitted
+    assert "Kappa image" in refusal(lambda: core.create_namespaced_pod(namespace, executor_pod(EVIL), dry_run="All"))
+    stolen = executor_pod(volumes=[{"name": "pw", "secret": {"secretName": "kappa-dagster-postgresql"}}])
+    assert "only these Secrets" in refusal(lambda: core.create_namespaced_pod(namespace, stolen, dry_run="All"))
+
+
+def _allowed(api_client, namespace: str, verb: str, resource: str, group: str = "") -> bool:
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+        user=f"system:serviceaccount:{namespace}:{DRIVERS}",
+        groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+        resource_attributes=client.V1ResourceAttributes(namespace=namespace, verb=verb, group=group,
+                                                        resource=resource)))
+    return client.AuthorizationV1Api(api_client).create_subject_access_review(review).status.allowed
+
+
+def test_the_drivers_service_account_may_manage_pods_and_nothing_else(api_client, guarded):
+    namespace, _ = guarded
+    for verb in ("create", "get", "list", "watch", "delete"):
+        assert _allowed(api_client, namespace, verb, "pods"), verb
+    for verb, resource, group in (("get", "secrets", ""), ("list", "secrets", ""), ("create", "configmaps", ""),
+                                  ("update", "configmaps", ""), ("patch", "configmaps", ""),
+                                  ("create", "services", ""), ("create", PLURAL, GROUP),
+                                  ("create", "rolebindings", "rbac.authorization.k8s.io"),
+                                  ("patch", "pods", "")):
+        assert not _allowed(api_client, namespace, verb, resource, group), (verb, resource)
