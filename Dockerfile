@@ -16,17 +16,17 @@ FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /src
 COPY jvm/ jvm/
 COPY tools/image/pom.xml tools/image/pom.xml
-RUN mvn -q -B -s jvm/settings.xml -f jvm/spark/pom.xml dependency:copy-dependencies \
- && mvn -q -B -s jvm/settings.xml -f tools/image/pom.xml dependency:copy-dependencies \
- && mvn -q -B -s jvm/settings.xml -f jvm/serve-auth/pom.xml package \
- && mvn -q -B -s jvm/settings.xml -f jvm/sql-guard/pom.xml package \
+RUN mvn -q -B -C -s jvm/settings.xml -f jvm/spark/pom.xml dependency:copy-dependencies \
+ && mvn -q -B -C -s jvm/settings.xml -f tools/image/pom.xml dependency:copy-dependencies \
+ && mvn -q -B -C -s jvm/settings.xml -f jvm/serve-auth/pom.xml package \
+ && mvn -q -B -C -s jvm/settings.xml -f jvm/sql-guard/pom.xml package \
  && ls build/jars/spark build/jars/serve/kappa-serve-auth.jar build/jars/serve/kappa-sql-guard.jar
 
 FROM ${PYTHON_IMAGE} AS python
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/kappa/venv
 COPY requirements.lock /src/requirements.lock
-RUN /opt/kappa/venv/bin/pip install -r /src/requirements.lock
+RUN /opt/kappa/venv/bin/pip install --require-hashes -r /src/requirements.lock
 COPY pyproject.toml README.md* /src/
 COPY platform/ /src/platform/
 RUN /opt/kappa/venv/bin/pip install --no-deps /src

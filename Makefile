@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-MVN := mvn -q -B -s jvm/settings.xml
+MVN := mvn -q -B -C -s jvm/settings.xml
 
 .PHONY: install demo test test-unit test-integration test-heavy clean-state help
 
@@ -16,9 +16,10 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 
-# requirements.lock pins every transitive version; the project itself is installed editable on top.
+# requirements.lock pins every transitive version with its hashes (--require-hashes: a file that is
+# not the one locked fails the install); the project itself is installed editable on top.
 $(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 

@@ -7,7 +7,7 @@
 #   make cluster-up      kappa cluster start  (state under .kappa/cluster, kubeconfig .kappa/cluster/kubeconfig)
 #   make cluster-down    kappa cluster stop
 
-CLUSTER_GO_ENV := GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+CLUSTER_GO_ENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
 
 .PHONY: cluster-tools cluster-up cluster-down cluster-status
 

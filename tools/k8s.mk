@@ -22,7 +22,7 @@ K8S_SCHEMAS := $(K8S_TOOLS)/schemas
 HELM_MAJOR := $(firstword $(subst ., ,$(HELM_VERSION)))
 STRIMZI_DIR := $(K8S_TOOLS)/strimzi-$(STRIMZI_VERSION)
 SPARK_OP_DIR := $(K8S_TOOLS)/spark-operator-$(SPARK_OPERATOR_VERSION)
-GO_ENV := GOFLAGS=-mod=mod GOBIN=$(K8S_TOOLBIN) GOTOOLCHAIN=local
+GO_ENV := GOFLAGS=-mod=readonly GOBIN=$(K8S_TOOLBIN) GOTOOLCHAIN=local
 
 .PHONY: tools k8s-validate k8s-manifests helm-catalog
 

@@ -11,7 +11,7 @@
 # honour `If-None-Match: *` on PutObject (412 when the key exists), which Delta's conditional commits
 # need. See the README, "Object store".
 
-OBJECTSTORE_GO_ENV := GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$(K8S_TOOLBIN)
+OBJECTSTORE_GO_ENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$(K8S_TOOLBIN)
 
 .PHONY: objectstore-tools
 

@@ -442,6 +442,9 @@ def test_sql_endpoint_runs_kappa_serve_with_password_file_authentication(rendere
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     assert volume["secret"]["secretName"] == "kappa-serve-users"
     assert volume["secret"]["items"] == [{"key": "users", "path": path.rsplit("/", 1)[1]}]
+    # mounted 0440 (owner and group read): readable by the image's user only through fsGroup
+    assert volume["secret"]["defaultMode"] == 0o440
+    assert pod["securityContext"]["runAsUser"] == 185 and pod["securityContext"]["fsGroup"] == 185
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env)
     (cm,) = kinds(rendered, "ConfigMap")
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]
