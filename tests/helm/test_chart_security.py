@@ -327,6 +327,19 @@ def test_network_policies_deny_all_ingress_then_allow_only_kappa_paths(rendered)
             assert rule.get("from"), f"{name}: an ingress rule without `from` admits every source"
     spark = policies["kappa-spark-within-application"]
     assert spark["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "streaming-asset"}
+    # a gate application's driver and executors reach each other too, and only each other
+    gate = policies["kappa-spark-gate-within-application"]
+    assert gate["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "gate"}
+    assert gate["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "gate"}}}]}]
+
+
+def test_a_loadbalancer_listener_admits_only_the_named_client_networks():
+    assert "kafka.externalListener.sourceRanges must name the client networks" in render_fails(
+        "kafka.externalListener.enabled=true")
+    (kafka,) = kinds(render(sets=("kafka.externalListener.enabled=true",
+                                  "kafka.externalListener.sourceRanges={10.1.0.0/16}")), "Kafka")
+    (external,) = [l for l in kafka["spec"]["kafka"]["listeners"] if l["name"] == "external"]
+    assert external["configuration"]["loadBalancerSourceRanges"] == ["10.1.0.0/16"]
 
 
 def test_should_not_render_network_policies_when_disabled():

@@ -71,3 +71,18 @@ def wait_for(what: str, check, timeout_s: float = 60.0, every_s: float = 0.25):
             return last
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+def client_as(plane: cluster.ClusterStatus, api_client, namespace: str, account: str):
+    """A ``kubernetes.client.ApiClient`` that authenticates as service account ``account`` of
+    ``namespace``, with a token the plane's API server issued for it (TokenRequest, 10 min)."""
+    from kubernetes import client
+
+    token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
+        account, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=["https://kubernetes.default.svc.cluster.local"], expiration_seconds=600))).status.token
+    conf = client.Configuration()
+    conf.host = plane.server
+    conf.ssl_ca_cert = str(plane.state_dir) + "/pki/ca.crt"
+    conf.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(conf)

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubernetes.plane import CHART, helm, wait_for
+from tests.kubernetes.plane import CHART, client_as, helm, wait_for
 from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,18 +119,6 @@ def _refused(call) -> bool:
         return True
 
 
-def _as(plane, api_client, namespace: str, account: str) -> client.ApiClient:
-    """An API client with a token the API server issued for ``account`` (TokenRequest)."""
-    token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-        account, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=["https://kubernetes.default.svc.cluster.local"], expiration_seconds=600))).status.token
-    conf = client.Configuration()
-    conf.host = plane.server
-    conf.ssl_ca_cert = str(plane.state_dir) + "/pki/ca.crt"
-    conf.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(conf)
-
-
 def executor_pod(image: str = IMAGE, **spec) -> dict:
     """A pod as a driver creates its executors (Pod Security "restricted" settings)."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "exec-probe"},
@@ -142,7 +130,7 @@ def executor_pod(image: str = IMAGE, **spec) -> dict:
 
 def test_a_driver_may_create_executor_pods_of_the_kappa_image_only(plane, api_client, guarded):
     namespace, _ = guarded
-    as_driver = _as(plane, api_client, namespace, DRIVERS)
+    as_driver = client_as(plane, api_client, namespace, DRIVERS)
     core = client.CoreV1Api(as_driver)
     wait_for("the pod policy to be enforced",
              lambda: _refused(lambda: core.create_namespaced_pod(namespace, executor_pod(EVIL), dry_run="All")),

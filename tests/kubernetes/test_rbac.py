@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubernetes.plane import CHART, helm
+from tests.kubernetes.plane import CHART, client_as, helm
 from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 
 SA = "kappa-dagster"  # values.yaml dagster.serviceAccount
@@ -54,14 +54,7 @@ def test_dagster_may_not_touch_other_namespaces(api_client, dagster_ns, verb):
 
 
 def test_real_requests_with_dagsters_token(api_client, plane, dagster_ns):
-    token = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-        SA, dagster_ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
-            audiences=["https://kubernetes.default.svc.cluster.local"], expiration_seconds=600))).status.token
-    conf = client.Configuration()
-    conf.host = plane.server
-    conf.ssl_ca_cert = str(plane.state_dir) + "/pki/ca.crt"
-    conf.api_key = {"authorization": f"Bearer {token}"}
-    as_dagster = client.ApiClient(conf)
+    as_dagster = client_as(plane, api_client, dagster_ns, SA)
     apps = client.CustomObjectsApi(as_dagster)
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SparkApplication", "metadata": {"name": "rbac-probe"},
             "spec": {"type": "Python", "mode": "cluster", "sparkVersion": "4.1.3",

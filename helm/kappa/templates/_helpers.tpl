@@ -55,6 +55,9 @@ strimzi.io/cluster: {{ .Values.kafka.name }}
 {{- if and .Values.serve.enabled .Values.networkPolicy.enabled (empty .Values.networkPolicy.serveClientPodLabels) -}}
 {{- fail "networkPolicy.serveClientPodLabels must name at least one label: an empty selector would open the SQL endpoint to every pod of the namespace" -}}
 {{- end -}}
+{{- if and .Values.kafka.externalListener.enabled (eq .Values.kafka.externalListener.type "loadbalancer") (empty .Values.kafka.externalListener.sourceRanges) -}}
+{{- fail "kafka.externalListener.sourceRanges must name the client networks (CIDRs) of a loadbalancer listener: without them the load balancer admits the whole internet" -}}
+{{- end -}}
 {{- if and .Values.connect.enabled (not .Values.connect.build.enabled) (empty .Values.connect.image) -}}
 {{- fail "connect.image is required when connect.build.enabled is false: an image with the Debezium PostgreSQL plugin" -}}
 {{- end -}}

@@ -32,7 +32,7 @@ _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 #: configuration from the driver rather than a ConfigMap (the drivers may not write ConfigMaps).
 SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})  # local[…]
 APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.kubernetes.executor.disableConfigMap",
-                              "spark.jars"})
+                              "spark.authenticate", "spark.jars"})
 #: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
 #: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
 #: SparkApplication. A path of the machine that rendered the application must never reach a pod.
@@ -122,6 +122,10 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         # Executors get their configuration from the driver, not from a ConfigMap the driver would
         # create: the drivers' Role (helm/kappa, 021-Role-spark-drivers) grants no ConfigMap writes.
         conf["spark.kubernetes.executor.disableConfigMap"] = "true"
+        # Driver-executor RPC authenticated with a secret Spark generates per application (on
+        # Kubernetes it reaches the executors in their environment): another application's pod
+        # cannot join. Spark docs, "Security: Spark RPC".
+        conf["spark.authenticate"] = "true"
         if jars:
             conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:
