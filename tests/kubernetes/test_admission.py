@@ -38,7 +38,7 @@ def guarded(kubectl, namespace):
         args += ["--show-only", t]
     rendered = helm(*args).stdout
     kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
-    yield namespace, rendered
+    yield namespace
     kubectl("delete", "-f", "-", "--ignore-not-found", stdin=rendered, check=False)
 
 
@@ -96,7 +96,7 @@ ATTACKS = {
 
 
 def test_the_runners_spark_application_is_admitted_and_each_attack_is_refused(api_client, guarded):
-    namespace, _ = guarded
+    namespace = guarded
     first_name, (first_change, first_message) = next(iter(ATTACKS.items()))
     bad = application(namespace)
     first_change(bad)
@@ -129,7 +129,7 @@ def executor_pod(image: str = IMAGE, **spec) -> dict:
 
 
 def test_a_driver_may_create_executor_pods_of_the_kappa_image_only(plane, api_client, guarded):
-    namespace, _ = guarded
+    namespace = guarded
     as_driver = client_as(plane, api_client, namespace, DRIVERS)
     core = client.CoreV1Api(as_driver)
     wait_for("the pod policy to be enforced",
@@ -151,7 +151,7 @@ def _allowed(api_client, namespace: str, verb: str, resource: str, group: str = 
 
 
 def test_the_drivers_service_account_may_manage_pods_and_nothing_else(api_client, guarded):
-    namespace, _ = guarded
+    namespace = guarded
     for verb in ("create", "get", "list", "watch", "delete"):
         assert _allowed(api_client, namespace, verb, "pods"), verb
     for verb, resource, group in (("get", "secrets", ""), ("list", "secrets", ""), ("create", "configmaps", ""),

@@ -149,25 +149,25 @@ def check_exposure(host: str, password_file: Path | str | None) -> None:
                          f"`kappa serve user add NAME --file FILE` writes it) or bind 127.0.0.1")
 
 
-def auth_jar(settings: Settings) -> Path:
-    """``build/jars/serve/kappa-serve-auth.jar`` (the :data:`AUTH_CLASS`). Raises
+def _serve_jar(settings: Settings, module: str) -> Path:
+    """``build/jars/serve/kappa-<module>.jar``, built from ``jvm/<module>``. Raises
     :class:`ServeError` when it has not been built."""
     assert settings.jars_dir is not None
-    jar = settings.jars_dir / "serve" / "kappa-serve-auth.jar"
+    jar = settings.jars_dir / "serve" / f"kappa-{module}.jar"
     if not jar.is_file():
         raise ServeError(f"{jar} is missing: build it with `make install` "
-                         f"(mvn -s jvm/settings.xml -f jvm/serve-auth/pom.xml package)")
+                         f"(mvn -s jvm/settings.xml -f jvm/{module}/pom.xml package)")
     return jar
+
+
+def auth_jar(settings: Settings) -> Path:
+    """``build/jars/serve/kappa-serve-auth.jar`` (the :data:`AUTH_CLASS`); see :func:`_serve_jar`."""
+    return _serve_jar(settings, "serve-auth")
 
 
 def guard_jar(settings: Settings) -> Path:
-    """``build/jars/serve/kappa-sql-guard.jar`` (the :data:`GUARD_CLASS`). Raises
-    :class:`ServeError` when it has not been built."""
-    assert settings.jars_dir is not None
-    jar = settings.jars_dir / "serve" / "kappa-sql-guard.jar"
-    if not jar.is_file():
-        raise ServeError(f"{jar} is missing: build it with `make install`")
-    return jar
+    """``build/jars/serve/kappa-sql-guard.jar`` (the :data:`GUARD_CLASS`); see :func:`_serve_jar`."""
+    return _serve_jar(settings, "sql-guard")
 
 
 def client_credentials(settings: Settings, st: "ServeStatus") -> tuple[str, str] | None:
@@ -436,8 +436,9 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
     view in one catalog call, so a query sees the old snapshot or the new one, never no table; an
     external table's drop leaves its files alone."""
     views, tables = served_relations(settings)
-    for schema in (INTERNAL_SCHEMA, DBT_SCHEMA):
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
+    if marts:  # start-up: the schemas exist from then on
+        for schema in (INTERNAL_SCHEMA, DBT_SCHEMA):
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {schema}")
     for name, path in tables.items():
         # dbt owns its schema once the endpoint runs; the marts are registered at start-up only
         if applied.get(name) != path and (marts or not name.startswith(f"{DBT_SCHEMA}.")):

@@ -155,9 +155,7 @@ public final class ReadOnlySqlGuard implements Function1<SparkSessionExtensions,
             throw new Refused("no-path-reads", r.multipartIdentifier().mkString(".")
                 + " reads files by path; query tables by name (SHOW TABLES)");
           }
-          java.security.CodeSource source = cls.getProtectionDomain().getCodeSource();
-          String jar = source == null || source.getLocation() == null ? "" : source.getLocation().getPath();
-          if (jar.substring(jar.lastIndexOf('/') + 1).startsWith("delta-")) {
+          if (fromDelta(cls)) {
             throw new Refused("no-delta-commands", name + " is a Delta maintenance or history statement; "
                 + "the endpoint serves tables read-only (the platform maintains them)");
           }
@@ -218,6 +216,16 @@ public final class ReadOnlySqlGuard implements Function1<SparkSessionExtensions,
     }
   }
 
+  /**
+   * Whether {@code cls} comes from one of Delta's jars ({@code delta-spark_…}, {@code delta-storage…}):
+   * the plan nodes of Delta's SQL extension, some of which live in Spark's own packages.
+   */
+  static boolean fromDelta(Class<?> cls) {
+    java.security.CodeSource source = cls.getProtectionDomain().getCodeSource();
+    String jar = source == null || source.getLocation() == null ? "" : source.getLocation().getPath();
+    return jar.substring(jar.lastIndexOf('/') + 1).startsWith("delta-");
+  }
+
   static void check(SparkSession session, LogicalPlan plan) {
     if (session.sessionState().conf().runSQLonFile()) {
       throw new Refused("no-path-reads", "spark.sql.runSQLOnFiles is on in this session; "
@@ -236,8 +244,7 @@ public final class ReadOnlySqlGuard implements Function1<SparkSessionExtensions,
         });
         return BoxedUnit.UNIT;
       });
-      String cls = p.getClass().getName();
-      if (p instanceof Command || cls.startsWith("org.apache.spark.sql.delta.") || cls.startsWith("io.delta.")) {
+      if (p instanceof Command || fromDelta(p.getClass())) {
         checkCommand(session, p);
       }
       return BoxedUnit.UNIT;
@@ -328,8 +335,7 @@ public final class ReadOnlySqlGuard implements Function1<SparkSessionExtensions,
       checkLocation(session, t.provider(), t.storage().locationUri().isDefined()
           ? Option.apply(t.storage().locationUri().get().toString()) : t.storage().properties().get("path"));
     } else if (value instanceof TableSpecBase spec) {
-      Option<String> location = spec.location().isDefined() ? spec.location() : Option.empty();
-      checkLocation(session, spec.provider(), location);
+      checkLocation(session, spec.provider(), spec.location());
     } else if (value instanceof DataSourceV2Relation r) {
       collect(session, r.identifier(), current, targets);
     } else if (value instanceof LogicalRelation r) {
