@@ -113,7 +113,8 @@ def demo(
         endpoint = _demo_analysts(settings)
         console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
                       f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "
-                      f"carrier_daily_performance LIMIT 5\"` or `beeline -u {endpoint.jdbc_url}`.")
+                      f"departures_hourly LIMIT 5\"` or `beeline -u {endpoint.jdbc_url} -e \"SELECT * FROM "
+                      f"analytics.carrier_daily_performance LIMIT 5\"` (dbt's marts are served by the endpoint).")
 
 
 def _demo_analysts(settings):
