@@ -386,9 +386,9 @@ def ensure_changelog_topics(settings: Settings, connectors: dict[str, ConnectorS
     sending until it exists. Returns the names created. Raises :class:`CdcError` for a changelog
     topic not declared in topics.yaml."""
     from kappa.kafka.topics import ensure_topics
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
-    declared = load_catalog(settings.assets_dir).topics
+    declared = catalog_of(settings).topics
     wanted = {}
     for name, spec in connectors.items():
         for topic in spec.topics:

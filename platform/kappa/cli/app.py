@@ -256,10 +256,10 @@ def dbt_cmd(
 @app.command("assets")
 def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
     """Validate every declaration in assets/ and list the streaming assets."""
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
     with Guard():
-        settings = load_catalog(load_settings().assets_dir)
+        settings = catalog_of(load_settings())
         rows = [
             {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
              "transform": s.transform.kind, "file": str(s.path)}
@@ -283,11 +283,11 @@ def versions(
 ) -> None:
     """Every version of an asset: created and promoted times, state, rows, source offsets."""
     from kappa.delta.registry import Registry
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
     with Guard():
         settings = load_settings()
-        load_catalog(settings.assets_dir)[asset]
+        catalog_of(settings)[asset]
         rows = []
         for v in Registry(settings).versions(asset):
             caught = v.last("caught_up") or {}
@@ -330,14 +330,14 @@ def status(
     the recorded runs, and those not named; ``stable_name``: the promoted version's pinned snapshot
     and cut."""
     from kappa.delta.registry import Registry
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
     from kappa.streaming.checkpoint import observe
     from kappa.streaming.kinds import kind_of
     from kappa.streaming.late import late_counts
 
     with Guard():
         settings = load_settings()
-        catalog = load_catalog(settings.assets_dir)
+        catalog = catalog_of(settings)
         for name in assets or []:
             catalog[name]  # an unknown name fails with the list of declared assets
         found = observe(settings, catalog, stall_after, names=assets or None)

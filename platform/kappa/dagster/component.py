@@ -55,7 +55,8 @@ from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptio
 from kappa.dagster.replay import build_replay_job
 from kappa.dagster.resources import KappaResource
 from kappa.dagster.sensor import build_health_checks, build_sensor
-from kappa.spec import AssetSpec, Catalog, SpecError, load_catalog
+from kappa.delta.declarations import catalog as catalog_of
+from kappa.spec import AssetSpec, Catalog, SpecError
 from kappa.streaming.kinds import kind_of
 
 __all__ = ["HEALTH_CHECK", "REPLAY_JOB", "SENSOR_NAME", "RunMode", "StreamingAssets", "StreamingRunConfig",
@@ -94,11 +95,12 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         path = Path(self.assets_dir) if self.assets_dir else settings.assets_dir
         assert path is not None
         self._assets_path = (path if path.is_absolute() else settings.project_dir / path).resolve()
-        # SpecError names the file and the field; let it propagate unchanged.
-        self._catalog: Catalog = load_catalog(self._assets_path)
+        # The files plus the warehouse's active declarations. SpecError names the file (or
+        # declarations:<name>) and the field; let it propagate unchanged.
+        self._catalog: Catalog = catalog_of(settings.model_copy(update={"assets_dir": self._assets_path}))
         for spec in self._catalog:
             if spec.owner is not None and not _OWNER_RE.match(spec.owner):
-                raise SpecError(f"{spec.path}: owner: {spec.owner!r} must be an email address or 'team:<name>'")
+                raise SpecError(f"{spec.where}: owner: {spec.owner!r} must be an email address or 'team:<name>'")
         unknown = sorted(set(self.continuous) - set(self._catalog.assets))
         if unknown:
             raise SpecError(f"{self.__class__.__name__}: continuous: unknown assets {unknown} "
@@ -117,9 +119,9 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         names = list(check_names(spec))
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise SpecError(f"{spec.path}: expectations: check names must be unique, repeated: {dupes}")
+            raise SpecError(f"{spec.where}: expectations: check names must be unique, repeated: {dupes}")
         if HEALTH_CHECK in names:
-            raise SpecError(f"{spec.path}: expectations: {HEALTH_CHECK!r} is reserved for the query sensor")
+            raise SpecError(f"{spec.where}: expectations: {HEALTH_CHECK!r} is reserved for the query sensor")
         return names
 
     # -- what was loaded ---------------------------------------------------------------------------

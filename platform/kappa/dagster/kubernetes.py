@@ -142,13 +142,14 @@ def start_detached(
     (Kubernetes): resolve the version (the registry), start its SparkApplication, report it. The
     gate needs the caught-up table, which this does not wait for: the checks are reported from the
     registry when the version's gate ran (``kappa gate`` / the ``replay`` job), else not at all."""
+    from kappa.delta.declarations import recorded_spec
     from kappa.delta.registry import Registry
     from kappa.runners.local import resolve_versions
 
     registry = Registry(settings)
     version = resolve_versions(catalog, [name], registry)[name]
     context.log.info(f"starting {version.name} on the {runner.kind} runner")
-    status = runner.start(catalog[name], version)
+    status = runner.start(recorded_spec(settings, version, catalog[name]), version)
     if status.outcome is Outcome.RUNNING and version.state != "running":
         registry.record(name, version.version, "running", mode=runner.kind, application=status.name)
     elif status.outcome is Outcome.FAILED:

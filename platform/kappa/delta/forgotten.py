@@ -165,12 +165,12 @@ def forgotten_condition(settings: Settings, topics: list[str]):
     when nothing is forgotten on ``topics``."""
     from pyspark.sql import functions as F
 
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
     found = forgotten_keys(settings, topics)
     if not found:
         return None
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     cond = None
     for topic, keys in found.items():
         c = (F.col("topic") == F.lit(topic)) & F.sha2(key_column(catalog, topic), 256).isin(keys)

@@ -72,6 +72,12 @@ class Version:
     #: The pin of the last ``promoted``/``pinned`` event that carried one (see the module
     #: docstring), or None (never pinned: readers read the table's latest commit).
     pin: dict | None = None
+    #: The exact YAML text the version was created from and where it came from (a file relative
+    #: to the assets folder, ``flights/flights.yaml``, or ``declarations:<name>``); None for a
+    #: version created before versions recorded them. Runners build the version's query from
+    #: this text (:func:`kappa.delta.declarations.recorded_spec`), never from the file as it is now.
+    declaration: str | None = None
+    source: str | None = None
 
     @property
     def snapshot(self) -> int | None:
@@ -203,7 +209,7 @@ class Registry:
                 by_version[v] = Version(
                     asset=asset, version=v, table_path=d["table_path"], checkpoint_path=d["checkpoint_path"],
                     txn_app_id=d["txn_app_id"], fingerprint=d["fingerprint"], upstream=d.get("upstream", {}),
-                    created_at=e["at"],
+                    created_at=e["at"], declaration=d.get("declaration"), source=d.get("source"),
                 )
             if v not in by_version:
                 continue
@@ -290,7 +296,8 @@ class Registry:
 
     def create_version(self, asset: str, fingerprint: str, upstream: dict[str, int], **extra: object) -> Version:
         """Register version N+1 of ``asset`` with fresh paths and a fresh idempotent-writer id;
-        ``extra`` (e.g. ``start_offsets``) is kept in the ``created`` event's details."""
+        ``extra`` (e.g. ``start_offsets``, and ``declaration``/``source``:
+        :func:`kappa.delta.declarations.provenance`) is kept in the ``created`` event's details."""
         existing = self.versions(asset)
         n = (existing[-1].version + 1) if existing else 1
         details = {**new_version_details(self.settings, asset, n, fingerprint, upstream), **extra}

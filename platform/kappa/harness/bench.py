@@ -734,7 +734,7 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
     from kappa.ingest.events import nycflights13_events
     from kappa.ingest.producer import produce
     from kappa.kafka.topics import ensure_topics, offsets
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
     started = time.monotonic()
     env: IsolatedEnv = isolated_env(base, "bench", None, spark_driver_memory=opts.driver_memory,
@@ -752,7 +752,7 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
     env.start_broker()
     spark = None
     try:
-        catalog = load_catalog(settings.assets_dir)
+        catalog = catalog_of(settings)
         ensure_topics(settings, {t: catalog.topics[t] for t in (TOPIC, LIVE_TOPIC)})
 
         # 1. ingest: nycflights13, then synthetic events (event times after 2013, unique ids)

@@ -100,11 +100,11 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
     from kappa.cdc.simulate import simulate
     from kappa.delta.registry import Registry
     from kappa.runners.local import resolve_versions, run_continuous
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
     if not connect.status(settings).up:
         raise CdcError("Kafka Connect is not running: `kappa connect start`")
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     assets = _current_assets(settings, catalog)
     if not assets:
         raise CdcError(f"no current-state changelog asset of {sorted(PRIMARY_KEYS)} in {settings.assets_dir}")

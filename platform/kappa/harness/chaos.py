@@ -193,9 +193,9 @@ class Ingest:
         per topic publishing at ``rate * len(topic's events) / len(all events)`` events/s. Returns
         at once. Raises :class:`kappa.kafka.topics.TopicError` if a topic cannot be created."""
         from kappa.kafka.topics import ensure_topics
-        from kappa.spec import load_catalog
+        from kappa.delta.declarations import catalog as catalog_of
 
-        catalog = load_catalog(self.settings.assets_dir)
+        catalog = catalog_of(self.settings)
         ensure_topics(self.settings, {e.topic: catalog.topics[e.topic] for e in self.events})
         total = sum(len(e) for e in self.events) or 1
         for ev in self.events:

@@ -13,7 +13,7 @@ from kappa.config import Settings
 from kappa.ingest.events import Events, disorder, nycflights13_events
 from kappa.ingest.producer import ProduceReport, produce
 from kappa.kafka.topics import ensure_topics
-from kappa.spec import load_catalog
+from kappa.delta.declarations import catalog as catalog_of
 
 TOPICS = ("flights", "weather")
 
@@ -33,7 +33,7 @@ def publish(
 ) -> list[ProduceReport]:
     """Create the topics (from ``assets/topics.yaml``) if needed and publish ``events``; ``rate`` is
     the total events per second across topics (None = unthrottled)."""
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     ensure_topics(settings, {t.topic: catalog.topics[t.topic] for t in events})
     total = sum(len(e) for e in events) or 1
     reports = []

@@ -133,13 +133,13 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
 
     Raises :class:`ForgetError` for an unknown topic or an empty key or reason;
     :class:`kappa.runners.base.RunError` if a replay fails."""
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
     if not key:
         raise ForgetError("--key must not be empty")
     if not reason.strip():
         raise ForgetError("--reason must say why (it is kept with the request)")
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     if topic not in catalog.topics:
         raise ForgetError(f"unknown topic {topic!r}: not in {settings.assets_dir}/topics.yaml")
     started = time.monotonic()

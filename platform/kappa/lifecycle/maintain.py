@@ -156,9 +156,9 @@ def targets(settings: Settings, assets: list[str] | None = None) -> list[tuple[s
     from kappa.config import join
     from kappa.delta.forgotten import forgotten_path
     from kappa.delta.registry import Registry, late_events_path, quarantine_path
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import catalog as catalog_of
 
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     for name in assets or []:
         catalog[name]  # an unknown name fails with the list of declared assets
     names = catalog.topological(list(assets) if assets else list(catalog.assets))

@@ -27,7 +27,7 @@ from kappa.kafka.topics import offsets
 from kappa.quality.gate import GateReport
 from kappa.runners.base import AssetRunResult
 from kappa.kafka.topics import start_offsets
-from kappa.spec import load_catalog
+from kappa.delta.declarations import catalog as catalog_of, provenance
 from kappa.streaming.kinds import kind_of
 
 if TYPE_CHECKING:
@@ -111,7 +111,8 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
                 raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
             upstream[up] = source.version
         new[name] = registry.create_version(name, spec.fingerprint(), upstream,
-                                            start_offsets=start_offsets(settings, spec.topics), reason="replay")
+                                            start_offsets=start_offsets(settings, spec.topics), reason="replay",
+                                            **provenance(settings, spec))
     return new
 
 
@@ -121,7 +122,7 @@ def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, d
     A downstream asset that never ran has nothing to reprocess: its first run reads the versions
     promoted then. Returns (chain, registry, new versions).
     Raises :class:`RetentionError` before creating anything if the log is incomplete."""
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     registry = Registry(settings)
     events = registry.events()
     ran = [d for d in catalog.downstream(asset) if registry.latest(d, events) is not None]
@@ -164,7 +165,7 @@ def replay(
     started = time.monotonic()
     chain, registry, new = begin_replay(settings, asset)
     runner = runner or pick_runner(settings, spark=spark)
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     say(f"replaying {', '.join(v.name for v in new.values())} on the {runner.kind} runner")
     results = catch_up(runner, settings, catalog, chain, new, on_progress=on_progress, timeout_s=timeout_s)
     previous = {name: (p.version if (p := registry.promoted(name)) else None) for name in chain}

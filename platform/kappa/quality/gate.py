@@ -24,7 +24,8 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
-from kappa.spec import AssetSpec, SpecError, load_catalog
+from kappa.spec import AssetSpec, SpecError
+from kappa.delta.declarations import catalog as catalog_of, recorded_spec
 from kappa.streaming.kinds import kind_of
 from kappa.core.storage import exists, join, local_path
 
@@ -128,11 +129,11 @@ def expectations(spec: AssetSpec) -> list[tuple[str, object]]:
         ((name, kwargs),) = item.items()
         cls = getattr(gxe, _class_name(name), None)
         if cls is None:
-            raise SpecError(f"{spec.path}: expectations.{i}: {name!r} is not a Great Expectations expectation")
+            raise SpecError(f"{spec.where}: expectations.{i}: {name!r} is not a Great Expectations expectation")
         try:
             expectation = cls(**(kwargs or {}))
         except Exception as exc:  # GX raises pydantic errors for bad kwargs
-            raise SpecError(f"{spec.path}: expectations.{i}: {name}: {exc}") from None
+            raise SpecError(f"{spec.where}: expectations.{i}: {name}: {exc}") from None
         cname = check_name(name, kwargs or {})
         n, base = 2, cname
         while cname in seen:
@@ -356,9 +357,9 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     for a bad expectation declaration."""
     from kappa.streaming.session import spark_session
 
-    spec = load_catalog(settings.assets_dir)[asset]
     registry = Registry(settings)
     ver = registry.version(asset, version)
+    spec = recorded_spec(settings, ver, catalog_of(settings).assets.get(asset))  # the version's own checks
     spark = spark or spark_session(settings)
     df = spark.read.format("delta").load(ver.table_path)
     checks, docs = _run_gx(spark, settings, spec, version, df)

@@ -51,15 +51,17 @@ def run_until_caught_up(
     """
     from kappa.delta.registry import Registry
     from kappa.runners.local import ensure_source_topics, resolve_versions
-    from kappa.spec import load_catalog
+    from kappa.delta.declarations import as_recorded, catalog as catalog_of
 
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     names = catalog.topological(names or list(catalog.assets))
     ensure_source_topics(settings, catalog, names)
     chosen = dict(versions or {})
     missing = [n for n in names if n not in chosen]
     if missing:
         chosen.update(resolve_versions(catalog, missing, Registry(settings)))
+    # Each version runs the declaration it recorded, never the file as it is now.
+    catalog = as_recorded(settings, catalog, {n: chosen[n] for n in names})
     if runner is None:
         runner = pick_runner(settings, spark=spark)
     try:

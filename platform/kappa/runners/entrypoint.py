@@ -22,7 +22,7 @@ import threading
 
 from kappa.config import load_settings
 from kappa.delta.registry import Registry, Version
-from kappa.spec import load_catalog
+from kappa.delta.declarations import catalog as catalog_of, recorded_spec
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -62,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     from kappa.streaming.session import spark_session
 
     settings = load_settings()
-    spec = load_catalog(settings.assets_dir)[args.asset]
     upstream = {k: int(v) for k, v in (item.split("=", 1) for item in args.upstream)}
-    version = Registry(settings).version(spec.name, args.version)
+    version = Registry(settings).version(args.asset, args.version)
+    # The declaration the version recorded (from the warehouse), not the image's file as it is now.
+    spec = recorded_spec(settings, version, catalog_of(settings).assets.get(args.asset))
     wrong = mismatches(version, upstream, dict(os.environ))
     if wrong:
         parser.error(f"{version.name}: " + "; ".join(wrong))

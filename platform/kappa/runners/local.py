@@ -26,7 +26,8 @@ from kappa.runners.base import (
     query_error,
 )
 from kappa.kafka.topics import start_offsets
-from kappa.spec import Catalog, SpecError, load_catalog
+from kappa.spec import Catalog, SpecError
+from kappa.delta.declarations import as_recorded, catalog as catalog_of, provenance
 from kappa.streaming.kinds import kind_of
 from kappa.streaming.late import dropped_by_batch, name_dropped_rows
 from kappa.streaming.late import summary as late_summary
@@ -89,10 +90,11 @@ def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> 
                     raise SpecError(f"{name} reads {up}, which has no version yet: run {up} first")
                 upstream[up] = up_version.version
             current = registry.create_version(name, spec.fingerprint(), upstream,
-                                              start_offsets=start_offsets(registry.settings, spec.topics))
+                                              start_offsets=start_offsets(registry.settings, spec.topics),
+                                              **provenance(registry.settings, spec))
         elif current.fingerprint != spec.fingerprint():
             raise LogicChangedError(
-                f"{spec.path}: the declaration of {name} changed since {current.name} was created; "
+                f"{spec.where}: the declaration of {name} changed since {current.name} was created; "
                 f"its checkpoint cannot be reused with other logic. Replay it into a new version: "
                 f"`kappa replay {name}`"
             )
@@ -307,11 +309,12 @@ def run_continuous(
     from kappa.streaming.query import start_query
     from kappa.streaming.session import spark_session
 
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     names = catalog.topological(names or list(catalog.assets))
     ensure_source_topics(settings, catalog, names)
     registry = Registry(settings)
     chosen = resolve_versions(catalog, names, registry)
+    catalog = as_recorded(settings, catalog, chosen)  # each version runs the declaration it recorded
     spark = spark or spark_session(settings)
     running = []
     dropped: dict[str, dict[int, int]] = {}  # asset -> batch id -> rows dropped by the watermark

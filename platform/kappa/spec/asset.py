@@ -87,8 +87,12 @@ class AssetSpec(StrictModel):
     #: (default: the shadow diff is reported, not blocking).
     shadow_diff_blocking: bool = False
 
-    # Where the spec came from (not part of the YAML).
+    # Where the spec came from (not part of the YAML): the file, or for a declaration recorded in
+    # the warehouse (:mod:`kappa.delta.declarations`) its label ``declarations:<name>``; and the
+    # exact YAML text it was parsed from, which every version records.
     path: Path | None = Field(None, exclude=True)
+    origin: str | None = Field(None, exclude=True)
+    text: str | None = Field(None, exclude=True)
 
     @field_validator("name")
     @classmethod
@@ -258,6 +262,15 @@ class AssetSpec(StrictModel):
         """The Kafka topics the asset reads (``source.kafka.topics``, in declared order); ``[]``
         for an asset that reads an upstream asset's table."""
         return list(self.source.kafka.topics) if self.source.kafka else []
+
+    @property
+    def where(self) -> str:
+        """Where the declaration came from, as error messages name it: the file
+        (``assets/flights/flights.yaml``), ``declarations:<name>`` for one recorded in the
+        warehouse, or ``<name>`` for a spec built in code."""
+        if self.origin:
+            return self.origin
+        return str(self.path) if self.path is not None else self.name
 
     def fingerprint(self) -> str:
         """A hash of the logic (the YAML content plus a python/sql transform file's text): a version

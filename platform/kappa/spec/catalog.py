@@ -3,6 +3,7 @@ validated together (:func:`load_catalog`, :func:`load_asset`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -119,7 +120,7 @@ class Catalog:
         return groups
 
 
-def _format_error(path: Path, err: ValidationError) -> str:
+def _format_error(path: Path | str, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
@@ -129,32 +130,61 @@ def _format_error(path: Path, err: ValidationError) -> str:
 
 
 def _read_yaml(path: Path) -> dict:
+    return _parse_yaml(path.read_text(), str(path))
+
+
+def _parse_yaml(text: str, where: str) -> dict:
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+        raise SpecError(f"{where}: not valid YAML: {exc}") from None
     if not isinstance(doc, dict):
-        raise SpecError(f"{path}: (top level): expected a mapping of fields, got {type(doc).__name__}")
+        raise SpecError(f"{where}: (top level): expected a mapping of fields, got {type(doc).__name__}")
     return doc
+
+
+def declaration_label(name: str) -> str:
+    """How a declaration recorded in the warehouse is named in messages: ``declarations:<name>``."""
+    return f"declarations:{name}"
+
+
+def parse_declaration(text: str, where: str | None = None, path: Path | None = None) -> AssetSpec:
+    """Parse and validate one asset declaration from its YAML ``text``. ``where`` names it in
+    errors (default: ``declarations:<name>``, the name taken from the text); ``path`` is the file
+    it came from, if any (a ``python`` transform's module is found beside it). The spec keeps
+    ``text`` (:attr:`AssetSpec.text`), which every version records.
+
+    Raises :class:`SpecError` naming ``where`` and the field
+    (``declarations:late_flights: transform.window.size: …``)."""
+    if where is None:
+        try:
+            name = yaml.safe_load(text).get("name")
+        except (yaml.YAMLError, AttributeError):
+            name = None
+        where = declaration_label(name if isinstance(name, str) and name else "(unnamed)")
+    doc = _parse_yaml(text, where)
+    try:
+        spec = AssetSpec.model_validate({**doc, "path": path, "origin": None if path else where, "text": text})
+    except ValidationError as err:
+        raise SpecError(_format_error(where, err)) from None
+    if spec.path is not None and spec.path.stem != spec.name:
+        raise SpecError(f"{where}: name: {spec.name!r} must equal the file name {spec.path.stem!r}")
+    if spec.path is None and where.startswith("declarations:") and where != declaration_label(spec.name):
+        raise SpecError(f"{where}: name: {spec.name!r} must stay {where.partition(':')[2]!r}")
+    if spec.transform.python:
+        module, _, func = spec.transform.python.partition(":")
+        if not func or path is None or not (path.parent / module).is_file():
+            raise SpecError(
+                f"{where}: transform.python: expected '<file>.py:<function>' next to the YAML, "
+                f"got {spec.transform.python!r}"
+                + ("" if path is not None else " (a python transform needs code review: add it as a file in assets/)")
+            )
+    return spec
 
 
 def load_asset(path: Path) -> AssetSpec:
     """Parse and validate one asset YAML file. Raises :class:`SpecError` naming file and field."""
-    doc = _read_yaml(path)
-    try:
-        spec = AssetSpec.model_validate({**doc, "path": path})
-    except ValidationError as err:
-        raise SpecError(_format_error(path, err)) from None
-    if spec.path is not None and spec.path.stem != spec.name:
-        raise SpecError(f"{path}: name: {spec.name!r} must equal the file name {path.stem!r}")
-    if spec.transform.python:
-        module, _, func = spec.transform.python.partition(":")
-        if not func or not (path.parent / module).is_file():
-            raise SpecError(
-                f"{path}: transform.python: expected '<file>.py:<function>' next to the YAML, "
-                f"got {spec.transform.python!r}"
-            )
-    return spec
+    return parse_declaration(Path(path).read_text(), str(path), Path(path))
 
 
 def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
@@ -169,16 +199,16 @@ def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> Non
     for where, cols in named.items():
         for c in cols:
             if c not in fields:
-                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} is not in "
-                                f"{up.name}'s schema ({up.path})")
+                raise SpecError(f"{spec.where}: transform.pattern.{where}: column {c!r} is not in "
+                                f"{up.name}'s schema ({up.where})")
     # The state store keeps a pending event's tie-breakers and collected values as JSON.
     for where, cols in (("order_by", p.order_by), *((f"collect.{k}", [v]) for k, v in p.collect.items())):
         for c in cols:
             if fields[c].type in ("timestamp", "date"):
-                raise SpecError(f"{spec.path}: transform.pattern.{where}: column {c!r} has type "
+                raise SpecError(f"{spec.where}: transform.pattern.{where}: column {c!r} has type "
                                 f"{fields[c].type}; use string, number or boolean columns")
     if fields[p.time_column].type != "timestamp":
-        raise SpecError(f"{spec.path}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
+        raise SpecError(f"{spec.where}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
 
 
 def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
@@ -189,28 +219,28 @@ def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
         for name in mv.tables:
             ch = assets[name].transform.changelog
             if ch is None or ch.mode != "current":
-                raise SpecError(f"{spec.path}: transform.materialized_view.tables: {name!r} is not a current-state "
-                                f"changelog asset (transform.changelog.mode: current) ({assets[name].path})")
+                raise SpecError(f"{spec.where}: transform.materialized_view.tables: {name!r} is not a current-state "
+                                f"changelog asset (transform.changelog.mode: current) ({assets[name].where})")
     if lk is None:
         return
     up = assets[spec.source.asset] if spec.source.asset else None
     stream = up.transform.parse.fields if up is not None and up.transform.parse is not None else None
     for i, t in enumerate(lk.tables):
-        where = f"{spec.path}: transform.lookup.tables.{i}"
+        where = f"{spec.where}: transform.lookup.tables.{i}"
         ch = assets[t.asset].transform.changelog
         want = "history" if t.as_of else "current"
         if ch is None or ch.mode != want:
             raise SpecError(f"{where}.asset: {t.asset!r} must be a changelog asset with mode {want!r}"
                             + (" (as_of looks up the version valid at the event time: an SCD2 history)" if t.as_of
-                               else " (without as_of a row joins the current state)") + f" ({assets[t.asset].path})")
+                               else " (without as_of a row joins the current state)") + f" ({assets[t.asset].where})")
         for c in [*t.keys, *t.columns]:
             if c not in ch.fields:
-                raise SpecError(f"{where}: column {c!r} is not in {t.asset}'s schema ({assets[t.asset].path})")
+                raise SpecError(f"{where}: column {c!r} is not in {t.asset}'s schema ({assets[t.asset].where})")
         if stream is None:
             continue
         for c in [*t.keys, *([t.as_of] if t.as_of else [])]:
             if c not in stream:
-                raise SpecError(f"{where}: column {c!r} is not in {up.name}'s schema ({up.path})")
+                raise SpecError(f"{where}: column {c!r} is not in {up.name}'s schema ({up.where})")
         if t.as_of and stream[t.as_of].type != "timestamp":
             raise SpecError(f"{where}.as_of: {t.as_of!r} must be a timestamp column of {up.name}")
         clash = [o for o in t.columns.values() if o in stream]
@@ -219,10 +249,13 @@ def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
                             "rename them (table column: output column)")
 
 
-def load_catalog(assets_dir: Path) -> Catalog:
-    """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``.
+def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) -> Catalog:
+    """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``, plus the
+    ``declared`` YAML texts (asset name -> text: the active declarations recorded in the
+    warehouse, :func:`kappa.delta.declarations.catalog`), validated together.
 
-    Raises :class:`SpecError` for the first invalid file, a duplicate name, an unknown upstream
+    Raises :class:`SpecError` for the first invalid file or declaration, a name declared twice
+    (naming both sources: ``assets/…yaml`` vs ``declarations:<name>``), an unknown upstream
     asset, an undeclared topic or a cycle.
     """
     assets_dir = Path(assets_dir)
@@ -245,15 +278,20 @@ def load_catalog(assets_dir: Path) -> Catalog:
             continue
         spec = load_asset(path)
         if spec.name in assets:
-            raise SpecError(f"{path}: name: {spec.name!r} is already declared in {assets[spec.name].path}")
+            raise SpecError(f"{path}: name: {spec.name!r} is already declared in {assets[spec.name].where}")
         assets[spec.name] = spec
+    for name, text in sorted((declared or {}).items()):
+        label = declaration_label(name)
+        if name in assets:
+            raise SpecError(f"{label}: name: {name!r} is already declared in {assets[name].where}")
+        assets[name] = parse_declaration(text, label)
     for spec in assets.values():
         for up in spec.upstream:
             if up not in assets:
-                raise SpecError(f"{spec.path}: source.asset: unknown asset {up!r}")
+                raise SpecError(f"{spec.where}: source.asset: unknown asset {up!r}")
         for topic in spec.topics:
             if topic not in topics:
-                raise SpecError(f"{spec.path}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
+                raise SpecError(f"{spec.where}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
     for spec in assets.values():
         _check_pattern_columns(spec, assets)
         _check_table_joins(spec, assets)

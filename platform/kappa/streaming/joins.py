@@ -53,7 +53,7 @@ def join_frame(left: DataFrame, right: DataFrame, spec: AssetSpec) -> DataFrame:
         right = right.withWatermark(j.right.watermark.column, j.right.watermark.delay)
     clash = [c for c in j.right.columns if c in left.columns]
     if clash:
-        raise ValueError(f"{spec.path}: transform.join.right.columns: {clash} are already left columns")
+        raise ValueError(f"{spec.where}: transform.join.right.columns: {clash} are already left columns")
     right_cols = right_columns(spec)
     r = right.select(*right_cols, F.lit(True).alias("_matched")).alias("r")
     l = left.alias("l")

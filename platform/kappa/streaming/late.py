@@ -58,7 +58,8 @@ from pyspark.sql import functions as F
 from kappa.config import Settings
 from kappa.core.storage import delta_rs_options, delta_rs_uri, join, read_text
 from kappa.delta.registry import Registry, Version, late_events_path
-from kappa.spec import AssetSpec, load_catalog
+from kappa.spec import AssetSpec
+from kappa.delta.declarations import catalog as catalog_of
 from kappa.streaming.kinds import kind_of
 
 _log = logging.getLogger(__name__)
@@ -219,7 +220,7 @@ def _inputs(spark: SparkSession, settings: Settings, spec: AssetSpec, version: V
     if wm is None or prev is None or this is None:
         return f"the offsets of batch {batch_id - 1} or {batch_id} are purged from the checkpoint"
     ids = upstream_table_ids(settings, version)
-    catalog = load_catalog(settings.assets_dir)
+    catalog = catalog_of(settings)
     inputs: dict[str, DataFrame] = {}
     for before, after in zip(prev[1], this[1]):
         if "reservoirId" not in after:

@@ -101,7 +101,7 @@ class ViewWriter(MicroBatchWriter):
         schema = self.result(spark.newSession()).schema  # a new session: the views stay there
         missing = [k for k in mv.key if k not in schema.names]
         if missing:
-            raise SpecError(f"{spec.path}: transform.materialized_view.key: {missing} not among the columns "
+            raise SpecError(f"{spec.where}: transform.materialized_view.key: {missing} not among the columns "
                             f"of its sql ({schema.names})")
         ensure_table(spark, version.table_path, schema)
 

@@ -191,11 +191,11 @@ class KubernetesRunner:
         :class:`kappa.runners.base.RunError` when the job ended without recording a result."""
         from kappa.delta.registry import Registry
         from kappa.quality.gate import recorded_gate
-        from kappa.spec import load_catalog
+        from kappa.delta.declarations import catalog as catalog_of, recorded_spec
 
         registry = Registry(self.settings)
-        spec = load_catalog(self.settings.assets_dir)[asset]
         record = registry.version(asset, version)
+        spec = recorded_spec(self.settings, record, catalog_of(self.settings).assets.get(asset))
         before = len([e for e in record.events if e["event"] in ("gate_passed", "gate_failed")])
         name = gate_application_name(asset, version)
         self.apps.delete(name)

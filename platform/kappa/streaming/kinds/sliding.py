@@ -141,7 +141,7 @@ def sliding_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
     keys = list(sl.group_by)
     extra = [c for c in (sl.columns or []) if c not in ("event_id", sl.time_column, *keys)]
     if extra:
-        raise ValueError(f"{spec.path}: transform.sliding.columns: only event_id, the group-by columns and "
+        raise ValueError(f"{spec.where}: transform.sliding.columns: only event_id, the group-by columns and "
                          f"{sl.time_column} can be output (got {extra})")
     # The watermark's column stays in the plan: event-time timers need it.
     inp = df.select(*keys, "event_id", F.col(sl.time_column), F.unix_millis(F.col(sl.time_column)).alias("_t_ms"))
