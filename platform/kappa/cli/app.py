@@ -19,6 +19,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kappa.cli.declarations import declarations_app
 from kappa.cli.demo import demo
 from kappa.cli.ingest import ingest_app
 from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
@@ -42,6 +43,7 @@ for _service in services():
 app.add_typer(ingest_app, name="ingest")
 cdc_app = typer.Typer(help="Change data capture: changes to the operational database.", no_args_is_help=True)
 app.add_typer(cdc_app, name="cdc")
+app.add_typer(declarations_app, name="declarations")  # kappa declarations add|edit|retire|list
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
 app.command("bench")(bench_command)  # kappa bench: throughput and latency
 app.command("demo")(demo)  # kappa demo: the main job
@@ -255,15 +257,16 @@ def dbt_cmd(
 # --- assets, versions, promotion ------------------------------------------------------------------
 @app.command("assets")
 def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
-    """Validate every declaration in assets/ and list the streaming assets."""
+    """Validate every declaration (the files of assets/ and those recorded in the warehouse) and
+    list the streaming assets."""
     from kappa.delta.declarations import catalog as catalog_of
 
     with Guard():
-        settings = catalog_of(load_settings())
+        catalog = catalog_of(load_settings())
         rows = [
             {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
-             "transform": s.transform.kind, "file": str(s.path)}
-            for s in (settings[n] for n in settings.topological())
+             "transform": s.transform.kind, "file": s.where}
+            for s in (catalog[n] for n in catalog.topological())
         ]
         if fmt == StatusFormat.json:
             print(json.dumps(rows))

@@ -1,0 +1,96 @@
+"""``kappa declarations``: add, edit, retire and list the asset declarations recorded in the
+warehouse (:mod:`kappa.lifecycle.declare`); the CLI twins of Dagster's ``add_asset``,
+``edit_asset`` and ``retire_asset`` jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from kappa.cli.output import console
+from kappa.cli.services import StatusFormat
+from kappa.config import load_settings
+from kappa.core.guard import Guard, fail
+
+declarations_app = typer.Typer(
+    help="Asset declarations kept in the warehouse (beside the files of assets/): add, edit, retire, list.",
+    no_args_is_help=True)
+
+_WHO = typer.Option(None, "--who", help="Who makes the change, as recorded (default: the OS user).")
+_REASON = typer.Option("", "--reason", help="Why, as recorded.")
+
+
+def _read(file: Path) -> str:
+    if not file.is_file():
+        fail(f"{file}: no such file")
+    return file.read_text()
+
+
+def _show(change) -> None:
+    for line in change.notes:
+        console.print(line, highlight=False)
+
+
+@declarations_app.command("add")
+def add_cmd(
+    file: Path = typer.Argument(..., help="The asset's YAML (the same fields as a file in assets/)."),
+    apply: bool = typer.Option(False, "--apply", help="Record it as added (default: validate, check the "
+                               "policy and record it as proposed only)."),
+    who: Optional[str] = _WHO, reason: str = _REASON,
+) -> None:
+    """Validate a new asset declaration with the catalog, hold it to the run-time policy, and record it."""
+    from kappa.lifecycle import declare
+
+    with Guard():
+        _show(declare.add(load_settings(), _read(file), apply=apply, who=who, reason=reason))
+
+
+@declarations_app.command("edit")
+def edit_cmd(
+    file: Path = typer.Argument(..., help="The declaration's new YAML (its name says which asset)."),
+    expected_fingerprint: str = typer.Option(..., "--expected-fingerprint", help="The fingerprint of the text "
+                                             "you edited (`kappa declarations list`); a stale edit is refused."),
+    who: Optional[str] = _WHO, reason: str = _REASON,
+) -> None:
+    """Replace an active declaration's text; says when the logic changed (replay to build it)."""
+    from kappa.lifecycle import declare
+
+    with Guard():
+        _show(declare.edit(load_settings(), _read(file), expected_fingerprint, who=who, reason=reason))
+
+
+@declarations_app.command("retire")
+def retire_cmd(name: str, who: Optional[str] = _WHO, reason: str = _REASON) -> None:
+    """Retire an active declaration (refused while assets or dbt models read it); stops its running
+    versions and keeps its tables."""
+    from kappa.lifecycle import declare
+
+    with Guard():
+        _show(declare.retire(load_settings(), name, who=who, reason=reason))
+
+
+@declarations_app.command("list")
+def list_cmd(
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
+    all_events: bool = typer.Option(False, "--all", help="Every event, not only the active declarations."),
+) -> None:
+    """The active declarations (name, fingerprint, event, who, when), or with --all every event."""
+    from kappa.delta.declarations import Declarations
+
+    with Guard():
+        log = Declarations(load_settings())
+        events = log.events()
+        rows = events if all_events else list(log.active(events).values())
+        if fmt == StatusFormat.json:
+            print(json.dumps([r.to_dict() for r in rows]))
+            return
+        table = Table(title="declarations" + (" (every event)" if all_events else " (active)"))
+        for col in ("asset", "event", "fingerprint", "who", "at (UTC)", "reason"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r.asset, r.event, r.fingerprint, r.who, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason)
+        console.print(table)

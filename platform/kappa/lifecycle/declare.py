@@ -1,0 +1,190 @@
+"""Adding, editing and retiring assets at run time: ``kappa declarations`` and Dagster's
+``add_asset``/``edit_asset``/``retire_asset`` jobs, one implementation for both front ends.
+
+A run-time declaration is YAML text, not a file in the image. It is
+
+1. **validated** like a file (the same models; errors name ``declarations:<name>`` and the field)
+   *together with* the catalog it would join (:func:`kappa.delta.declarations.catalog`: a name
+   already declared, an unknown upstream, an undeclared topic or a cycle is refused);
+2. held to the run-time **policy** (:func:`kappa.streaming.policy.check_runtime_declaration`:
+   ``sql`` is one ``SELECT … FROM input`` parsed by Spark, ``python`` needs code review, resources
+   stay within the caps); a refusal names its rule;
+3. **recorded** in the declarations log (``proposed`` when only checked, ``added``/``edited``/
+   ``retired`` when applied). Versions created afterwards record the text they run
+   (:func:`kappa.delta.declarations.provenance`).
+
+An edit names the fingerprint it was made from (``expected_fingerprint``): a stale edit, made over
+text someone changed since, is refused (optimistic concurrency). An edit that changes the logic
+(:meth:`kappa.spec.AssetSpec.fingerprint`) does not touch the running version, which keeps the text
+it recorded: a replay builds the new logic into a new version. Retiring is refused while another
+asset or a dbt model reads the asset; it stops the asset's running versions and keeps its tables.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kappa.config import Settings
+from kappa.delta.declarations import Declaration, DeclarationError, Declarations, catalog, text_fingerprint
+from kappa.delta.registry import Registry
+from kappa.spec import AssetSpec, Catalog, SpecError, declaration_label, parse_declaration
+
+if TYPE_CHECKING:
+    from kappa.runners.base import Runner
+
+
+def default_who() -> str:
+    """Who a change is recorded as when nobody says: the operating-system user."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in a container without an /etc/passwd entry
+        return "unknown"
+
+
+@dataclass
+class DeclarationChange:
+    """What :func:`add`, :func:`edit` or :func:`retire` did: the recorded event (None when only
+    checked and nothing was recorded), the validated spec (None for a retirement), whether the
+    logic changed (an edit), and the lines a front end shows."""
+
+    asset: str
+    event: str
+    recorded: Declaration | None
+    spec: AssetSpec | None
+    fingerprint: str
+    logic_changed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary."""
+        return {"asset": self.asset, "event": self.event, "fingerprint": self.fingerprint,
+                "logic_changed": self.logic_changed, "notes": self.notes,
+                "recorded": self.recorded.to_dict() if self.recorded else None}
+
+
+def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple[AssetSpec, Catalog]:
+    """Parse ``text`` and validate it with the catalog it would join (replacing the active
+    declaration of the same name when ``replacing``). Returns the spec and the candidate catalog.
+    Raises :class:`SpecError` naming ``declarations:<name>`` and the field, or
+    :class:`DeclarationError` for an add of a name already declared (or an edit of one that is not)."""
+    spec = parse_declaration(text)
+    active = {n: d.yaml for n, d in Declarations(settings).active().items()}
+    label = declaration_label(spec.name)
+    if replacing and spec.name not in active:
+        files = catalog(settings, declared={})
+        where = files.assets[spec.name].where if spec.name in files.assets else None
+        raise DeclarationError(f"{label}: name: {spec.name!r} is not an active declaration"
+                               + (f" (it is declared in {where}: edit the file)" if where else
+                                  " (add it with `kappa declarations add`)"))
+    if not replacing and spec.name in active:
+        raise DeclarationError(f"{label}: name: {spec.name!r} is already declared in {label}; "
+                               "change it with `kappa declarations edit` (or Dagster's edit_asset)")
+    candidate = catalog(settings, declared={**active, spec.name: text})
+    return candidate[spec.name], candidate
+
+
+def check_policy(settings: Settings, spec: AssetSpec, spark=None) -> None:
+    """Hold ``spec`` to the run-time policy (:mod:`kappa.streaming.policy`), parsing its SQL with
+    Spark (``spark``, or this process's session). Raises its ``PolicyError`` naming the rule."""
+    from kappa.streaming.policy import check_runtime_declaration
+    from kappa.streaming.session import spark_session
+
+    check_runtime_declaration(spark or spark_session(settings), spec)
+
+
+def add(settings: Settings, text: str, *, apply: bool = False, who: str | None = None, reason: str = "",
+        run_id: str | None = None, spark=None) -> DeclarationChange:
+    """Validate ``text`` as a new asset (:func:`validate`, :func:`check_policy`); record it as
+    ``added`` when ``apply``, else as ``proposed``. Raises :class:`SpecError`,
+    :class:`DeclarationError` or the policy's error; nothing is recorded then."""
+    spec, _ = validate(settings, text)
+    check_policy(settings, spec, spark)
+    event = "added" if apply else "proposed"
+    rec = Declarations(settings).record(spec.name, event, text, who=who or default_who(), reason=reason,
+                                        run_id=run_id)
+    notes = ([f"{spec.name} added as {declaration_label(spec.name)} (fingerprint {rec.fingerprint}); "
+              f"run it with `kappa run {spec.name}` or materialize it in Dagster"] if apply else
+             [f"{spec.name} is valid and within policy (fingerprint {rec.fingerprint}); recorded as proposed, "
+              "not applied: add --apply (Dagster: apply: true) to add it"])
+    return DeclarationChange(spec.name, event, rec, spec, rec.fingerprint, notes=notes)
+
+
+def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: bool = True, who: str | None = None,
+         reason: str = "", run_id: str | None = None, spark=None) -> DeclarationChange:
+    """Replace an active declaration's text. Refused (:class:`DeclarationError`) when
+    ``expected_fingerprint`` is not the active text's fingerprint (a stale edit) or the text is
+    unchanged; validated and held to policy as :func:`add`. ``apply`` False checks only (nothing is
+    recorded). The change says whether the logic changed (a replay is then needed)."""
+    name = parse_declaration(text).name
+    current = Declarations(settings).active().get(name)
+    spec, _ = validate(settings, text, replacing=True)
+    assert current is not None
+    label = declaration_label(name)
+    if expected_fingerprint != current.fingerprint:
+        raise DeclarationError(
+            f"{label}: stale edit: the declaration is at fingerprint {current.fingerprint} ({current.event} by "
+            f"{current.who} at {current.at:%Y-%m-%d %H:%M:%S} UTC), not {expected_fingerprint}; start again from "
+            f"the current text (`kappa declarations list --format json`)")
+    fingerprint = text_fingerprint(text)
+    if fingerprint == current.fingerprint:
+        raise DeclarationError(f"{label}: the text is unchanged (fingerprint {fingerprint}); nothing to edit")
+    check_policy(settings, spec, spark)
+    logic_changed = parse_declaration(current.yaml).fingerprint() != spec.fingerprint()
+    rec = None
+    if apply:
+        rec = Declarations(settings).record(name, "edited", text, who=who or default_who(), reason=reason,
+                                            run_id=run_id, replaces=current.fingerprint)
+    notes = [f"{name}: {current.fingerprint} -> {fingerprint}" + ("" if apply else " (checked, not applied)")]
+    if logic_changed:
+        notes.append(f"the logic of {name} changed: its running version keeps the declaration it recorded; "
+                     f"replay it into a new version to build the new logic: `kappa replay {name}`")
+    return DeclarationChange(name, "edited" if apply else "checked", rec, spec, fingerprint, logic_changed, notes)
+
+
+def dbt_readers(settings: Settings, asset: str) -> list[str]:
+    """The dbt models whose SQL reads ``asset`` (``{{ source('kappa', '<asset>') }}``), by file stem."""
+    models = settings.project_dir / "dbt" / "models"
+    pattern = re.compile(r"source\(\s*['\"]kappa['\"]\s*,\s*['\"]" + re.escape(asset) + r"['\"]\s*\)")
+    return sorted(p.stem for p in models.rglob("*.sql") if pattern.search(p.read_text())) if models.is_dir() else []
+
+
+def retire(settings: Settings, name: str, *, who: str | None = None, reason: str = "", run_id: str | None = None,
+           runner: "Runner | None" = None) -> DeclarationChange:
+    """Retire active declaration ``name``: refused (:class:`DeclarationError`) while another asset or
+    a dbt model reads it, or when it is declared by a file (remove the file instead); stops its
+    running versions on ``runner`` (default: :func:`kappa.runners.pick_runner`) and records
+    ``retired``. Its tables and registry history are kept."""
+    label = declaration_label(name)
+    current = Declarations(settings).active().get(name)
+    full = catalog(settings)
+    if current is None:
+        where = full.assets[name].where if name in full.assets else None
+        raise DeclarationError(f"{label}: no active declaration named {name!r}"
+                               + (f"; it is declared in {where}: remove the file to retire it" if where else ""))
+    readers = full.downstream(name)
+    direct = [n for n in readers if name in full[n].upstream]
+    models = dbt_readers(settings, name)
+    if direct or models:
+        raise DeclarationError(f"{label}: cannot retire {name}: "
+                               + "; ".join(([f"assets {direct} read it"] if direct else [])
+                                           + ([f"dbt models {models} read it"] if models else []))
+                               + "; retire or change them first")
+    registry = Registry(settings)
+    versions = registry.versions(name)
+    running = [v for v in versions if v.state == "running"]
+    if running:
+        from kappa.runners import pick_runner
+
+        runner = runner or pick_runner(settings)
+        for v in running:
+            runner.stop(name, v.version)
+            registry.record(name, v.version, "stopped", reason=f"retired: {reason}".rstrip(": "))
+    rec = Declarations(settings).record(name, "retired", "", who=who or default_who(), reason=reason,
+                                        run_id=run_id, replaces=current.fingerprint)
+    notes = [f"{name} retired ({label}); stopped: {', '.join(v.name for v in running) or 'nothing was running'}"]
+    if versions:
+        notes.append("its tables are kept: " + ", ".join(f"{v.name} at {v.table_path}" for v in versions))
+    return DeclarationChange(name, "retired", rec, None, current.fingerprint, notes=notes)
