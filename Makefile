@@ -84,7 +84,7 @@ dagster: install
 	$(BIN)/python -c "from kappa.config import load_settings; from kappa.kafka.broker import ensure_running; print('broker up at', ensure_running(load_settings()).bootstrap_servers)"
 	mkdir -p $(DAGSTER_HOME)
 	[ -f $(DAGSTER_HOME)/dagster.yaml ] || cp platform/kappa/dagster/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -h 127.0.0.1 -p $(DAGSTER_PORT)
+	DAGSTER_HOME=$(DAGSTER_HOME) KAPPA_DAGSTER_URL=http://127.0.0.1:$(DAGSTER_PORT) $(BIN)/dagster dev -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 # Kubernetes tools, schemas and strict offline validation (targets tools, k8s-validate,
 # k8s-manifests, helm-catalog); `make test` runs k8s-validate first.

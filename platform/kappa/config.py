@@ -246,6 +246,11 @@ class Settings(BaseSettings):
     serve_user: str | None = None
     serve_password: str | None = None
 
+    #: ``KAPPA_DAGSTER_URL``: the Dagster webserver that ``add_asset``, ``edit_asset`` and
+    #: ``retire_asset`` ask to reload the code location ``dagster_location`` (``make dagster``'s).
+    dagster_url: str = "http://127.0.0.1:3000"
+    dagster_location: str = "kappa"
+
     #: S3-compatible endpoint of the object store (MinIO, Ceph…); None = AWS S3's own endpoint.
     s3_endpoint: str | None = None
     #: Path-style bucket addressing (most S3-compatible stores need it).

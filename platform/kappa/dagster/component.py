@@ -40,7 +40,6 @@ The same as a ``defs.yaml`` in a dg project's defs folder::
 """
 
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +49,8 @@ from kappa.config import load_settings
 from kappa.dagster import execution
 from kappa.dagster.execution import StreamingRunConfig
 from kappa.dagster.advance import build_advance_job, build_advance_sensor
+from kappa.dagster.rules import check_dagster_rules, declared_checks
+from kappa.dagster.declare import build_add_asset_job, build_edit_asset_job, build_retire_asset_job
 from kappa.dagster.maintain import build_maintain_job, build_maintain_schedule
 from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
 from kappa.dagster.replay import build_replay_job
@@ -63,7 +64,6 @@ __all__ = ["HEALTH_CHECK", "REPLAY_JOB", "SENSOR_NAME", "RunMode", "StreamingAss
            "topic_key"]
 
 # Dagster accepts an owner that is an email address or "team:<name>" (AssetSpec docs, "owners").
-_OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.\-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 _SPARK_TYPES = {"string": "string", "int": "int", "long": "bigint", "double": "double", "boolean": "boolean",
                 "timestamp": "timestamp", "date": "date"}
 
@@ -99,30 +99,17 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         # declarations:<name>) and the field; let it propagate unchanged.
         self._catalog: Catalog = catalog_of(settings.model_copy(update={"assets_dir": self._assets_path}))
         for spec in self._catalog:
-            if spec.owner is not None and not _OWNER_RE.match(spec.owner):
-                raise SpecError(f"{spec.where}: owner: {spec.owner!r} must be an email address or 'team:<name>'")
+            check_dagster_rules(spec)
         unknown = sorted(set(self.continuous) - set(self._catalog.assets))
         if unknown:
             raise SpecError(f"{self.__class__.__name__}: continuous: unknown assets {unknown} "
                             f"(known: {', '.join(sorted(self._catalog.assets))})")
         if self.stall_after_s <= 0 or self.sensor_interval_s <= 0:
             raise SpecError(f"{self.__class__.__name__}: stall_after_s and sensor_interval_s must be > 0")
-        self._check_names = {spec.name: self._declared_checks(spec) for spec in self._catalog}
+        self._check_names = {spec.name: declared_checks(spec) for spec in self._catalog}
         self._options = LoadOptions(assets_path=self._assets_path, continuous=tuple(self.continuous),
                                     stall_after_s=self.stall_after_s, sensor_interval_s=self.sensor_interval_s,
                                     maintain_cron=self.maintain_cron)
-
-    @staticmethod
-    def _declared_checks(spec: AssetSpec) -> list[str]:
-        from kappa.quality.gate import check_names
-
-        names = list(check_names(spec))
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise SpecError(f"{spec.where}: expectations: check names must be unique, repeated: {dupes}")
-        if HEALTH_CHECK in names:
-            raise SpecError(f"{spec.where}: expectations: {HEALTH_CHECK!r} is reserved for the query sensor")
-        return names
 
     # -- what was loaded ---------------------------------------------------------------------------
     @property
@@ -156,7 +143,9 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
             asset_checks=build_health_checks(self._catalog, self._options, specs),
             sensors=[build_sensor(self._catalog, self._options), build_advance_sensor(advance_job, self._options)],
-            jobs=[build_replay_job(self._catalog, self._options), maintain_job, advance_job],
+            jobs=[build_replay_job(self._catalog, self._options), maintain_job, advance_job,
+                  build_add_asset_job(self._options), build_edit_asset_job(self._options),
+                  build_retire_asset_job(self._options)],
             schedules=[build_maintain_schedule(maintain_job, self._options)],
         )
 
@@ -251,3 +240,4 @@ def _check_description(name: str) -> str:
                        "aggregate differences); blocks only if the asset says so.",
     }
     return known.get(name, f"Great Expectations expectation {name} on the version's Delta table.")
+

@@ -17,6 +17,9 @@ MAINTAIN_JOB = "maintain"
 MAINTAIN_SCHEDULE = "kappa_maintain"
 ADVANCE_JOB = "advance"
 ADVANCE_SENSOR = "kappa_advance"
+ADD_ASSET_JOB = "add_asset"
+EDIT_ASSET_JOB = "edit_asset"
+RETIRE_ASSET_JOB = "retire_asset"
 
 
 class RunMode(str, Enum):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from kappa.config import Settings
 from kappa.delta.declarations import Declaration, DeclarationError, Declarations, catalog, text_fingerprint
 from kappa.delta.registry import Registry
-from kappa.spec import AssetSpec, Catalog, SpecError, declaration_label, parse_declaration
+from kappa.spec import AssetSpec, Catalog, declaration_label, parse_declaration
 
 if TYPE_CHECKING:
     from kappa.runners.base import Runner

@@ -1,0 +1,280 @@
+"""The ``add_asset``, ``edit_asset`` and ``retire_asset`` jobs: data engineers add, edit and retire
+streaming assets from the Dagster UI (Jobs -> add_asset -> Launchpad). Each calls the same library
+functions as its CLI twin (``kappa declarations add|edit|retire``, :mod:`kappa.lifecycle.declare`):
+
+.. code-block:: yaml
+
+    ops:
+      validate_declaration:   # the one step that takes config; the others take it from here
+        config:
+          declaration: |        # the asset's YAML, the same fields as a file in assets/
+            name: late_departures
+            layer: gold
+            source: {asset: flights}
+            transform:
+              sql: SELECT event_id, dep_delay / 60.0 AS delay_hours FROM input WHERE dep_delay > 60
+          apply: false          # true: record it and reload the code location
+          who: ana@example.com  # Dagster OSS has no login: who makes the change, as recorded
+          reason: ""
+
+Steps of ``add_asset`` (``edit_asset`` the same, with ``expected_fingerprint``):
+
+1. ``validate_declaration`` — the same validation as a file, with the catalog it would join, plus
+   the Dagster rules of the code location (owner, check names) and the run-time policy
+   (:mod:`kappa.streaming.policy`). A bad declaration fails the step with the message naming
+   ``declarations:<name>`` and the field, or the policy's rule. Metadata: the fingerprints, the
+   kind, what it reads, its checks.
+2. ``record_declaration`` — ``proposed`` without ``apply``, else ``added`` (``edited``), in the
+   declarations log (:mod:`kappa.delta.declarations`).
+3. ``reload_code_location`` — only with ``apply``: asks the webserver (``KAPPA_DAGSTER_URL``) to
+   reload the code location (``DagsterGraphQLClient.reload_repository_location``), then waits until
+   the asset key is in the workspace; a location that fails to load fails the step with its error,
+   and the declaration is withdrawn (a ``retired`` event) so the location loads again.
+
+``retire_asset`` (config ``asset``, ``who``, ``reason``) retires a declaration, refused while another
+asset or a dbt model reads it, stops its running versions, keeps its tables, and reloads.
+"""
+
+
+import json
+import time
+import urllib.error
+import urllib.request
+from urllib.parse import urlparse
+
+import dagster as dg
+from pydantic import Field
+
+from kappa.config import Settings
+from kappa.dagster.rules import check_dagster_rules
+from kappa.dagster.names import ADD_ASSET_JOB, EDIT_ASSET_JOB, RETIRE_ASSET_JOB, LoadOptions
+from kappa.errors import KappaError
+
+#: Declaration changes from Dagster run one at a time: each validates against the catalog, then records.
+POOL = "kappa_declarations"
+
+
+class DeclarationConfig(dg.Config):
+    """Run config of ``add_asset`` (``kappa declarations add FILE [--apply]``)."""
+
+    declaration: str = Field(description="The asset's YAML: the same fields as a file in assets/ "
+                             "(name, layer, source, transform, watermark, expectations, ...).")
+    apply: bool = Field(False, description="Record it and reload the code location (false: validate, check the "
+                        "policy and record it as proposed only).")
+    who: str = Field("", description="Who makes the change, as recorded (Dagster OSS has no login).")
+    reason: str = Field("", description="Why, as recorded.")
+
+
+class EditConfig(DeclarationConfig):
+    """Run config of ``edit_asset`` (``kappa declarations edit FILE --expected-fingerprint F``)."""
+
+    expected_fingerprint: str = Field(description="The fingerprint of the text you edited (`kappa declarations "
+                                      "list`); an edit over text someone changed since is refused.")
+
+
+class RetireConfig(dg.Config):
+    """Run config of ``retire_asset`` (``kappa declarations retire NAME``)."""
+
+    asset: str = Field(description="The declaration to retire (refused while assets or dbt models read it).")
+    who: str = Field("", description="Who retires it, as recorded (Dagster OSS has no login).")
+    reason: str = Field("", description="Why, as recorded.")
+
+
+def _fail(exc: KappaError) -> dg.Failure:
+    return dg.Failure(description=str(exc))
+
+
+def _settings(context, options: LoadOptions) -> Settings:
+    return context.resources.kappa.settings(assets_dir=str(options.assets_path))
+
+
+def _who(config, context) -> str:
+    return config.who or context.run.tags.get("dagster/user", "") or "dagster"
+
+
+# -- the reload ------------------------------------------------------------------------------------
+def _graphql(url: str, query: str, timeout: float = 30) -> dict:
+    req = urllib.request.Request(f"{url.rstrip('/')}/graphql", data=json.dumps({"query": query}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def asset_in_workspace(url: str, asset: str) -> bool:
+    """Whether the webserver at ``url`` serves asset key ``[asset]`` (GraphQL ``assetNodeOrError``)."""
+    answer = _graphql(url, '{ assetNodeOrError(assetKey: {path: [%s]}) { __typename } }' % json.dumps(asset))
+    return answer.get("data", {}).get("assetNodeOrError", {}).get("__typename") == "AssetNode"
+
+
+def reload_location(settings: Settings, asset: str, present: bool, timeout_s: float = 120.0) -> float:
+    """Reload the code location ``settings.dagster_location`` through the webserver at
+    ``settings.dagster_url`` and wait until asset ``asset`` is ``present`` in the workspace (or gone).
+    Returns the seconds it took. Raises :class:`ReloadError` with the location's error when it fails
+    to load, or when the asset does not appear within ``timeout_s``."""
+    from dagster_graphql import DagsterGraphQLClient, DagsterGraphQLClientError, ReloadRepositoryLocationStatus
+
+    start = time.monotonic()
+    url = urlparse(settings.dagster_url)
+    client = DagsterGraphQLClient(url.hostname or "127.0.0.1", port_number=url.port, use_https=url.scheme == "https",
+                                  path_prefix=url.path.rstrip("/"))
+    try:
+        info = client.reload_repository_location(settings.dagster_location)
+    except (DagsterGraphQLClientError, OSError) as exc:
+        raise ReloadError(f"could not reload code location {settings.dagster_location!r} at {settings.dagster_url}: "
+                          f"{exc}") from None
+    if info.status != ReloadRepositoryLocationStatus.SUCCESS:
+        raise ReloadError(f"code location {settings.dagster_location!r} failed to load: {info.message}")
+    while asset_in_workspace(settings.dagster_url, asset) != present:
+        if time.monotonic() - start > timeout_s:
+            raise ReloadError(f"asset {asset!r} is {'not yet' if present else 'still'} in the workspace "
+                              f"{timeout_s:.0f} s after reloading {settings.dagster_location!r}")
+        time.sleep(1.0)
+    return time.monotonic() - start
+
+
+class ReloadError(KappaError, RuntimeError):
+    """The code location did not reload with the change (its load error), or the asset did not show."""
+
+
+# -- jobs ------------------------------------------------------------------------------------------
+def _validate_op(options: LoadOptions, editing: bool):
+    @dg.op(name="validate_declaration", required_resource_keys={"kappa"}, tags={"kind": "spark"}, pool=POOL,
+           out={"checked": dg.Out(dict)})
+    def validate_declaration(context: dg.OpExecutionContext, config: EditConfig if editing else DeclarationConfig):
+        """Validate the declaration with the catalog it would join, the code location's rules and
+        the run-time policy (Spark parses its SQL)."""
+        from kappa.delta.declarations import text_fingerprint
+        from kappa.lifecycle import declare
+
+        settings = _settings(context, options)
+        started = time.monotonic()
+        try:
+            spec, _ = declare.validate(settings, config.declaration, replacing=editing)
+            check_dagster_rules(spec)
+            declare.check_policy(settings, spec, context.resources.kappa.spark(settings))
+        except KappaError as exc:
+            raise _fail(exc) from exc
+        seconds = time.monotonic() - started
+        context.log.info(f"{spec.where}: valid and within policy ({seconds:.1f} s)")
+        # The next steps take the launchpad's config from here: it is given once, to this step.
+        checked = {**config.model_dump(), "asset": spec.name, "fingerprint": text_fingerprint(config.declaration)}
+        yield dg.Output(checked, "checked", metadata={
+            "asset": spec.name, "kind": spec.transform.kind, "layer": spec.layer,
+            "reads": ", ".join(spec.topics or spec.upstream),
+            "fingerprint": checked["fingerprint"], "logic_fingerprint": spec.fingerprint(),
+            "checks": ", ".join(next(iter(e)) for e in spec.expectations) or "none declared",
+            "seconds": round(seconds, 2),
+        })
+
+    return validate_declaration
+
+
+def _record_op(options: LoadOptions, editing: bool):
+    @dg.op(name="record_declaration", required_resource_keys={"kappa"}, tags={"kind": "delta"}, pool=POOL,
+           out={"applied": dg.Out(dict, is_required=False)})
+    def record_declaration(context: dg.OpExecutionContext, checked: dict):
+        """Record the declaration: ``proposed`` without ``apply``, else ``added`` (``edited``)."""
+        from kappa.lifecycle import declare
+
+        config = (EditConfig if editing else DeclarationConfig)(
+            **{k: v for k, v in checked.items() if k not in ("asset", "fingerprint")})
+        settings = _settings(context, options)
+        try:
+            if editing:
+                change = declare.edit(settings, config.declaration, config.expected_fingerprint, apply=config.apply,
+                                      who=_who(config, context), reason=config.reason, run_id=context.run_id,
+                                      spark=context.resources.kappa.spark(settings))
+            else:
+                change = declare.add(settings, config.declaration, apply=config.apply, who=_who(config, context),
+                                     reason=config.reason, run_id=context.run_id,
+                                     spark=context.resources.kappa.spark(settings))
+        except KappaError as exc:
+            raise _fail(exc) from exc
+        for line in change.notes:
+            context.log.info(line)
+        if config.apply:
+            yield dg.Output({"asset": change.asset, "fingerprint": change.fingerprint, "event": change.event},
+                            "applied", metadata={
+                "event": change.event, "fingerprint": change.fingerprint, "logic_changed": change.logic_changed,
+                "notes": "\n".join(change.notes)})
+
+    return record_declaration
+
+
+def _reload_op(options: LoadOptions):
+    @dg.op(name="reload_code_location", required_resource_keys={"kappa"}, pool=POOL)
+    def reload_code_location(context: dg.OpExecutionContext, applied: dict) -> dict:
+        """Reload the code location and wait until the asset is (or, retired, is no longer) in the
+        workspace; on a load error, withdraw the change so the location loads again."""
+        from kappa.lifecycle import declare
+
+        settings = _settings(context, options)
+        present = applied["event"] != "retired"
+        try:
+            seconds = reload_location(settings, applied["asset"], present)
+        except ReloadError as exc:
+            if present and applied["event"] == "added":
+                declare.Declarations(settings).record(applied["asset"], "retired", "", who="dagster",
+                                                      reason=f"withdrawn: the code location failed to load: {exc}",
+                                                      run_id=context.run_id, replaces=applied["fingerprint"])
+                reload_location(settings, applied["asset"], False)
+            raise _fail(exc) from exc
+        context.log.info(f"code location {settings.dagster_location!r} reloaded in {seconds:.1f} s: "
+                         f"{applied['asset']} is {'in' if present else 'gone from'} the workspace")
+        return {**applied, "reload_s": round(seconds, 2)}
+
+    return reload_code_location
+
+
+def build_add_asset_job(options: LoadOptions) -> dg.JobDefinition:
+    """``add_asset`` (module docstring)."""
+    validate, record, reload = _validate_op(options, False), _record_op(options, False), _reload_op(options)
+
+    @dg.job(name=ADD_ASSET_JOB, tags={"kappa/kind": "declarations"},
+            description="Add a streaming asset from its YAML: validate, check the policy, record, reload "
+                        "(kappa declarations add).")
+    def add_asset():
+        reload(record(validate()))
+
+    return add_asset
+
+
+def build_edit_asset_job(options: LoadOptions) -> dg.JobDefinition:
+    """``edit_asset``: ``add_asset`` over an active declaration, refusing a stale ``expected_fingerprint``."""
+    validate, record, reload = _validate_op(options, True), _record_op(options, True), _reload_op(options)
+
+    @dg.job(name=EDIT_ASSET_JOB, tags={"kappa/kind": "declarations"},
+            description="Edit a declared streaming asset (kappa declarations edit): a stale edit is refused; a "
+                        "change of logic needs a replay.")
+    def edit_asset():
+        reload(record(validate()))
+
+    return edit_asset
+
+
+def build_retire_asset_job(options: LoadOptions) -> dg.JobDefinition:
+    """``retire_asset`` (module docstring)."""
+    reload = _reload_op(options)
+
+    @dg.op(name="retire_declaration", required_resource_keys={"kappa"}, pool=POOL, out={"applied": dg.Out(dict)})
+    def retire_declaration(context: dg.OpExecutionContext, config: RetireConfig) -> dict:
+        """Retire the declaration: refused while assets or dbt models read it; stops its running
+        versions; keeps its tables."""
+        from kappa.lifecycle import declare
+
+        settings = _settings(context, options)
+        try:
+            change = declare.retire(settings, config.asset, who=_who(config, context), reason=config.reason,
+                                    run_id=context.run_id, runner=context.resources.kappa.build_runner(settings))
+        except KappaError as exc:
+            raise _fail(exc) from exc
+        for line in change.notes:
+            context.log.info(line)
+        return {"asset": config.asset, "event": "retired", "fingerprint": change.fingerprint}
+
+    @dg.job(name=RETIRE_ASSET_JOB, tags={"kappa/kind": "declarations"},
+            description="Retire a declared streaming asset (kappa declarations retire); its tables are kept.")
+    def retire_asset():
+        reload(retire_declaration())
+
+    return retire_asset
