@@ -31,6 +31,19 @@ def _read(file: Path) -> str:
 
 
 def _show(change) -> None:
+    a = change.analysis
+    if a is not None:
+        table = Table(title=f"{a.asset} on a sample of " + ", ".join(f"{s['version']} ({s['rows']:,} rows)"
+                                                                  for s in a.sample.values())
+                      + f": {a.row_count:,} rows out, {a.seconds:.1f} s")
+        for col in a.schema:
+            table.add_column(f"{col}\n{a.schema[col]}")
+        for r in a.rows:
+            table.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in a.schema))
+        console.print(table)
+        for c in a.checks:
+            verdict = "[green]passed[/]" if c["passed"] else ("[red]FAILED[/]" if c["evaluated"] else "not evaluated")
+            console.print(f"  on the sample: {c['name']}: {verdict} (observed {c['observed']})", highlight=False)
     for line in change.notes:
         console.print(line, highlight=False)
 
@@ -42,11 +55,12 @@ def add_cmd(
                                "policy and record it as proposed only)."),
     who: Optional[str] = _WHO, reason: str = _REASON,
 ) -> None:
-    """Validate a new asset declaration with the catalog, hold it to the run-time policy, and record it."""
+    """Validate a new asset declaration with the catalog, hold it to the run-time policy, run it on a
+    sample of its upstreams (schema, rows, checks), and record it."""
     from kappa.lifecycle import declare
 
     with Guard():
-        _show(declare.add(load_settings(), _read(file), apply=apply, who=who, reason=reason))
+        _show(declare.add(load_settings(), _read(file), apply=apply, who=who, reason=reason, sample=True))
 
 
 @declarations_app.command("edit")
@@ -60,7 +74,7 @@ def edit_cmd(
     from kappa.lifecycle import declare
 
     with Guard():
-        _show(declare.edit(load_settings(), _read(file), expected_fingerprint, who=who, reason=reason))
+        _show(declare.edit(load_settings(), _read(file), expected_fingerprint, who=who, reason=reason, sample=True))
 
 
 @declarations_app.command("retire")

@@ -24,9 +24,14 @@ Steps of ``add_asset`` (``edit_asset`` the same, with ``expected_fingerprint``):
    (:mod:`kappa.streaming.policy`). A bad declaration fails the step with the message naming
    ``declarations:<name>`` and the field, or the policy's rule. Metadata: the fingerprints, the
    kind, what it reads, its checks.
-2. ``record_declaration`` — ``proposed`` without ``apply``, else ``added`` (``edited``), in the
+2. ``analyze_declaration`` — Spark runs the declaration's query, available-now, on a bounded
+   sample of its upstreams' promoted tables in a scratch location
+   (:func:`kappa.lifecycle.declare.analyze`); metadata: the output schema, sample rows, and the
+   gate's checks on the sample (expectations, quarantine rate, late rows). A query that does not
+   resolve fails the step with Spark's message.
+3. ``record_declaration`` — ``proposed`` without ``apply``, else ``added`` (``edited``), in the
    declarations log (:mod:`kappa.delta.declarations`).
-3. ``reload_code_location`` — only with ``apply``: asks the webserver (``KAPPA_DAGSTER_URL``) to
+4. ``reload_code_location`` — only with ``apply``: asks the webserver (``KAPPA_DAGSTER_URL``) to
    reload the code location (``DagsterGraphQLClient.reload_repository_location``), then waits until
    the asset key is in the workspace; a location that fails to load fails the step with its error,
    and the declaration is withdrawn (a ``retired`` event) so the location loads again.
@@ -169,15 +174,60 @@ def _validate_op(options: LoadOptions, editing: bool):
     return validate_declaration
 
 
+def _analyze_op(options: LoadOptions):
+    @dg.op(name="analyze_declaration", required_resource_keys={"kappa"}, tags={"kind": "spark"}, pool=POOL,
+           out={"analyzed": dg.Out(dict)})
+    def analyze_declaration(context: dg.OpExecutionContext, checked: dict):
+        """Run the declaration's query available-now on a bounded sample of its upstreams in a
+        scratch location: output schema, sample rows, and the gate's checks on the sample."""
+        from kappa.lifecycle import declare
+        from kappa.spec import parse_declaration
+
+        settings = _settings(context, options)
+        spec = parse_declaration(checked["declaration"])
+        try:
+            analysis = declare.analyze(settings, spec, context.resources.kappa.spark(settings))
+        except declare.DeclarationError as exc:  # reads a topic directly: nothing to sample here
+            context.log.warning(str(exc))
+            yield dg.Output(checked, "analyzed", metadata={"analysis": "not evaluated: " + str(exc)})
+            return
+        except KappaError as exc:
+            raise _fail(exc) from exc
+        for c in analysis.checks:
+            verdict = "passed" if c["passed"] else ("FAILED" if c["evaluated"] else "not evaluated")
+            (context.log.info if c["passed"] or not c["blocking"] else context.log.warning)(
+                f"on the sample: {c['name']}: {verdict} (observed {c['observed']})")
+        yield dg.Output(checked, "analyzed", metadata={
+            "schema": dg.TableSchema(columns=[dg.TableColumn(n, t) for n, t in analysis.schema.items()]),
+            "sample_rows": dg.MetadataValue.md(_markdown(analysis.rows, list(analysis.schema))),
+            "rows_from_sample": analysis.row_count,
+            "sample": dg.MetadataValue.json(analysis.sample),
+            "checks_on_sample": dg.MetadataValue.json(analysis.checks),
+            "checks_passed": analysis.passed,
+            "seconds": round(analysis.seconds, 2),
+        })
+
+    return analyze_declaration
+
+
+def _markdown(rows: list[dict], columns: list[str]) -> str:
+    """``rows`` as a Markdown table (the step's ``sample_rows``)."""
+    def cell(v: object) -> str:
+        return "" if v is None else str(v).replace("|", "\\|")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) if rows else "(the sample produced no rows)"
+
+
 def _record_op(options: LoadOptions, editing: bool):
     @dg.op(name="record_declaration", required_resource_keys={"kappa"}, tags={"kind": "delta"}, pool=POOL,
            out={"applied": dg.Out(dict, is_required=False)})
-    def record_declaration(context: dg.OpExecutionContext, checked: dict):
+    def record_declaration(context: dg.OpExecutionContext, analyzed: dict):
         """Record the declaration: ``proposed`` without ``apply``, else ``added`` (``edited``)."""
         from kappa.lifecycle import declare
 
         config = (EditConfig if editing else DeclarationConfig)(
-            **{k: v for k, v in checked.items() if k not in ("asset", "fingerprint")})
+            **{k: v for k, v in analyzed.items() if k not in ("asset", "fingerprint")})
         settings = _settings(context, options)
         try:
             if editing:
@@ -228,26 +278,28 @@ def _reload_op(options: LoadOptions):
 
 def build_add_asset_job(options: LoadOptions) -> dg.JobDefinition:
     """``add_asset`` (module docstring)."""
-    validate, record, reload = _validate_op(options, False), _record_op(options, False), _reload_op(options)
+    validate, analyze, record = _validate_op(options, False), _analyze_op(options), _record_op(options, False)
+    reload = _reload_op(options)
 
     @dg.job(name=ADD_ASSET_JOB, tags={"kappa/kind": "declarations"},
             description="Add a streaming asset from its YAML: validate, check the policy, record, reload "
                         "(kappa declarations add).")
     def add_asset():
-        reload(record(validate()))
+        reload(record(analyze(validate())))
 
     return add_asset
 
 
 def build_edit_asset_job(options: LoadOptions) -> dg.JobDefinition:
     """``edit_asset``: ``add_asset`` over an active declaration, refusing a stale ``expected_fingerprint``."""
-    validate, record, reload = _validate_op(options, True), _record_op(options, True), _reload_op(options)
+    validate, analyze, record = _validate_op(options, True), _analyze_op(options), _record_op(options, True)
+    reload = _reload_op(options)
 
     @dg.job(name=EDIT_ASSET_JOB, tags={"kappa/kind": "declarations"},
             description="Edit a declared streaming asset (kappa declarations edit): a stale edit is refused; a "
                         "change of logic needs a replay.")
     def edit_asset():
-        reload(record(validate()))
+        reload(record(analyze(validate())))
 
     return edit_asset
 

@@ -264,13 +264,15 @@ class Registry:
         return {asset: v for asset, v in found.items() if v is not None}
 
     def unpromoted(self, events: list[dict] | None = None) -> dict[str, str]:
-        """asset -> :func:`not_promoted_message`, for every asset that has versions but no promoted
-        one (a stable name readers would otherwise get Spark's ``TABLE_OR_VIEW_NOT_FOUND`` for)."""
+        """asset -> :func:`not_promoted_message`, for every asset that has live (not retired)
+        versions but no promoted one (a stable name readers would otherwise get Spark's
+        ``TABLE_OR_VIEW_NOT_FOUND`` for)."""
         events = self.events() if events is None else events
         out = {}
         for asset in sorted({e["asset"] for e in events}):
             versions = self.versions(asset, events)
-            if versions and not any(v.state == "promoted" for v in versions):
+            live = [v for v in versions if v.state != "retired"]  # all retired: a retired declaration
+            if live and not any(v.state == "promoted" for v in versions):
                 out[asset] = not_promoted_message(asset, versions)
         return out
 

@@ -17,7 +17,8 @@ An edit names the fingerprint it was made from (``expected_fingerprint``): a sta
 text someone changed since, is refused (optimistic concurrency). An edit that changes the logic
 (:meth:`kappa.spec.AssetSpec.fingerprint`) does not touch the running version, which keeps the text
 it recorded: a replay builds the new logic into a new version. Retiring is refused while another
-asset or a dbt model reads the asset; it stops the asset's running versions and keeps its tables.
+asset or a dbt model reads the asset; it stops the asset's running versions and retires them in the
+registry (the stable name stops resolving), and keeps their tables.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class DeclarationChange:
     fingerprint: str
     logic_changed: bool = False
     notes: list[str] = field(default_factory=list)
+    #: The run on a sample (:func:`analyze`) when asked for, else None.
+    analysis: "Analysis | None" = None
 
     def to_dict(self) -> dict:
         """JSON-ready summary."""
@@ -95,13 +98,99 @@ def check_policy(settings: Settings, spec: AssetSpec, spark=None) -> None:
     check_runtime_declaration(spark or spark_session(settings), spec)
 
 
+#: Rows of each upstream table an analysis reads (its bounded sample).
+SAMPLE_ROWS = 1000
+
+
+@dataclass
+class Analysis:
+    """What :func:`analyze` found on a bounded sample: the output ``schema`` (column -> Spark
+    type), ``rows`` (the first rows, as records), ``row_count`` (rows the sample produced),
+    ``sample`` (upstream asset -> ``{"version", "rows"}`` read), the gate's ``checks`` on the sample
+    (:class:`kappa.quality.gate.CheckResult` as dicts: expectations, quarantine rate, …; a check
+    with nothing to measure says so), ``passed`` and ``seconds``."""
+
+    asset: str
+    schema: dict[str, str]
+    rows: list[dict]
+    row_count: int
+    sample: dict[str, dict]
+    checks: list[dict]
+    passed: bool
+    seconds: float
+
+
+def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPLE_ROWS,
+            shown_rows: int = 10) -> Analysis:
+    """Run ``spec``'s real streaming query, available-now, over a bounded sample in a scratch
+    location (``<warehouse>/_kappa/scratch/<id>``, deleted afterwards): each upstream's promoted
+    (else latest) version is sampled (its pinned snapshot, first ``sample_rows`` rows) into a
+    scratch version of that upstream, the declaration runs on it exactly as a version would
+    (:func:`kappa.runners.run_until_caught_up`), and the gate runs on the output
+    (:func:`kappa.quality.gate.run_gate`: expectations, quarantine rate, late rows).
+
+    Raises :class:`DeclarationError` for a declaration that reads Kafka directly (its sample is
+    its first run) or an upstream with no version, and Spark's error (as
+    :class:`kappa.runners.base.RunError`) when the query does not resolve or fails."""
+    import time
+    import uuid
+
+    from kappa.config import join
+    from kappa.core.storage import filesystem
+    from kappa.quality.gate import run_gate
+    from kappa.runners import run_until_caught_up
+
+    if spec.topics:
+        raise DeclarationError(f"{spec.where}: source.kafka: an asset reading a topic directly is not analyzed on "
+                               "a sample here; add it and run it (its first run is its sample)")
+    started = time.monotonic()
+    registry = Registry(settings)
+    root = join(settings.warehouse, "_kappa", "scratch", uuid.uuid4().hex[:12])
+    scratch = settings.model_copy(update={"warehouse": join(root, "warehouse"),
+                                          "checkpoints": join(root, "checkpoints")})
+    scratch_registry = Registry(scratch)
+    sample: dict[str, dict] = {}
+    try:
+        for up in spec.upstream:
+            source = registry.promoted(up) or registry.latest(up)
+            if source is None:
+                raise DeclarationError(f"{spec.where}: source.asset: {up} has no version to sample; run it first")
+            reader = spark.read.format("delta")
+            if source.snapshot is not None:
+                reader = reader.option("versionAsOf", source.snapshot)
+            rows = reader.load(str(source.table_path)).limit(sample_rows)
+            copy = scratch_registry.create_version(up, source.fingerprint, {}, sampled_from=source.name)
+            rows.write.format("delta").save(str(copy.table_path))
+            sample[up] = {"version": source.name, "rows": spark.read.format("delta").load(str(copy.table_path)).count()}
+        Declarations(scratch).record(spec.name, "added", spec.text or "", who="analyze")
+        run_until_caught_up(scratch, [spec.name], spark=spark)
+        out = scratch_registry.latest(spec.name)
+        assert out is not None
+        table = spark.read.format("delta").load(str(out.table_path))
+        report = run_gate(scratch, spec.name, out.version, spark=spark)
+        analysis = Analysis(
+            asset=spec.name, schema={f.name: f.dataType.simpleString() for f in table.schema.fields},
+            rows=[r.asDict() for r in table.limit(shown_rows).collect()], row_count=table.count(), sample=sample,
+            checks=[{k: v for k, v in c.__dict__.items() if k != "details"} for c in report.checks],
+            passed=report.passed, seconds=time.monotonic() - started)
+    finally:
+        fs, path = filesystem(root, settings)
+        try:
+            fs.delete_dir(path)
+        except OSError:  # nothing was written, or already gone
+            pass
+    return analysis
+
+
 def add(settings: Settings, text: str, *, apply: bool = False, who: str | None = None, reason: str = "",
-        run_id: str | None = None, spark=None) -> DeclarationChange:
-    """Validate ``text`` as a new asset (:func:`validate`, :func:`check_policy`); record it as
+        run_id: str | None = None, spark=None, sample: bool = False) -> DeclarationChange:
+    """Validate ``text`` as a new asset (:func:`validate`, :func:`check_policy`), with ``sample``
+    run it on a sample (:func:`analyze`, an asset reading an upstream asset); record it as
     ``added`` when ``apply``, else as ``proposed``. Raises :class:`SpecError`,
-    :class:`DeclarationError` or the policy's error; nothing is recorded then."""
+    :class:`DeclarationError`, the policy's error or the sample run's; nothing is recorded then."""
     spec, _ = validate(settings, text)
     check_policy(settings, spec, spark)
+    analysis = _sample(settings, spec, spark) if sample else None
     event = "added" if apply else "proposed"
     rec = Declarations(settings).record(spec.name, event, text, who=who or default_who(), reason=reason,
                                         run_id=run_id)
@@ -109,15 +198,21 @@ def add(settings: Settings, text: str, *, apply: bool = False, who: str | None =
               f"run it with `kappa run {spec.name}` or materialize it in Dagster"] if apply else
              [f"{spec.name} is valid and within policy (fingerprint {rec.fingerprint}); recorded as proposed, "
               "not applied: add --apply (Dagster: apply: true) to add it"])
-    return DeclarationChange(spec.name, event, rec, spec, rec.fingerprint, notes=notes)
+    return DeclarationChange(spec.name, event, rec, spec, rec.fingerprint, notes=notes, analysis=analysis)
+
+
+def _sample(settings: Settings, spec: AssetSpec, spark) -> "Analysis | None":
+    from kappa.streaming.session import spark_session
+
+    return None if spec.topics else analyze(settings, spec, spark or spark_session(settings))
 
 
 def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: bool = True, who: str | None = None,
-         reason: str = "", run_id: str | None = None, spark=None) -> DeclarationChange:
+         reason: str = "", run_id: str | None = None, spark=None, sample: bool = False) -> DeclarationChange:
     """Replace an active declaration's text. Refused (:class:`DeclarationError`) when
     ``expected_fingerprint`` is not the active text's fingerprint (a stale edit) or the text is
-    unchanged; validated and held to policy as :func:`add`. ``apply`` False checks only (nothing is
-    recorded). The change says whether the logic changed (a replay is then needed)."""
+    unchanged; validated, held to policy and sampled as :func:`add`. ``apply`` False checks only
+    (nothing is recorded). The change says whether the logic changed (a replay is then needed)."""
     name = parse_declaration(text).name
     current = Declarations(settings).active().get(name)
     spec, _ = validate(settings, text, replacing=True)
@@ -132,6 +227,7 @@ def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: boo
     if fingerprint == current.fingerprint:
         raise DeclarationError(f"{label}: the text is unchanged (fingerprint {fingerprint}); nothing to edit")
     check_policy(settings, spec, spark)
+    analysis = _sample(settings, spec, spark) if sample else None
     logic_changed = parse_declaration(current.yaml).fingerprint() != spec.fingerprint()
     rec = None
     if apply:
@@ -141,7 +237,8 @@ def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: boo
     if logic_changed:
         notes.append(f"the logic of {name} changed: its running version keeps the declaration it recorded; "
                      f"replay it into a new version to build the new logic: `kappa replay {name}`")
-    return DeclarationChange(name, "edited" if apply else "checked", rec, spec, fingerprint, logic_changed, notes)
+    return DeclarationChange(name, "edited" if apply else "checked", rec, spec, fingerprint, logic_changed, notes,
+                             analysis)
 
 
 def dbt_readers(settings: Settings, asset: str) -> list[str]:
@@ -155,8 +252,9 @@ def retire(settings: Settings, name: str, *, who: str | None = None, reason: str
            runner: "Runner | None" = None) -> DeclarationChange:
     """Retire active declaration ``name``: refused (:class:`DeclarationError`) while another asset or
     a dbt model reads it, or when it is declared by a file (remove the file instead); stops its
-    running versions on ``runner`` (default: :func:`kappa.runners.pick_runner`) and records
-    ``retired``. Its tables and registry history are kept."""
+    running versions on ``runner`` (default: :func:`kappa.runners.pick_runner`), records
+    ``retired`` in the declarations log and for each version in the registry (the stable name
+    stops resolving). Its tables and registry history are kept."""
     label = declaration_label(name)
     current = Declarations(settings).active().get(name)
     full = catalog(settings)
@@ -184,7 +282,13 @@ def retire(settings: Settings, name: str, *, who: str | None = None, reason: str
             registry.record(name, v.version, "stopped", reason=f"retired: {reason}".rstrip(": "))
     rec = Declarations(settings).record(name, "retired", "", who=who or default_who(), reason=reason,
                                         run_id=run_id, replaces=current.fingerprint)
+    # Its versions leave the registry's live set, so the stable name stops resolving (the SQL
+    # endpoint drops it) and no cut or maintenance looks for a declaration that is gone.
+    for v in versions:
+        if v.state != "retired":
+            registry.record(name, v.version, "retired", reason=f"declaration retired: {reason}".rstrip(": "))
     notes = [f"{name} retired ({label}); stopped: {', '.join(v.name for v in running) or 'nothing was running'}"]
     if versions:
-        notes.append("its tables are kept: " + ", ".join(f"{v.name} at {v.table_path}" for v in versions))
+        notes.append("its stable name no longer resolves; its tables are kept: "
+                     + ", ".join(f"{v.name} at {v.table_path}" for v in versions))
     return DeclarationChange(name, "retired", rec, None, current.fingerprint, notes=notes)
