@@ -5,6 +5,7 @@ shows the promoted version's checks evaluated and passed. The screenshot is kept
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,11 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from ..conftest import REPO, free_port
 from kappa.core import processes
+from ..cdp import Browser, chromium
 from ..graphql import post as _post
+from .conftest import SERVE_PASSWORD, SERVE_USER, kappa
 
 pytestmark = pytest.mark.integration
 
@@ -47,63 +51,210 @@ def _chromium() -> str:
     pytest.fail("chromium is not installed: `make test` installs Debian's chromium package")
 
 
-def test_checks_tab_shows_the_promoted_versions_gate_passed(served, tmp_path):
-    from kappa.delta.registry import Registry
-
+@pytest.fixture(scope="module")
+def dagster_dev(served, tmp_path_factory):
+    """(base URL, log path): `dagster dev` over the analysts' state, as a data engineer starts it
+    (``make dagster``: the webserver and the daemon, KAPPA_DAGSTER_URL naming the webserver)."""
     settings, _ = served
-    promoted = Registry(settings).promoted("flights")
+    tmp_path = tmp_path_factory.mktemp("dagster_dev")
     port = free_port()
     home = tmp_path / "dagster_home"
     home.mkdir()
     # no "join the community" dialog over the page (Dagster instance setting `nux`)
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
     log_path = tmp_path / "dagster.log"
+    base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DAGSTER_HOME": str(home), "KAPPA_HOME": str(settings.home),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
-           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
+           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port), "KAPPA_DAGSTER_URL": base,
+           "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD}
     with log_path.open("w") as log:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1",
                                  "-p", str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        # The daemon runs the kappa_registry sensor; wait until its first tick has been recorded.
-        deadline = time.monotonic() + 420
-        checks: list = []
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            data = _post(f"{base}/graphql", CHECKS)
-            node = (data.get("data") or {}).get("assetNodeOrError") or {}
-            checks = (node.get("assetChecksOrError") or {}).get("checks") or []
-            if checks and all(c["executionForLatestMaterialization"] for c in checks
-                              if c["name"] != "query_health"):
-                break
-            time.sleep(3)
-        gate = [c for c in checks if c["name"] != "query_health"]
-        assert gate, f"no checks served: {log_path.read_text()[-3000:]}"
-        for c in gate:
-            execution = c["executionForLatestMaterialization"]
-            assert execution is not None, f"{c['name']} not evaluated"
-            assert execution["status"] == "SUCCEEDED" and execution["evaluation"]["success"], c
-            labels = {e["label"] for e in execution["evaluation"]["metadataEntries"]}
-            assert {"version", "observed", "expected"} <= labels, c
-        [latest, *_] = data["data"]["assetOrError"]["assetMaterializations"]
-        md = {e["label"]: e.get("intValue") for e in latest["metadataEntries"]}
-        assert md["version"] == promoted.version and "source_offsets" in md and md["dagster/row_count"] > 0
-
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        png = ARTIFACTS / "dagster-flights-checks.png"
-        png.unlink(missing_ok=True)
-        url = f"{base}/assets/flights?view=checks"
-        common = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                  "--window-size=1600,1100", "--virtual-time-budget=30000", f"--user-data-dir={tmp_path / 'chrome'}"]
-        dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
-        subprocess.run([*common, f"--screenshot={png}", url], capture_output=True, timeout=240)
-        assert png.exists() and png.stat().st_size > 10_000
-        # The rendered page lists the gate's checks with their latest result.
-        for c in gate:
-            assert c["name"] in dom, c["name"]
-        assert "Passed" in dom or "Succeeded" in dom
-        assert "Not evaluated" not in dom.replace("query_health", "")
+        yield base, log_path, proc
     finally:
         processes.terminate(proc.pid, grace_s=60, group=True)  # the server's whole process group
+
+
+def test_checks_tab_shows_the_promoted_versions_gate_passed(served, dagster_dev, tmp_path):
+    from kappa.delta.registry import Registry
+
+    settings, _ = served
+    base, log_path, proc = dagster_dev
+    promoted = Registry(settings).promoted("flights")
+    # The daemon runs the kappa_registry sensor; wait until its first tick has been recorded.
+    deadline = time.monotonic() + 420
+    checks: list = []
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        data = _post(f"{base}/graphql", CHECKS)
+        node = (data.get("data") or {}).get("assetNodeOrError") or {}
+        checks = (node.get("assetChecksOrError") or {}).get("checks") or []
+        if checks and all(c["executionForLatestMaterialization"] for c in checks
+                          if c["name"] != "query_health"):
+            break
+        time.sleep(3)
+    gate = [c for c in checks if c["name"] != "query_health"]
+    assert gate, f"no checks served: {log_path.read_text()[-3000:]}"
+    for c in gate:
+        execution = c["executionForLatestMaterialization"]
+        assert execution is not None, f"{c['name']} not evaluated"
+        assert execution["status"] == "SUCCEEDED" and execution["evaluation"]["success"], c
+        labels = {e["label"] for e in execution["evaluation"]["metadataEntries"]}
+        assert {"version", "observed", "expected"} <= labels, c
+    [latest, *_] = data["data"]["assetOrError"]["assetMaterializations"]
+    md = {e["label"]: e.get("intValue") for e in latest["metadataEntries"]}
+    assert md["version"] == promoted.version and "source_offsets" in md and md["dagster/row_count"] > 0
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    png = ARTIFACTS / "dagster-flights-checks.png"
+    png.unlink(missing_ok=True)
+    url = f"{base}/assets/flights?view=checks"
+    common = [chromium() or _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              "--window-size=1600,1100", "--virtual-time-budget=30000", f"--user-data-dir={tmp_path / 'chrome'}"]
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
+    subprocess.run([*common, f"--screenshot={png}", url], capture_output=True, timeout=240)
+    assert png.exists() and png.stat().st_size > 10_000
+    # The rendered page lists the gate's checks with their latest result.
+    for c in gate:
+        assert c["name"] in dom, c["name"]
+    assert "Passed" in dom or "Succeeded" in dom
+    assert "Not evaluated" not in dom.replace("query_health", "")
+
+
+WINDOW_ASSET = "delays_by_carrier_3h"
+WINDOW = f"""\
+name: {WINDOW_ASSET}
+layer: gold
+group: flights
+owner: team:data-eng
+description: Departures and delayed departures (over 15 minutes) per carrier in 3-hour windows.
+source:
+  asset: flights
+watermark:
+  column: event_time
+  delay: 2 hours
+transform:
+  window:
+    type: tumbling
+    time_column: event_time
+    size: 3 hours
+    group_by: [carrier]
+    aggregations:
+      flights: count(*)
+      delayed: count_if(dep_delay > 15)
+expectations:
+  - expect_column_values_to_not_be_null: {{column: window_start}}
+  - expect_column_pair_values_a_to_be_greater_than_b: {{column_A: flights, column_B: delayed, or_equal: true}}
+"""
+
+LOCATION = """
+query {
+  repositoriesOrError { ... on RepositoryConnection { nodes { jobs { name } } } }
+  assetNodeOrError(assetKey: {path: ["%s"]}) {
+    __typename
+    ... on AssetNode { assetChecksOrError { ... on AssetChecks { checks { name blocking } } } }
+  }
+}
+""" % WINDOW_ASSET
+
+
+def launchpad_config(declaration: str, apply: bool) -> str:
+    """The launchpad's YAML of ``add_asset``, as a person types it (the declaration as a block)."""
+    block = "\n".join("          " + line for line in declaration.splitlines())
+    return (f"ops:\n  validate_declaration:\n    config:\n      declaration: |\n{block}\n"
+            f"      apply: {str(apply).lower()}\n      who: ana@example.com\n      reason: 3-hour delay windows\n")
+
+
+def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by_name(served, dagster_dev, tmp_path):
+    """Item 6 of issue 22, as a person would do it: a bad declaration fails naming the field; the
+    launchpad of ``add_asset`` in Chromium adds a window asset over ``flights``; the workspace gains
+    it with its checks; materializing and promoting it from Dagster writes a table that `kappa sql`
+    reads by its name and that equals the windows computed from the silver table; retiring it from
+    Dagster takes it away again."""
+    from tests.graphql import launch, wait_for_run
+    from tests.integration.helpers import table
+
+    from kappa.delta.registry import Registry
+
+    settings, _ = served
+    base, log_path, proc = dagster_dev
+    deadline = time.monotonic() + 300
+    while True:  # the code location has loaded with the declarations jobs
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        data = _post(f"{base}/graphql", LOCATION).get("data") or {}
+        jobs = {j["name"] for n in (data.get("repositoriesOrError") or {}).get("nodes", []) for j in n["jobs"]}
+        if "add_asset" in jobs:
+            break
+        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(2)
+    assert data["assetNodeOrError"]["__typename"] == "AssetNotFoundError"
+
+    # a bad declaration fails its first step, and the error names the declaration and the field
+    bad = WINDOW.replace("size: 3 hours", "size: three hours")
+    status, events = wait_for_run(base, launch(base, "add_asset", {"ops": {"validate_declaration": {"config": {
+        "declaration": bad, "apply": True}}}}))
+    [failure] = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert status == "FAILURE" and failure["stepKey"] == "validate_declaration"
+    assert f"declarations:{WINDOW_ASSET}: transform.window.size" in failure["error"]["message"], failure
+
+    # the launchpad, in a browser: type the run config, launch, wait, open the new asset's page
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with Browser(tmp_path / "chrome") as browser:
+        browser.goto(f"{base}/locations/kappa/jobs/add_asset/playground")
+        browser.wait_for("!!document.querySelector('.CodeMirror')", what="the launchpad's editor")
+        browser.eval(f"document.querySelector('.CodeMirror').CodeMirror.setValue({json.dumps(launchpad_config(WINDOW, True))})")
+        browser.click_button("Launch Run")
+        path = browser.wait_for("location.pathname.startsWith('/runs/') && location.pathname", what="the run's page")
+        status, events = wait_for_run(base, path.split("/")[2], timeout=420)
+        assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+        add_s = time.monotonic() - started
+        browser.goto(f"{base}/assets/{WINDOW_ASSET}")
+        browser.wait_for(f"document.body.innerText.includes('{WINDOW_ASSET}') && "
+                         "document.body.innerText.includes('team:data-eng')", what="the new asset's page")
+        png = browser.screenshot(ARTIFACTS / "dagster-add-asset.png")
+    assert png.stat().st_size > 10_000
+    outputs = {e["stepKey"]: {m["label"] for m in e["metadataEntries"]} for e in events
+               if e["__typename"] == "ExecutionStepOutputEvent"}
+    assert {"schema", "sample_rows", "checks_on_sample"} <= outputs["analyze_declaration"], outputs
+    assert {"event", "fingerprint"} <= outputs["record_declaration"]
+    print(f"add_asset from the launchpad: {add_s:.1f} s")
+
+    # the workspace gained the asset and its checks
+    node = _post(f"{base}/graphql", LOCATION)["data"]["assetNodeOrError"]
+    checks = {c["name"]: c["blocking"] for c in node["assetChecksOrError"]["checks"]}
+    assert checks.pop("query_health") is False
+    assert set(checks) >= {"expect_column_values_to_not_be_null__window_start", "shadow_diff"}, checks
+
+    # materialize it, promote it, and read it by name
+    status, events = wait_for_run(base, launch(base, "__ASSET_JOB", assets=[WINDOW_ASSET]), timeout=420)
+    assert status == "SUCCESS", events
+    status, events = wait_for_run(base, launch(base, "promote_version", {"ops": {"promote_stable_name": {
+        "config": {"asset": WINDOW_ASSET, "version": 1}}}}))
+    assert status == "SUCCESS", events
+    v1 = Registry(settings).promoted(WINDOW_ASSET)
+    assert v1 is not None and v1.version == 1 and v1.source == f"declarations:{WINDOW_ASSET}"
+    read = kappa(settings, "sql", f"SELECT carrier, window_start, flights, delayed FROM {WINDOW_ASSET}",
+                 "--format", "json")
+    assert read.returncode == 0, read.stderr
+    actual = pd.DataFrame(json.loads(read.stdout))
+    flights = table(settings, "flights", v1.upstream["flights"])
+    flights["window_start"] = pd.to_datetime(flights.event_time, utc=True).dt.floor("3h")
+    expected = flights.groupby(["carrier", "window_start"]).agg(
+        flights=("event_id", "size"), delayed=("dep_delay", lambda d: int((d > 15).sum()))).reset_index()
+    actual["window_start"] = pd.to_datetime(actual.window_start, utc=True)
+    key = ["carrier", "window_start"]
+    assert len(expected) > 20
+    pd.testing.assert_frame_equal(actual.sort_values(key).reset_index(drop=True)[expected.columns],
+                                  expected.sort_values(key).reset_index(drop=True), check_dtype=False)
+
+    # retired from Dagster: gone from the workspace, no longer a stable name; its table is kept
+    status, events = wait_for_run(base, launch(base, "retire_asset", {"ops": {"retire_declaration": {"config": {
+        "asset": WINDOW_ASSET, "who": "ana@example.com", "reason": "the demo is over"}}}}))
+    assert status == "SUCCESS", events
+    assert _post(f"{base}/graphql", LOCATION)["data"]["assetNodeOrError"]["__typename"] == "AssetNotFoundError"
+    assert Registry(settings).promoted(WINDOW_ASSET) is None
+    assert len(table(settings, WINDOW_ASSET, 1)) == len(expected)

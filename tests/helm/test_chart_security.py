@@ -397,6 +397,23 @@ def test_dagster_values_bind_the_same_service_account_and_load_kappa_config():
     assert dagster["postgresql"]["enabled"] is False and dagster["generatePostgresqlPasswordSecret"] is False
     for sc in (deployment["securityContext"], dagster["dagsterWebserver"]["securityContext"]):
         _restricted_container(sc)
+    # Reload re-imports the code location (a code server, not `dagster api grpc`), so an asset
+    # added at run time appears; everyone gets the read-only webserver, the writable one is off.
+    assert deployment["codeServerArgs"] == ["--module-name", "kappa.dagster.definitions"]
+    assert "dagsterApiGrpcArgs" not in deployment
+    assert dagster["dagsterWebserver"]["enableReadOnly"] is True and dagster["dagsterWebserver"]["replicaCount"] == 0
+
+
+def test_only_dagster_pods_and_the_proxy_reach_the_writable_webserver_and_runs_know_where_it_is(rendered):
+    policies = {p["metadata"]["name"]: p["spec"] for p in kinds(rendered, "NetworkPolicy")}
+    writable = policies["kappa-dagster-webserver-writable"]
+    assert writable["podSelector"]["matchLabels"] == {"component": "dagster-webserver"}
+    assert writable["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "dagster"}}}],
+                                    "ports": [{"protocol": "TCP", "port": 80}]}]
+    assert policies["kappa-dagster-webserver"]["podSelector"]["matchLabels"] == {"component": "dagster-webserver-read-only"}
+    (config,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert config["data"]["KAPPA_DAGSTER_URL"] == "http://dagster-dagster-webserver.kappa.svc:80"
+    assert config["data"]["KAPPA_DAGSTER_LOCATION"] == "kappa"
 
 
 def test_notes_tell_how_to_reach_the_dagster_ui():
@@ -404,7 +421,8 @@ def test_notes_tell_how_to_reach_the_dagster_ui():
 
     out = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout
     notes = out.split("NOTES:", 1)[1]
-    assert "port-forward svc/dagster-dagster-webserver 8080:80" in notes
+    assert "port-forward svc/dagster-dagster-webserver-read-only 8080:80" in notes
+    assert "only behind an\nauthenticating proxy" in notes
     assert "http://127.0.0.1:8080" in notes
     # ... and which Secret change data capture needs, and how to see the connector
     assert 'Secret "kappa-ops-database"' in notes and "get kafkaconnectors -l strimzi.io/cluster=kappa-cdc" in notes

@@ -72,7 +72,9 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
     """Parse ``text`` and validate it with the catalog it would join (replacing the active
     declaration of the same name when ``replacing``). Returns the spec and the candidate catalog.
     Raises :class:`SpecError` naming ``declarations:<name>`` and the field, or
-    :class:`DeclarationError` for an add of a name already declared (or an edit of one that is not)."""
+    :class:`DeclarationError` for an add of a name already declared (or an edit of one that is not),
+    or, on the ``kubernetes`` runner, a declaration reading a topic: no KafkaUser of the chart
+    covers it (the chart makes one per asset of ``assets/``)."""
     spec = parse_declaration(text)
     active = {n: d.yaml for n, d in Declarations(settings).active().items()}
     label = declaration_label(spec.name)
@@ -86,6 +88,14 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
         raise DeclarationError(f"{label}: name: {spec.name!r} is already declared in {label}; "
                                "change it with `kappa declarations edit` (or Dagster's edit_asset)")
     candidate = catalog(settings, declared={**active, spec.name: text})
+    if settings.runner == "kubernetes" and spec.topics:
+        from kappa.runners.kubernetes.naming import kafka_user_name
+
+        raise DeclarationError(
+            f"{label}: source.kafka.topics: {', '.join(spec.topics)} not covered by the chart's KafkaUsers: on "
+            f"Kubernetes an asset reads Kafka as its own KafkaUser ({kafka_user_name(spec.name)}), which the chart "
+            "creates only for the assets of its catalog (helm/kappa/catalog.yaml, from assets/); declare it as a "
+            "file in assets/ and upgrade the chart, or read an upstream asset's table instead")
     return candidate[spec.name], candidate
 
 
