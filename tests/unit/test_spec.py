@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kappa.spec import AssetSpec, SpecError, interval_seconds, load_asset, load_catalog
+from kappa.spec.base import memory_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,6 +169,20 @@ def test_a_latency_sensitive_asset_may_declare_a_zero_trigger(tmp_path):
 def test_interval_seconds_rejects_non_intervals(text):
     with pytest.raises(ValueError):
         interval_seconds(text)
+
+
+@pytest.mark.parametrize("text, size", [
+    ("512m", 512 * 2**20), ("2g", 2 * 2**30), ("2G", 2 * 2**30), ("1t", 2**40), ("64k", 64 * 2**10),
+    ("2048", 2048 * 2**20),  # a bare number is MiB, as Spark reads spark.executor.memory
+])
+def test_memory_bytes_reads_spark_jvm_sizes(text, size):
+    assert memory_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["2gb", "1.5g", "", "g", "-1g"])
+def test_memory_bytes_refuses_what_the_spec_refuses(text):
+    with pytest.raises(ValueError, match="JVM size"):
+        memory_bytes(text)
 
 
 def test_changelog_assets_merge_on_the_primary_key_and_read_compacted_topics():

@@ -1,5 +1,5 @@
 """What every declaration model shares: the strict model base, the one error type of a bad
-declaration, and Spark's interval and JVM size syntax."""
+declaration, and Spark's interval and JVM size syntax (:func:`interval_seconds`, :func:`memory_bytes`)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,20 @@ def interval_seconds(text: str) -> float:
     if not m:
         raise ValueError(f"{text!r} is not an interval like '10 seconds' or '2 hours'")
     return int(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
+
+
+def memory_bytes(text: str) -> int:
+    """A JVM size as Spark reads ``spark.driver.memory``/``spark.executor.memory`` and their
+    ``memoryOverhead``, in bytes: ``"512m"`` -> ``536870912``, ``"2g"`` -> ``2147483648``; the
+    suffixes ``k``, ``m``, ``g``, ``t`` are powers of 1024 and a bare number is MiB (Spark's
+    ``ConfigBuilder.bytesConf(ByteUnit.MiB)`` for these settings; Spark configuration docs,
+    "Application Properties"). Raises ``ValueError`` for anything :data:`MEMORY_RE` refuses."""
+    if not MEMORY_RE.match(text):
+        raise ValueError(f"{text!r} is not a JVM size like '512m' or '2g'")
+    suffix = text[-1].lower()
+    power = "kmgt".index(suffix) + 1 if suffix in "kmgt" else 2
+    number = text[:-1] if suffix in "kmgt" else text
+    return int(number) * 1024 ** power
 
 
 def check_interval(value: str) -> str:
