@@ -17,6 +17,9 @@ MAINTAIN_JOB = "maintain"
 MAINTAIN_SCHEDULE = "kappa_maintain"
 ADVANCE_JOB = "advance"
 ADVANCE_SENSOR = "kappa_advance"
+PROMOTE_JOB = "promote_version"
+ROLLBACK_JOB = "rollback"
+FORGET_JOB = "forget_key"
 
 
 class RunMode(str, Enum):
