@@ -259,3 +259,66 @@ def test_a_run_config_cannot_choose_the_image_the_tables_or_the_dbt_executable(t
             job.execute_in_process(run_config={"ops": ops, "resources": {resource: {"config": config}}})
     assert job.execute_in_process(run_config={"ops": ops}).success
     assert not (tmp_path / "elsewhere").exists()
+
+
+LIFECYCLE_JOBS = {  # job -> (op, {config field: (required, default)}): the CLI twins' arguments and options
+    "promote_version": ("promote_stable_name", {"asset": (True, None), "version": (True, None), "only": (False, False)}),
+    "rollback": ("rollback_stable_names", {"asset": (True, None)}),
+    "forget_key": ("forget_record_key", {"topic": (True, None), "key": (True, None), "reason": (True, None),
+                                         "truncate_log": (False, False)}),
+}
+
+
+def _op_config(job: dg.JobDefinition, op: str):
+    ops = job.run_config_schema.config_type.fields["ops"].config_type
+    return ops.fields[op].config_type.fields["config"].config_type
+
+
+def test_promote_rollback_and_forget_are_jobs_with_the_cli_arguments_as_config(tmp_path):
+    """`kappa promote ASSET VERSION [--only]`, `kappa rollback ASSET` and `kappa forget --topic --key
+    --reason [--truncate-log]` as jobs of the code location, each option a described config field with
+    the CLI's default. On an empty warehouse the library's refusal fails the step with its message."""
+    from kappa.dagster.resources import KappaResource
+
+    defs = build_definitions(REPO / "assets", resource=KappaResource(home=str(tmp_path)), dbt=False)
+    for name, (op, fields) in LIFECYCLE_JOBS.items():
+        job = defs.get_job_def(name)
+        config = _op_config(job, op)
+        assert {f: (config.fields[f].is_required,
+                    config.fields[f].default_value if config.fields[f].default_provided else None)
+                for f in config.fields} == fields, name
+        assert all(f.description for f in config.fields.values()), name
+        assert job.description and job.tags["kappa/kind"]
+    for job, op, config, message in (
+            ("promote_version", "promote_stable_name", {"asset": "flights", "version": 1}, "flights has no version v1"),
+            ("rollback", "rollback_stable_names", {"asset": "flights"},
+             "flights has never been promoted: nothing to roll back")):
+        run = defs.get_job_def(job).execute_in_process(run_config={"ops": {op: {"config": config}}},
+                                                       raise_on_error=False)
+        failure = next(e for e in run.all_events if e.is_step_failure)
+        assert failure.step_failure_data.user_failure_data.description == message
+
+
+def test_forget_key_refuses_a_missing_or_empty_reason_before_anything_runs(tmp_path):
+    """A run without a reason does not launch; an empty or blank reason (or key) fails the step when
+    Dagster builds its config, before the forget reads or records anything."""
+    from kappa.dagster.resources import KappaResource
+    from kappa.delta.forgotten import requests
+
+    resource = KappaResource(home=str(tmp_path))
+    job = build_definitions(REPO / "assets", resource=resource, dbt=False).get_job_def("forget_key")
+
+    def run(**config):
+        return job.execute_in_process(run_config={"ops": {"forget_record_key": {"config": config}}},
+                                      raise_on_error=False)
+
+    with pytest.raises(dg.DagsterInvalidConfigError, match='Missing required config entry "reason"'):
+        run(topic="flights", key="N14228")
+    for config, message in (({"reason": ""}, "reason must say why"), ({"reason": "  "}, "reason must say why"),
+                            ({"key": "", "reason": "test"}, "key\n  String should have at least 1 character")):
+        result = run(**{"topic": "flights", "key": "N14228", **config})
+        assert not result.success
+        failure = next(e for e in result.all_events if e.is_step_failure)
+        assert "validation error for ForgetConfig" in str(failure.step_failure_data.error) and \
+            message in str(failure.step_failure_data.error), failure.step_failure_data.error
+    assert requests(resource.settings()) == []  # nothing was recorded

@@ -157,3 +157,80 @@ def test_long_running_mode_runs_until_the_duration_passes(make_env, spark):
     assert md["seconds"].value >= 8
     offsets = md["source_offsets"].value
     assert sum(offsets.get(f"weather_{suffix}", {}).values()) == 100, (offsets, {k: v.value for k, v in md.items()})
+
+
+
+def _launch(job: dg.JobDefinition, config: dict, resource: KappaResource, instance) -> dg.ExecuteInProcessResult:
+    [op] = job.graph.node_names()
+    return job.execute_in_process(run_config={"ops": {op: {"config": config}}}, resources={"kappa": resource},
+                                  instance=instance, raise_on_error=False)
+
+
+def _output(run: dg.ExecuteInProcessResult) -> tuple[dict, dict]:
+    """The job's one op's output and the metadata of its output event."""
+    [event] = [e for e in run.all_events if e.is_successful_output]
+    return run.output_for_node(event.step_key), {k: v.value for k, v in event.step_output_data.metadata.items()}
+
+
+def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make_env, spark):
+    """`promote_version` (the gate first, as `kappa promote`), `forget_key` and `rollback` in process
+    on a small bronze table: the registry shows each move, a bad version fails with the registry's
+    message, and the forgotten key is gone from v1 and stays out of the replayed v2."""
+    from deltalake import DeltaTable
+
+    from kappa.dagster.forget import build_forget_job
+    from kappa.dagster.names import LoadOptions
+    from kappa.dagster.promote import build_promote_job, build_rollback_job
+    from kappa.delta.forgotten import requests
+    from kappa.lifecycle.promotion import replay
+    from kappa.runners import run_until_caught_up
+
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=100, topic="flights")
+    run_until_caught_up(settings, ["flights_bronze"], spark=spark)
+    options = LoadOptions(assets_path=settings.assets_dir)  # the jobs as the code location builds them
+    promote, rollback, forget = build_promote_job(options), build_rollback_job(options), build_forget_job(options)
+    resource, instance = KappaResource.from_settings(settings), dg.DagsterInstance.ephemeral()
+    registry = Registry(settings)
+    assert registry.version("flights_bronze", 1).last("gate_passed") is None  # never gated
+
+    # v1: the job runs the gate first (it never ran), then promotes and pins a snapshot
+    run = _launch(promote, {"asset": "flights_bronze", "version": 1}, resource, instance)
+    assert run.success
+    v1 = registry.promoted("flights_bronze")
+    assert v1.version == 1 and v1.last("gate_passed") is not None and v1.snapshot is not None
+    out, md = _output(run)
+    assert out["promoted"] == md["promoted"] == {"flights_bronze": 1} and md["previous"] == {"flights_bronze": None}
+    assert md["pins"] == {"flights_bronze": {"version": 1, "snapshot": v1.snapshot}}
+
+    # forget one tailnum: its record is deleted from v1, the 99 others stay
+    tailnum = next(e for e in load_events(limit=100) if e.topic == "flights").keys[0].decode()  # keyed by tailnum
+    run = _launch(forget, {"topic": f"flights_{suffix}", "key": tailnum, "reason": "test: data subject request"},
+                  resource, instance)
+    assert run.success
+    out, md = _output(run)
+    [request] = requests(settings)
+    assert md["request_id"] == request.request_id and md["state"] == "done" and out["ran"][-1] == "done"
+    assert md["records_located"] == 1 and md["rows_deleted"] == 1
+    assert tailnum not in str(md) and tailnum not in str(out)  # the key itself is not in the run's output
+
+    # v2 from a replay (gated, not promoted) without the key, promoted by the job; rollback goes back to v1
+    assert replay(settings, "flights_bronze", spark=spark).versions == {"flights_bronze": 2}
+    for version in (1, 2):
+        keys = DeltaTable(registry.version("flights_bronze", version).table_path).to_pandas()["key"]
+        assert len(keys) == 99 and tailnum.encode() not in set(map(bytes, keys)), version
+    run = _launch(promote, {"asset": "flights_bronze", "version": 2}, resource, instance)
+    assert run.success and registry.promoted("flights_bronze").version == 2
+    assert _output(run)[1]["previous"] == {"flights_bronze": 1}
+    run = _launch(rollback, {"asset": "flights_bronze"}, resource, instance)
+    assert run.success and registry.promoted("flights_bronze").version == 1
+    out, md = _output(run)
+    assert md["promoted"] == {"flights_bronze": 1} and md["previous"] == {"flights_bronze": 2}
+    assert md["pins"]["flights_bronze"]["version"] == 1 and md["pins"]["flights_bronze"]["snapshot"] is not None
+
+    # a version that does not exist: the step fails with the registry's message, nothing moves
+    run = _launch(promote, {"asset": "flights_bronze", "version": 99}, resource, instance)
+    assert not run.success
+    failure = next(e for e in run.all_events if e.is_step_failure)
+    assert failure.step_failure_data.user_failure_data.description == "flights_bronze has no version v99"
+    assert registry.promoted("flights_bronze").version == 1

@@ -12,6 +12,10 @@
   :class:`~kappa.dagster.names.LoadOptions`, never the component.
 * :mod:`kappa.dagster.replay` — the ``replay`` job.
 * :mod:`kappa.dagster.maintain` — the ``maintain`` job and its ``kappa_maintain`` schedule.
+* :mod:`kappa.dagster.advance` — the ``advance`` job and its ``kappa_advance`` sensor.
+* :mod:`kappa.dagster.promote` — the ``promote_version`` and ``rollback`` jobs (``kappa promote``,
+  ``kappa rollback``).
+* :mod:`kappa.dagster.forget` — the ``forget_key`` job (``kappa forget``).
 * :mod:`kappa.dagster.resources` — ``KappaResource`` (settings, SparkSession).
 
 Spark and Delta code never imports this package; it calls the library, like the CLI does.

@@ -22,7 +22,13 @@ Plus one ``replay`` job (config: ``asset``, ``promote``) over :func:`kappa.lifec
 and one ``maintain`` job (config: ``assets``, ``retention_hours``) over
 :func:`kappa.lifecycle.maintain.maintain` with its ``kappa_maintain`` schedule (``maintain_cron``),
 and one ``advance`` job (config: ``assets``, ``wait_s``) over :func:`kappa.lifecycle.cut.advance`
-with its ``kappa_advance`` sensor (:mod:`kappa.dagster.advance`).
+with its ``kappa_advance`` sensor (:mod:`kappa.dagster.advance`). And the rest of the version
+lifecycle, each job the same function as its CLI twin: ``promote_version`` (``asset``, ``version``,
+``only``; ``kappa promote``) and ``rollback`` (``asset``; ``kappa rollback``) in
+:mod:`kappa.dagster.promote`, ``forget_key`` (``topic``, ``key``, ``reason``, ``truncate_log``;
+``kappa forget``) in :mod:`kappa.dagster.forget`. And the run-time declarations: ``add_asset``,
+``edit_asset`` and ``retire_asset`` (``kappa declarations add|edit|retire``) in
+:mod:`kappa.dagster.declare`.
 
 Example (Python; ``definitions.py`` does this)::
 
@@ -51,8 +57,10 @@ from kappa.dagster.execution import StreamingRunConfig
 from kappa.dagster.advance import build_advance_job, build_advance_sensor
 from kappa.dagster.rules import check_dagster_rules, declared_checks
 from kappa.dagster.declare import build_add_asset_job, build_edit_asset_job, build_retire_asset_job
+from kappa.dagster.forget import build_forget_job
 from kappa.dagster.maintain import build_maintain_job, build_maintain_schedule
 from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
+from kappa.dagster.promote import build_promote_job, build_rollback_job
 from kappa.dagster.replay import build_replay_job
 from kappa.dagster.resources import KappaResource
 from kappa.dagster.sensor import build_health_checks, build_sensor
@@ -134,8 +142,9 @@ class StreamingAssets(dg.Component, dg.Resolvable):
     # -- definitions -------------------------------------------------------------------------------
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """One Dagster asset per declaration (with its gate checks and ``query_health``), the topics as
-        external assets, the sensors, the replay job, the maintain job with its schedule and the
-        advance job with its sensor."""
+        external assets, the sensors, the replay job, the maintain job with its schedule, the
+        advance job with its sensor, the promote_version, rollback and forget_key jobs, and the
+        add_asset, edit_asset and retire_asset jobs."""
         specs = [self._catalog[n] for n in self._catalog.topological()]
         maintain_job = build_maintain_job(self._catalog, self._options)
         advance_job = build_advance_job(self._catalog, self._options)
@@ -144,6 +153,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             asset_checks=build_health_checks(self._catalog, self._options, specs),
             sensors=[build_sensor(self._catalog, self._options), build_advance_sensor(advance_job, self._options)],
             jobs=[build_replay_job(self._catalog, self._options), maintain_job, advance_job,
+                  build_promote_job(self._options), build_rollback_job(self._options),
+                  build_forget_job(self._options),
                   build_add_asset_job(self._options), build_edit_asset_job(self._options),
                   build_retire_asset_job(self._options)],
             schedules=[build_maintain_schedule(maintain_job, self._options)],

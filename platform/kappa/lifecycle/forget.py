@@ -180,6 +180,28 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     return ForgetReport(request=req, seconds=round(time.monotonic() - started, 1), ran=ran)
 
 
+def step_summary(step: str, details: dict) -> str:
+    """One line saying what a step did, from the ``details`` it recorded (counts and asset
+    versions; never the key): ``located 12 records``, ``deleted 24 rows from 2 tables``,
+    ``replayed departures_hourly v2 (promoted)``, ``deleted the checkpoints of flights/v1``,
+    ``vacuumed 2 tables``, ``log: retention unlimited: …``, ``done``."""
+    if step == "located":
+        return f"located {details.get('records', 0)} records"
+    if step == "deleted":
+        tables = sum(1 for n in details.get("tables", {}).values() if n)
+        return f"deleted {details.get('rows', 0)} rows from {tables} tables"
+    if step == "replayed":
+        return "replayed " + (", ".join(f"{a} v{x['version']}{' (promoted)' if x['promoted'] else ''}"
+                                        for a, x in details.items()) or "nothing")
+    if step == "checkpoints":
+        return "deleted the checkpoints of " + (", ".join(details.get("checkpoints", {})) or "no stateful version")
+    if step == "vacuumed":
+        return f"vacuumed {len(details.get('files_removed', {}))} tables"
+    if step == "log":
+        return "log: " + "; ".join(f"{k} {v}" for k, v in details.items())
+    return step
+
+
 def _topic_records(spark, settings: Settings, topic: str):
     """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns)."""
     reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
