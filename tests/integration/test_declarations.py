@@ -62,19 +62,22 @@ def kappa(settings, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
-def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorded(make_env, spark, tmp_path):
+def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorded(make_env, spark):
     settings, suffix = make_env()
     ingest(settings, suffix, limit=SLICE)
     run_until_caught_up(settings, ["flights"], spark=spark)
 
-    # the CLI twin of add_asset: validated, within policy, run on a sample, recorded
-    path = tmp_path / "late_departures.yaml"
-    path.write_text(LATE)
-    added = kappa(settings, "declarations", "add", str(path), "--apply", "--who", "ana@example.com")
-    assert added.returncode == 0, added.stdout + added.stderr
-    assert "late_departures on a sample of flights/v1 (1,000 rows)" in added.stdout, added.stdout
-    assert "on the sample: expect_column_values_to_not_be_null__event_id: passed" in added.stdout
-    assert "late_departures added as declarations:late_departures" in added.stdout
+    # add_asset's library: validated, within policy, run on a sample of flights, recorded
+    change = declare.add(settings, LATE, apply=True, who="ana@example.com", spark=spark, sample=True)
+    sample = change.analysis
+    assert sample.sample == {"flights": {"version": "flights/v1", "rows": 1000}}
+    assert list(sample.schema) == ["event_id", "event_time", "carrier", "origin", "delay_hours"]
+    assert sample.schema["delay_hours"] == "double" and 0 < sample.row_count < 1000 and sample.passed
+    [expectation] = [c for c in sample.checks if c["name"] == "expect_column_values_to_not_be_null__event_id"]
+    assert expectation["passed"] and expectation["evaluated"]
+    assert not (Path(settings.warehouse) / "_kappa" / "scratch").exists() or not any(
+        (Path(settings.warehouse) / "_kappa" / "scratch").iterdir())
+    # its CLI twin lists what was recorded
     listed = kappa(settings, "declarations", "list", "--format", "json")
     [active] = json.loads(listed.stdout)
     assert (active["asset"], active["event"], active["who"], active["yaml"]) == (
@@ -161,3 +164,13 @@ def test_on_kubernetes_a_declaration_reading_a_topic_is_refused_for_want_of_a_ka
         f"declarations:late_departures: source.kafka.topics: flights_{suffix} not covered by the chart's KafkaUsers")
     assert "kappa-asset-late-departures" in str(refused.value)
     declare.validate(settings.model_copy(update={"runner": "local"}), text)  # the laptop has no such rule
+
+
+def test_the_cli_refuses_a_bad_declaration_naming_it_and_the_field(make_env, tmp_path):
+    settings, _ = make_env()
+    path = tmp_path / "late.yaml"
+    path.write_text(LATE.replace("layer: gold", "layer: platinum"))
+    refused = kappa(settings, "declarations", "add", str(path), "--apply")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "declarations:late_departures: layer: Input should be 'bronze', 'silver' or 'gold'" in refused.stderr
+    assert json.loads(kappa(settings, "declarations", "list", "--all", "--format", "json").stdout) == []
