@@ -322,3 +322,32 @@ def test_forget_key_refuses_a_missing_or_empty_reason_before_anything_runs(tmp_p
         assert "validation error for ForgetConfig" in str(failure.step_failure_data.error) and \
             message in str(failure.step_failure_data.error), failure.step_failure_data.error
     assert requests(resource.settings()) == []  # nothing was recorded
+
+
+def test_declaration_jobs_take_their_config_in_their_first_step_and_a_bad_one_names_the_field(tmp_path):
+    """`add_asset`, `edit_asset` and `retire_asset` (kappa declarations add|edit|retire): one step takes
+    the launchpad's config; a declaration that does not validate fails that step, naming the
+    declaration and the field, and nothing is recorded."""
+    from kappa.dagster.resources import KappaResource
+    from kappa.delta.declarations import Declarations
+
+    resource = KappaResource(home=str(tmp_path))
+    defs = build_definitions(REPO / "assets", resource=resource, dbt=False)
+    steps = {name: [n.name for n in defs.get_job_def(name).graph.nodes_in_topological_order]
+             for name in ("add_asset", "edit_asset", "retire_asset")}
+    assert steps == {"add_asset": ["validate_declaration", "analyze_declaration", "record_declaration",
+                                   "reload_code_location"],
+                     "edit_asset": ["validate_edit", "analyze_declaration", "record_edit", "reload_code_location"],
+                     "retire_asset": ["retire_declaration", "reload_code_location"]}
+    fields = _op_config(defs.get_job_def("edit_asset"), "validate_edit").fields
+    assert set(fields) == {"declaration", "apply", "who", "reason", "expected_fingerprint"}
+    assert fields["apply"].default_value is False and all(f.description for f in fields.values())
+    bad = "name: late\nlayer: gold\nsource: {asset: flights}\ntransform: {sql: 'SELECT 1 FROM input', raw: {}}\n"
+    run = defs.get_job_def("add_asset").execute_in_process(
+        run_config={"ops": {"validate_declaration": {"config": {"declaration": bad, "apply": True}}}},
+        raise_on_error=False)
+    failure = next(e for e in run.all_events if e.is_step_failure)
+    assert failure.step_key == "validate_declaration"
+    assert failure.step_failure_data.user_failure_data.description.startswith(
+        "declarations:late: transform: Value error, declare exactly one of")
+    assert Declarations(resource.settings()).events() == []

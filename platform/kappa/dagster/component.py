@@ -56,7 +56,7 @@ from kappa.dagster import execution
 from kappa.dagster.execution import StreamingRunConfig
 from kappa.dagster.advance import build_advance_job, build_advance_sensor
 from kappa.dagster.rules import check_dagster_rules, declared_checks
-from kappa.dagster.declare import build_add_asset_job, build_edit_asset_job, build_retire_asset_job
+from kappa.dagster.declare import build_declaration_jobs
 from kappa.dagster.forget import build_forget_job
 from kappa.dagster.maintain import build_maintain_job, build_maintain_schedule
 from kappa.dagster.names import HEALTH_CHECK, REPLAY_JOB, SENSOR_NAME, LoadOptions, RunMode, topic_key
@@ -154,9 +154,7 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             sensors=[build_sensor(self._catalog, self._options), build_advance_sensor(advance_job, self._options)],
             jobs=[build_replay_job(self._catalog, self._options), maintain_job, advance_job,
                   build_promote_job(self._options), build_rollback_job(self._options),
-                  build_forget_job(self._options),
-                  build_add_asset_job(self._options), build_edit_asset_job(self._options),
-                  build_retire_asset_job(self._options)],
+                  build_forget_job(self._options), *build_declaration_jobs(self._options)],
             schedules=[build_maintain_schedule(maintain_job, self._options)],
         )
 

@@ -17,7 +17,8 @@ functions as its CLI twin (``kappa declarations add|edit|retire``, :mod:`kappa.l
           who: ana@example.com  # Dagster OSS has no login: who makes the change, as recorded
           reason: ""
 
-Steps of ``add_asset`` (``edit_asset`` the same, with ``expected_fingerprint``):
+Steps of ``add_asset`` (``edit_asset`` the same, its config, with ``expected_fingerprint``, given
+to ``validate_edit``, its record step ``record_edit``):
 
 1. ``validate_declaration`` — the same validation as a file, with the catalog it would join, plus
    the Dagster rules of the code location (owner, check names) and the run-time policy
@@ -143,7 +144,8 @@ class ReloadError(KappaError, RuntimeError):
 
 # -- jobs ------------------------------------------------------------------------------------------
 def _validate_op(options: LoadOptions, editing: bool):
-    @dg.op(name="validate_declaration", required_resource_keys={"kappa"}, tags={"kind": "spark"}, pool=POOL,
+    @dg.op(name="validate_edit" if editing else "validate_declaration", required_resource_keys={"kappa"},
+           tags={"kind": "spark"}, pool=POOL,
            out={"checked": dg.Out(dict)})
     def validate_declaration(context: dg.OpExecutionContext, config: EditConfig if editing else DeclarationConfig):
         """Validate the declaration with the catalog it would join, the code location's rules and
@@ -220,7 +222,8 @@ def _markdown(rows: list[dict], columns: list[str]) -> str:
 
 
 def _record_op(options: LoadOptions, editing: bool):
-    @dg.op(name="record_declaration", required_resource_keys={"kappa"}, tags={"kind": "delta"}, pool=POOL,
+    @dg.op(name="record_edit" if editing else "record_declaration", required_resource_keys={"kappa"},
+           tags={"kind": "delta"}, pool=POOL,
            out={"applied": dg.Out(dict, is_required=False)})
     def record_declaration(context: dg.OpExecutionContext, analyzed: dict):
         """Record the declaration: ``proposed`` without ``apply``, else ``added`` (``edited``)."""
@@ -276,38 +279,31 @@ def _reload_op(options: LoadOptions):
     return reload_code_location
 
 
-def build_add_asset_job(options: LoadOptions) -> dg.JobDefinition:
-    """``add_asset`` (module docstring)."""
-    validate, analyze, record = _validate_op(options, False), _analyze_op(options), _record_op(options, False)
-    reload = _reload_op(options)
+def build_declaration_jobs(options: LoadOptions) -> list[dg.JobDefinition]:
+    """``add_asset``, ``edit_asset`` and ``retire_asset`` (module docstring). Op names are unique in
+    a repository, so the jobs share one ``analyze_declaration`` and one ``reload_code_location``,
+    and ``edit_asset``'s own steps are ``validate_edit`` and ``record_edit``."""
+    analyze, reload = _analyze_op(options), _reload_op(options)
+    validate_add, record_add = _validate_op(options, False), _record_op(options, False)
+    validate_edit, record_edit = _validate_op(options, True), _record_op(options, True)
 
     @dg.job(name=ADD_ASSET_JOB, tags={"kappa/kind": "declarations"},
-            description="Add a streaming asset from its YAML: validate, check the policy, record, reload "
-                        "(kappa declarations add).")
+            description="Add a streaming asset from its YAML: validate, check the policy, run it on a sample, "
+                        "record, reload (kappa declarations add).")
     def add_asset():
-        reload(record(analyze(validate())))
-
-    return add_asset
-
-
-def build_edit_asset_job(options: LoadOptions) -> dg.JobDefinition:
-    """``edit_asset``: ``add_asset`` over an active declaration, refusing a stale ``expected_fingerprint``."""
-    validate, analyze, record = _validate_op(options, True), _analyze_op(options), _record_op(options, True)
-    reload = _reload_op(options)
+        reload(record_add(analyze(validate_add())))
 
     @dg.job(name=EDIT_ASSET_JOB, tags={"kappa/kind": "declarations"},
             description="Edit a declared streaming asset (kappa declarations edit): a stale edit is refused; a "
                         "change of logic needs a replay.")
     def edit_asset():
-        reload(record(analyze(validate())))
+        reload(record_edit(analyze(validate_edit())))
 
-    return edit_asset
+    return [add_asset, edit_asset, _retire_job(options, reload)]
 
 
-def build_retire_asset_job(options: LoadOptions) -> dg.JobDefinition:
-    """``retire_asset`` (module docstring)."""
-    reload = _reload_op(options)
-
+def _retire_job(options: LoadOptions, reload) -> dg.JobDefinition:
+    """``retire_asset`` (module docstring), its reload the shared one."""
     @dg.op(name="retire_declaration", required_resource_keys={"kappa"}, pool=POOL, out={"applied": dg.Out(dict)})
     def retire_declaration(context: dg.OpExecutionContext, config: RetireConfig) -> dict:
         """Retire the declaration: refused while assets or dbt models read it; stops its running
