@@ -213,9 +213,13 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
         assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
         add_s = time.monotonic() - started
         browser.goto(f"{base}/assets/{WINDOW_ASSET}")
-        browser.wait_for(f"document.body.innerText.includes('{WINDOW_ASSET}') && "
-                         "document.body.innerText.includes('team:data-eng')", what="the new asset's page")
-        png = browser.screenshot(ARTIFACTS / "dagster-add-asset.png")
+        try:
+            browser.wait_for(f"document.body.innerText.includes('{WINDOW_ASSET}') && "
+                             "document.body.innerText.includes('Materialize') && "
+                             "document.body.innerText.includes('data-eng')", what="the new asset's page")
+        finally:
+            png = browser.screenshot(ARTIFACTS / "dagster-add-asset.png")
+            (ARTIFACTS / "dagster-add-asset.txt").write_text(browser.eval("document.body.innerText") or "")
     assert png.stat().st_size > 10_000
     outputs = {e["stepKey"]: {m["label"] for m in e["metadataEntries"]} for e in events
                if e["__typename"] == "ExecutionStepOutputEvent"}

@@ -188,7 +188,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
             "sink_mode": spec.sink_mode,
             "source": ", ".join(spec.topics) if spec.topics else f"asset {spec.source.asset}",
             "trigger": spec.trigger.processing_time,
-            "spec_path": dg.MetadataValue.path(str(spec.path)),
+            # the file, or declarations:<name> for one recorded in the warehouse
+            "spec_path": dg.MetadataValue.path(spec.where) if spec.path is not None else spec.where,
         }
         if spec.watermark is not None:
             metadata["watermark"] = f"{spec.watermark.column} - {spec.watermark.delay}"
