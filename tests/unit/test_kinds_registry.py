@@ -58,6 +58,11 @@ def test_the_branch_pattern_finds_what_it_claims():
     ("origin_load", {"stateful": True, "keeps_late_rows": True, "gate_checks": ("late_rows",)}),
     ("delay_streaks", {"stateful": True, "keeps_late_rows": True, "forget": None}),
     ("planes", {"reads_kafka": True, "quarantines": True, "forget": "key_columns", "stateful": False}),
+    # sql and python: a frame over the upstream stream, appended; nothing kept, dropped or set aside.
+    ("delayed_departures", {"reads_kafka": False, "stateful": False, "quarantines": False, "keeps_late_rows": False,
+                            "gate_checks": (), "forget": None, "dropped_rows": None}),
+    ("flight_status", {"reads_kafka": False, "stateful": False, "quarantines": False, "keeps_late_rows": False,
+                       "gate_checks": (), "forget": None, "dropped_rows": None}),
 ])
 def test_the_shipped_assets_kinds_say_what_the_platform_relies_on(asset, facts):
     catalog = load_catalog(ROOT / "assets")
@@ -65,6 +70,12 @@ def test_the_shipped_assets_kinds_say_what_the_platform_relies_on(asset, facts):
     got = {k: getattr(kind, k) for k in facts}
     got.update({k: v(catalog[asset]) for k, v in got.items() if k == "stateful"})  # per declaration
     assert got == facts
+
+
+def test_every_kind_has_an_example_asset():
+    """docs/ARCHITECTURE.md ("The kinds registry") says so; a new kind comes with one."""
+    catalog = load_catalog(ROOT / "assets")
+    assert sorted({spec.transform.kind for spec in catalog}) == sorted(TRANSFORM_KINDS)
 
 
 def test_kinds_whose_late_rows_spark_drops_name_them_from_the_checkpoint():

@@ -119,9 +119,11 @@ def test_the_shipped_assets_sql_is_found_where_each_kind_keeps_it():
 
 def test_the_shipped_assets_break_no_rule_that_needs_no_spark():
     catalog = load_catalog(REPO / "assets")
-    broken = [(name, t.field, text_refusal(t)) for name, spec in catalog.assets.items()
+    broken = [(name, t.field, text_refusal(t).rule) for name, spec in catalog.assets.items()
               for t in declared_texts(spec) if text_refusal(t) is not None]
-    assert broken == []
+    # The python kind's example is the one shipped asset a run-time declaration could not be: its
+    # code was reviewed as a file under assets/, which is the only way python comes in.
+    assert broken == [("flight_status", "transform.python", "python-needs-review")]
     for spec in catalog.assets.values():
         check_resources(spec)
 
