@@ -217,6 +217,8 @@ def _text_fields() -> set[tuple[type, str]]:
             continue
         seen.add(model)
         for name, info in model.model_fields.items():
+            if info.exclude:  # where the spec came from (path, origin, text): not a declared field
+                continue
             todo += _models(info.annotation)
             if _holds_text(info.annotation):
                 fields.add((model, name))
