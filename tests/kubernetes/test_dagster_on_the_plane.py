@@ -51,10 +51,35 @@ def _run(settings, resource, assets):
                                   instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
 
 
-def test_dagster_materializes_through_the_real_operator_and_observes_running(env, api_client):
+LATE = """\
+name: late_departures
+layer: gold
+owner: team:data-eng
+source: {asset: flights}
+transform:
+  sql: SELECT event_id, event_time, dep_delay / 60.0 AS delay_hours FROM input WHERE dep_delay > 60
+"""
+
+
+def test_dagster_materializes_through_the_real_operator_and_observes_running(env, api_client, spark, monkeypatch):
+    """A file-declared asset and one added at run time (recorded in the warehouse only, as
+    ``add_asset`` does) both become SparkApplications the real operator submits; the declared one's
+    version records the text its driver builds the query from (``kappa.runners.entrypoint`` reads
+    it from the registry, never from the image's assets/)."""
+    from kappa.lifecycle import declare
+    from kappa.runners.entrypoint import version_and_spec
+
     settings, resource, apps, ns = env
-    result = _run(settings, resource, ["flights"])
+    monkeypatch.setenv("KAPPA_HOME", str(settings.home))  # the code location reads declarations from here
+    declare.add(settings, LATE, apply=True, who="ana@example.com", spark=spark)
+    result = _run(settings, resource, ["flights", "late_departures"])
     assert result.success, [e.message for e in result.all_events if e.is_failure]
+    declared = apps.get("late-departures-v1")
+    assert state_of(declared) == "RUNNING"
+    args = declared["spec"]["arguments"]
+    assert args[args.index("--asset") + 1] == "late_departures" and args[args.index("--version") + 1] == "1"
+    version, spec = version_and_spec(settings, "late_departures", 1)
+    assert version.source == "declarations:late_departures" and spec.text == LATE and spec.path is None
     [mat] = result.asset_materializations_for_node("flights")
     assert mat.metadata["state"].value == "RUNNING" and mat.metadata["application"].value == "flights-v1"
     app = apps.get("flights-v1")

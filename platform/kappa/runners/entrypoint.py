@@ -19,10 +19,14 @@ import os
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from kappa.config import load_settings
 from kappa.delta.registry import Registry, Version
 from kappa.delta.declarations import catalog as catalog_of, recorded_spec
+
+if TYPE_CHECKING:
+    from kappa.spec import AssetSpec
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -48,6 +52,15 @@ def mismatches(version: Version, upstream: dict[str, int], environ: dict[str, st
     return out
 
 
+def version_and_spec(settings, asset: str, version: int) -> tuple[Version, "AssetSpec"]:
+    """The registry's record of ``asset`` version ``version`` and the spec its query is built
+    from: the declaration the version recorded (a file's text, or one added at run time and kept
+    only in the warehouse), never the image's file as it is now. Raises
+    :class:`~kappa.delta.registry.RegistryError` for an unknown version."""
+    record = Registry(settings).version(asset, version)
+    return record, recorded_spec(settings, record, catalog_of(settings).assets.get(asset))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the version's query (module docstring) until it stops; returns the exit status: 0 when
     stopped by SIGTERM or SIGINT, 1 when the query ended without being asked to. A query that
@@ -63,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = load_settings()
     upstream = {k: int(v) for k, v in (item.split("=", 1) for item in args.upstream)}
-    version = Registry(settings).version(args.asset, args.version)
-    # The declaration the version recorded (from the warehouse), not the image's file as it is now.
-    spec = recorded_spec(settings, version, catalog_of(settings).assets.get(args.asset))
+    version, spec = version_and_spec(settings, args.asset, args.version)
     wrong = mismatches(version, upstream, dict(os.environ))
     if wrong:
         parser.error(f"{version.name}: " + "; ".join(wrong))
