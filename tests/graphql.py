@@ -38,7 +38,7 @@ mutation Launch($params: ExecutionParams!) {
 
 RUN = """
 query Run($runId: ID!) {
-  runOrError(runId: $runId) { __typename ... on Run { status } }
+  runOrError(runId: $runId) { __typename ... on Run { status stepStats { stepKey startTime endTime } } }
   logsForRun(runId: $runId) { ... on EventConnection { events {
     __typename
     ... on ExecutionStepFailureEvent { stepKey error { message } }
@@ -64,7 +64,8 @@ def launch(base: str, job: str, run_config: dict | None = None, assets: list[str
 
 def wait_for_run(base: str, run_id: str, timeout: float = 300) -> tuple[str, list[dict]]:
     """(status, events) of run ``run_id`` once it has ended (``SUCCESS``, ``FAILURE``, ``CANCELED``):
-    events are its step failures and step outputs, as :data:`RUN` selects them."""
+    events are its step failures and step outputs, as :data:`RUN` selects them, then one
+    ``{"__typename": "StepStats", "stepKey", "seconds"}`` per step that ran."""
     deadline = time.monotonic() + timeout
     while True:
         answer = post(f"{base}/graphql", RUN, variables={"runId": run_id})
@@ -72,6 +73,9 @@ def wait_for_run(base: str, run_id: str, timeout: float = 300) -> tuple[str, lis
         status = (data.get("runOrError") or {}).get("status")
         if status in ("SUCCESS", "FAILURE", "CANCELED"):
             events = [e for e in data["logsForRun"]["events"] if e.get("stepKey")]
+            events += [{"__typename": "StepStats", "stepKey": st["stepKey"],
+                        "seconds": round(st["endTime"] - st["startTime"], 1)}
+                       for st in data["runOrError"]["stepStats"] if st.get("startTime") and st.get("endTime")]
             return status, events
         assert time.monotonic() < deadline, f"run {run_id} still {status} after {timeout:.0f} s"
         time.sleep(1)

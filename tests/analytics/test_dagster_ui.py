@@ -225,7 +225,8 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
                if e["__typename"] == "ExecutionStepOutputEvent"}
     assert {"schema", "sample_rows", "checks_on_sample"} <= outputs["analyze_declaration"], outputs
     assert {"event", "fingerprint"} <= outputs["record_declaration"]
-    print(f"add_asset from the launchpad: {add_s:.1f} s")
+    steps = {e["stepKey"]: e["seconds"] for e in events if e["__typename"] == "StepStats"}
+    print(f"add_asset from the launchpad: {add_s:.1f} s (steps, s: {steps})")
 
     # the workspace gained the asset and its checks
     node = _post(f"{base}/graphql", LOCATION)["data"]["assetNodeOrError"]
