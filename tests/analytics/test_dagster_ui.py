@@ -169,11 +169,12 @@ def launchpad_config(declaration: str, apply: bool) -> str:
 
 
 def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by_name(served, dagster_dev, tmp_path):
-    """Item 6 of issue 22, as a person would do it: a bad declaration fails naming the field; the
-    launchpad of ``add_asset`` in Chromium adds a window asset over ``flights``; the workspace gains
-    it with its checks; materializing and promoting it from Dagster writes a table that `kappa sql`
-    reads by its name and that equals the windows computed from the silver table; retiring it from
-    Dagster takes it away again."""
+    """Item 6 of issue 22, as a person would do it: a bad declaration fails naming the field, and SQL
+    reading a path is refused naming the policy's rule; the launchpad of ``add_asset`` in Chromium
+    adds a window asset over ``flights``; the workspace gains it with its checks; a stale edit is
+    refused; materializing and promoting it from Dagster writes a table that `kappa sql` reads by its
+    name and that equals the windows computed from the silver table; retiring it from Dagster takes
+    it away again."""
     from tests.graphql import launch, wait_for_run
     from tests.integration.helpers import table
 
@@ -199,6 +200,15 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
     [failure] = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
     assert status == "FAILURE" and failure["stepKey"] == "validate_declaration"
     assert f"declarations:{WINDOW_ASSET}: transform.window.size" in failure["error"]["message"], failure
+
+    # SQL that reads files by path is refused by the run-time policy, naming its rule
+    peek = ("name: peek\nlayer: gold\nsource: {asset: flights}\n"
+            "transform: {sql: 'SELECT * FROM parquet.`/etc`'}\n")
+    status, events = wait_for_run(base, launch(base, "add_asset", {"ops": {"validate_declaration": {"config": {
+        "declaration": peek, "apply": True}}}}))
+    [failure] = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert status == "FAILURE" and failure["stepKey"] == "validate_declaration"
+    assert "declarations:peek: transform.sql: refused (rule: relation)" in failure["error"]["message"], failure
 
     # the launchpad, in a browser: type the run config, launch, wait, open the new asset's page
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -233,6 +243,14 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
     checks = {c["name"]: c["blocking"] for c in node["assetChecksOrError"]["checks"]}
     assert checks.pop("query_health") is False
     assert set(checks) >= {"expect_column_values_to_not_be_null__window_start", "shadow_diff"}, checks
+
+    # an edit made from a text someone changed since is refused at its first step
+    status, events = wait_for_run(base, launch(base, "edit_asset", {"ops": {"validate_edit": {"config": {
+        "declaration": WINDOW.replace("3-hour windows", "three-hour windows"), "expected_fingerprint": "0" * 16,
+        "apply": True}}}}))
+    [failure] = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    assert status == "FAILURE" and failure["stepKey"] == "validate_edit"
+    assert f"declarations:{WINDOW_ASSET}: stale edit: the declaration is at fingerprint" in failure["error"]["message"]
 
     # materialize it, promote it, and read it by name
     status, events = wait_for_run(base, launch(base, "__ASSET_JOB", assets=[WINDOW_ASSET]), timeout=420)

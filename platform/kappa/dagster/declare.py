@@ -157,6 +157,8 @@ def _validate_op(options: LoadOptions, editing: bool):
         started = time.monotonic()
         try:
             spec, _ = declare.validate(settings, config.declaration, replacing=editing)
+            if editing:  # a stale edit fails first, before Spark starts
+                declare.check_fresh(settings, config.declaration, config.expected_fingerprint)
             check_dagster_rules(spec)
             declare.check_policy(settings, spec, context.resources.kappa.spark(settings))
         except KappaError as exc:

@@ -217,25 +217,34 @@ def _sample(settings: Settings, spec: AssetSpec, spark) -> "Analysis | None":
     return None if spec.topics else analyze(settings, spec, spark or spark_session(settings))
 
 
+def check_fresh(settings: Settings, text: str, expected_fingerprint: str) -> Declaration:
+    """The active declaration an edit to ``text`` replaces. Raises :class:`DeclarationError` when
+    ``expected_fingerprint`` is not its fingerprint (a stale edit: someone changed the text since
+    it was read; optimistic concurrency), when there is none, or when ``text`` is unchanged."""
+    name = parse_declaration(text).name
+    label = declaration_label(name)
+    current = Declarations(settings).active().get(name)
+    if current is None:
+        raise DeclarationError(f"{label}: name: {name!r} is not an active declaration")
+    if expected_fingerprint != current.fingerprint:
+        raise DeclarationError(
+            f"{label}: stale edit: the declaration is at fingerprint {current.fingerprint} ({current.event} by "
+            f"{current.who} at {current.at:%Y-%m-%d %H:%M:%S} UTC), not {expected_fingerprint}; start again from "
+            f"the current text (`kappa declarations list --format json`)")
+    if text_fingerprint(text) == current.fingerprint:
+        raise DeclarationError(f"{label}: the text is unchanged (fingerprint {current.fingerprint}); nothing to edit")
+    return current
+
+
 def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: bool = True, who: str | None = None,
          reason: str = "", run_id: str | None = None, spark=None, sample: bool = False) -> DeclarationChange:
     """Replace an active declaration's text. Refused (:class:`DeclarationError`) when
     ``expected_fingerprint`` is not the active text's fingerprint (a stale edit) or the text is
     unchanged; validated, held to policy and sampled as :func:`add`. ``apply`` False checks only
     (nothing is recorded). The change says whether the logic changed (a replay is then needed)."""
-    name = parse_declaration(text).name
-    current = Declarations(settings).active().get(name)
     spec, _ = validate(settings, text, replacing=True)
-    assert current is not None
-    label = declaration_label(name)
-    if expected_fingerprint != current.fingerprint:
-        raise DeclarationError(
-            f"{label}: stale edit: the declaration is at fingerprint {current.fingerprint} ({current.event} by "
-            f"{current.who} at {current.at:%Y-%m-%d %H:%M:%S} UTC), not {expected_fingerprint}; start again from "
-            f"the current text (`kappa declarations list --format json`)")
-    fingerprint = text_fingerprint(text)
-    if fingerprint == current.fingerprint:
-        raise DeclarationError(f"{label}: the text is unchanged (fingerprint {fingerprint}); nothing to edit")
+    current = check_fresh(settings, text, expected_fingerprint)
+    name, fingerprint = spec.name, text_fingerprint(text)
     check_policy(settings, spec, spark)
     analysis = _sample(settings, spec, spark) if sample else None
     logic_changed = parse_declaration(current.yaml).fingerprint() != spec.fingerprint()
