@@ -20,7 +20,8 @@ RUN mvn -q -B -C -s jvm/settings.xml -f jvm/spark/pom.xml dependency:copy-depend
  && mvn -q -B -C -s jvm/settings.xml -f tools/image/pom.xml dependency:copy-dependencies \
  && mvn -q -B -C -s jvm/settings.xml -f jvm/serve-auth/pom.xml package \
  && mvn -q -B -C -s jvm/settings.xml -f jvm/sql-guard/pom.xml package \
- && ls build/jars/spark build/jars/serve/kappa-serve-auth.jar build/jars/serve/kappa-sql-guard.jar
+ && mvn -q -B -C -s jvm/settings.xml -f jvm/delta-logstore/pom.xml package \
+ && ls build/jars/spark/kappa-delta-logstore.jar build/jars/serve/kappa-serve-auth.jar build/jars/serve/kappa-sql-guard.jar
 
 FROM ${PYTHON_IMAGE} AS python
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

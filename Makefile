@@ -43,7 +43,14 @@ $(SQL_GUARD_JAR): jvm/sql-guard/pom.xml $(shell find jvm/sql-guard/src -name '*.
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/sql-guard/pom.xml package
 
-install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR)
+# Delta's log store for s3a:// tables with many writers (conditional PutObject; see
+# kappa.streaming.session). Built into the spark jar set, which reaches every Spark driver.
+LOG_STORE_JAR := build/jars/spark/kappa-delta-logstore.jar
+$(LOG_STORE_JAR): jvm/delta-logstore/pom.xml $(shell find jvm/delta-logstore/src -name '*.java') jvm/settings.xml build/jars/.resolved
+	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
+	$(MVN) -f jvm/delta-logstore/pom.xml package
+
+install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR) $(LOG_STORE_JAR)
 
 demo: install
 	$(BIN)/kappa demo

@@ -173,6 +173,7 @@ def test_server_conf_is_custom_authentication_only_with_a_password_file(tmp_path
     jars = tmp_path / "jars"
     (jars / "spark").mkdir(parents=True)
     (jars / "spark" / "delta-spark_2.13-4.4.0.jar").write_bytes(b"")
+    (jars / "spark" / "kappa-delta-logstore.jar").write_bytes(b"")
     with pytest.raises(ServeError, match="kappa-sql-guard.jar is missing: build it with `make install`"):
         server_conf(load_settings(home=tmp_path, jars_dir=jars), "127.0.0.1", 10000)
     (jars / "serve").mkdir()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kappa.config import load_settings
 from kappa.runners import kubernetes as k8s
 from kappa.spec import load_catalog
@@ -13,9 +15,15 @@ from kappa.streaming.session import APPLICATION_ONLY, IMAGE_LOG4J, MACHINE_PATHS
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _jars(tmp_path: Path, *names: str) -> None:
+    """A fake build/jars/spark: ``names`` and Kappa's log store jar, all empty."""
+    (tmp_path / "spark").mkdir(exist_ok=True)
+    for name in (*names, "kappa-delta-logstore.jar"):
+        (tmp_path / "spark" / name).write_text("")
+
+
 def test_session_and_spark_application_share_one_configuration(tmp_path):
-    (tmp_path / "spark").mkdir()
-    (tmp_path / "spark" / "delta.jar").write_text("")
+    _jars(tmp_path, "delta.jar")
     settings = load_settings(project_dir=ROOT, jars_dir=tmp_path, warehouse="s3a://lake/w", checkpoints="s3a://lake/c",
                              s3_endpoint="http://minio:9000", s3_path_style_access=True, shuffle_partitions=6)
     session = spark_conf(settings)
@@ -28,11 +36,12 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
     assert set(app) - set(session) == APPLICATION_ONLY
     # (the session's on the driver's class path: local mode's executor is the driver's JVM, and
     # spark.jars would copy each jar into a temporary directory at every start)
-    assert session["spark.driver.extraClassPath"].endswith("/delta.jar") and "spark.jars" not in session
+    assert [Path(j).name for j in session["spark.driver.extraClassPath"].split(":")] == [
+        "delta.jar", "kappa-delta-logstore.jar"] and "spark.jars" not in session
     assert app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
     # executors in other JVMs (a standalone cluster's) must fetch them: spark.jars
     remote = spark_conf(load_settings(project_dir=ROOT, jars_dir=tmp_path, spark_master="spark://127.0.0.1:7077"))
-    assert remote["spark.jars"].endswith("/delta.jar") and "spark.driver.extraClassPath" not in remote
+    assert remote["spark.jars"].endswith("/kappa-delta-logstore.jar") and "spark.driver.extraClassPath" not in remote
     shared = set(session) & set(app) - MACHINE_PATHS
     assert {k: session[k] for k in shared} == {k: app[k] for k in shared}
     # paths: this machine's for the session, the image's for the application (never the renderer's)
@@ -54,6 +63,9 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
         "spark.sql.shuffle.partitions": "6",
         # compaction is `kappa maintain`'s, never a synchronous OPTIMIZE inside a micro-batch
         "spark.databricks.delta.autoCompact.enabled": "false",
+        # many drivers commit to one s3a:// table (quarantine, late events): conditional writes
+        "spark.delta.logStore.s3a.impl": "dev.kappa.delta.S3ConditionalLogStore",
+        "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
     }.items():
         assert session[key] == app[key] == value, key
 
@@ -61,8 +73,7 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
 def test_s3a_signs_for_aws_region_at_an_endpoint_of_its_own(tmp_path, monkeypatch):
     # S3A (Hadoop 3.4) signs for us-east-2 when an endpoint is set without a region; an
     # S3-compatible server (kappa objectstore) rejects that.
-    (tmp_path / "spark").mkdir()
-    (tmp_path / "spark" / "delta.jar").write_text("")
+    _jars(tmp_path, "delta.jar")
     settings = load_settings(project_dir=ROOT, jars_dir=tmp_path, s3_endpoint="http://127.0.0.1:59000")
     monkeypatch.delenv("AWS_REGION", raising=False)
     assert spark_conf(settings)["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
@@ -76,15 +87,17 @@ def test_spark_gets_hadoop_aws_but_keeps_pyspark_hadoop_client(tmp_path):
     # hadoop-aws must match the Hadoop client pyspark ships; the client jars themselves come from pyspark
     import pyspark
 
-    from kappa.core.jvm import artifact_name, spark_jars
+    from kappa.core.jvm import JvmError, artifact_name, spark_jars
 
-    for name in ("hadoop-aws-3.4.2.jar", "bundle-2.29.52.jar", "hadoop-client-api-3.4.2.jar", "delta-spark_4.1_2.13-4.4.0.jar"):
-        (tmp_path / "spark").mkdir(exist_ok=True)
-        (tmp_path / "spark" / name).write_text("")
+    _jars(tmp_path, "hadoop-aws-3.4.2.jar", "bundle-2.29.52.jar", "hadoop-client-api-3.4.2.jar", "delta-spark_4.1_2.13-4.4.0.jar")
     import re
 
     pinned = re.search(r"<hadoop.version>(.+?)</hadoop.version>", (ROOT / "jvm/spark/pom.xml").read_text()).group(1)
     shipped = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
     assert [j.name for j in shipped] == [f"hadoop-client-api-{pinned}.jar"], "jvm/spark/pom.xml's hadoop.version must match pyspark"
     names = {artifact_name(j) for j in spark_jars(load_settings(project_dir=ROOT, jars_dir=tmp_path))}
-    assert names == {"hadoop-aws", "bundle", "delta-spark_4.1_2.13"}
+    assert names == {"hadoop-aws", "bundle", "delta-spark_4.1_2.13", "kappa-delta-logstore.jar"}
+    # without Kappa's log store a driver could not commit to an s3a:// table: refused at start
+    (tmp_path / "spark" / "kappa-delta-logstore.jar").unlink()
+    with pytest.raises(JvmError, match="kappa-delta-logstore.jar is missing: build it with `make install`"):
+        spark_jars(load_settings(project_dir=ROOT, jars_dir=tmp_path))

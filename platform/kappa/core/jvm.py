@@ -45,13 +45,23 @@ def artifact_name(jar: Path | str) -> str:
     return _VERSION_SUFFIX.sub("", Path(jar).name)
 
 
+#: Kappa's Delta log store (``jvm/delta-logstore``), built into the ``spark`` set so that it
+#: reaches every driver as the Maven-resolved jars do (kappa.streaming.session.LOG_STORE_CLASS).
+LOG_STORE_JAR = "kappa-delta-logstore.jar"
+
+
 def spark_jars(settings: Settings) -> list[Path]:
     """The jars to hand to Spark: the Maven-resolved set minus every artifact pyspark already ships
-    (same artifactId), so pyspark's own versions win and nothing is loaded twice."""
+    (same artifactId), so pyspark's own versions win and nothing is loaded twice; it includes
+    :data:`LOG_STORE_JAR`. Raises :class:`JvmError` when the set or that jar is missing."""
     import pyspark
 
+    folder = jar_dir(settings, "spark")
+    if not (folder / LOG_STORE_JAR).is_file():
+        raise JvmError(f"{folder / LOG_STORE_JAR} is missing: build it with `make install` "
+                       f"(mvn -s jvm/settings.xml -f jvm/delta-logstore/pom.xml package)")
     shipped = {artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return sorted(j for j in jar_dir(settings, "spark").glob("*.jar") if artifact_name(j) not in shipped)
+    return sorted(j for j in folder.glob("*.jar") if artifact_name(j) not in shipped)
 
 
 def properties_text(props: dict[str, str]) -> str:

@@ -37,6 +37,10 @@ APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "
 #: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
 #: SparkApplication. A path of the machine that rendered the application must never reach a pod.
 MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOptions"})
+#: Delta's log store for s3a:// (jvm/delta-logstore, build/jars/spark/kappa-delta-logstore.jar,
+#: on the class path with the other jars of :func:`kappa.core.jvm.spark_jars`): put-if-absent
+#: through S3's conditional PutObject, safe with many drivers per table.
+LOG_STORE_CLASS = "dev.kappa.delta.S3ConditionalLogStore"
 IMAGE_LOG4J = "/opt/kappa/venv/lib/python3.11/site-packages/kappa/resources/log4j2.properties"
 IMAGE_WORK_DIR = "/opt/kappa/work"
 
@@ -55,7 +59,8 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     "Structured Streaming Programming Guide", *RocksDB state store implementation*: state off the
     JVM heap) with changelog checkpointing, Delta's auto compaction off (compaction is ``kappa maintain``'s), Delta's snapshot
     partitions, and the object-store (s3a) settings (Hadoop-AWS docs; the credentials are the
-    ``AWS_*`` variables, never values in the conf).
+    ``AWS_*`` variables, never values in the conf), Delta's log store for s3a:// being
+    :data:`LOG_STORE_CLASS` (conditional writes: many writers per table).
     Kafka security is not Spark configuration: the query passes :meth:`Settings.kafka_client_options`
     to the Kafka source as ``kafka.*`` options, on both sides, from ``KAPPA_KAFKA_*``.
     """
@@ -108,9 +113,16 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.hadoop.fs.s3a.aws.credentials.provider":
             "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
         "spark.hadoop.fs.s3a.path.style.access": str(settings.s3_path_style_access).lower(),
-        # Delta's S3 log store allows a single writer per table; each version has exactly one
-        # query, which is what makes that safe.
-        "spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
+        # Delta's log store for s3a:// tables: several drivers commit to one table
+        # (_kappa/quarantine and _kappa/late_events take every asset version's rows, forget deletes
+        # from them), so a commit must be put-if-absent across processes. Delta's
+        # S3SingleDriverLogStore is not (its check-then-write is guarded inside one JVM: two
+        # drivers committing one version both "succeed" and the later file replaces the earlier,
+        # a lost commit); LOG_STORE_CLASS writes each commit with S3's conditional PutObject
+        # (If-None-Match: *) through S3A's conditional create, which the connector must have
+        # enabled. tests/integration/test_concurrent_writers.py shows both.
+        "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
+        "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
     }
     if settings.s3_endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = settings.s3_endpoint
