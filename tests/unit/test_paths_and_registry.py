@@ -176,10 +176,11 @@ def test_delta_rs_reaches_an_object_store_at_kappa_s3_endpoint():
 
     local = load_settings(s3_endpoint="http://127.0.0.1:59000", s3_path_style_access=True)
     assert delta_rs_options("s3a://kappa/warehouse/t", local) == {
-        "AWS_ENDPOINT_URL": "http://127.0.0.1:59000", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
-        "AWS_ALLOW_HTTP": "true"}
-    # not for local tables, nor without an endpoint (AWS S3: delta-rs reads the AWS_* environment)
+        "conditional_put": "etag", "AWS_ENDPOINT_URL": "http://127.0.0.1:59000",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false", "AWS_ALLOW_HTTP": "true"}
+    # not for local tables; on AWS S3 (no endpoint) delta-rs reads the AWS_* environment, and
+    # every object-store table commits with conditional puts (many writers per table)
     assert delta_rs_options("/tmp/warehouse/t", local) is None
-    assert delta_rs_options("s3://kappa/t", load_settings()) is None
+    assert delta_rs_options("s3://kappa/t", load_settings()) == {"conditional_put": "etag"}
     assert delta_rs_options("s3://kappa/t", load_settings(s3_endpoint="https://s3.example")) == {
-        "AWS_ENDPOINT_URL": "https://s3.example"}
+        "conditional_put": "etag", "AWS_ENDPOINT_URL": "https://s3.example"}

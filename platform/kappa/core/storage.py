@@ -37,18 +37,27 @@ def delta_rs_uri(location: str | Path) -> str:
 
 
 def delta_rs_options(location: str | Path, settings: Settings | None = None) -> dict[str, str] | None:
-    """delta-rs ``storage_options`` for ``location``: on an object store with an endpoint of its own
-    (``KAPPA_S3_ENDPOINT``, e.g. ``kappa objectstore``), that endpoint, path-style addressing when
+    """delta-rs ``storage_options`` for ``location``, THE options of every Kappa delta-rs reader and
+    writer: on an object store (``s3://``/``s3a://``), commits as conditional puts
+    (``conditional_put=etag``: each ``_delta_log/<version>.json`` is a PutObject with
+    ``If-None-Match: *``, which the store refuses with 412 when another writer took that version;
+    delta-rs then retries at the next one), so the registry, declarations and forget log, written by
+    the CLI, Dagster and every gate application, lose no commit. It is delta-rs 1.x's default; Kappa
+    sets it so that no environment variable (``AWS_CONDITIONAL_PUT=disabled`` with
+    ``AWS_S3_ALLOW_UNSAFE_RENAME``) can turn it off. With an endpoint of its own
+    (``KAPPA_S3_ENDPOINT``, e.g. ``kappa objectstore``): that endpoint, path-style addressing when
     ``KAPPA_S3_PATH_STYLE_ACCESS``, and plain HTTP allowed for an ``http://`` endpoint (delta-rs
-    refuses it otherwise). None elsewhere: delta-rs then reads the ``AWS_*`` environment alone
-    (credentials always come from there)."""
-    if settings is None or not settings.s3_endpoint or not re.match(r"^s3a?://", str(location)):
+    refuses it otherwise). None for any other location. Credentials always come from the ``AWS_*``
+    environment."""
+    if not re.match(r"^s3a?://", str(location)):
         return None
-    options = {"AWS_ENDPOINT_URL": settings.s3_endpoint}
-    if settings.s3_path_style_access:
-        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
-    if settings.s3_endpoint.startswith("http://"):
-        options["AWS_ALLOW_HTTP"] = "true"
+    options = {"conditional_put": "etag"}
+    if settings is not None and settings.s3_endpoint:
+        options["AWS_ENDPOINT_URL"] = settings.s3_endpoint
+        if settings.s3_path_style_access:
+            options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+        if settings.s3_endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
     return options
 
 

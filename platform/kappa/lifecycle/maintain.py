@@ -209,7 +209,7 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
                     t.compacted, t.vacuumed = _spark_table(spark, path, retention_hours, vacuum=keep is None)
                     t.skipped = keep
                 else:
-                    t.compacted, t.vacuumed = _delta_rs_table(path, retention_hours)
+                    t.compacted, t.vacuumed = _delta_rs_table(path, retention_hours, settings)
             except Exception as err:  # noqa: BLE001 - one table's failure must not stop the others
                 t.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             t.seconds = round(time.monotonic() - t0, 2)
@@ -301,15 +301,17 @@ def _spark_vacuum(spark, path: str, retention_hours: float | None) -> int:
     return int((ends[0] or {}).get("numDeletedFiles", 0)) if ends is not None else 0
 
 
-def _delta_rs_table(path: str, retention_hours: float | None) -> tuple[int, int]:
-    """The same three steps with delta-rs for a table delta-rs writes (registry, forgotten list)."""
+def _delta_rs_table(path: str, retention_hours: float | None, settings: Settings) -> tuple[int, int]:
+    """The same three steps with delta-rs for a table delta-rs writes (registry, forgotten list),
+    with Kappa's delta-rs options (on an object store: conditional puts, as every other writer of
+    these tables)."""
     from deltalake import DeltaTable
 
-    from kappa.core.storage import delta_rs_uri
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
 
-    uri = delta_rs_uri(path)
-    removed = int(DeltaTable(uri).optimize.compact().get("numFilesRemoved", 0))
-    table = DeltaTable(uri)
+    uri, options = delta_rs_uri(path), delta_rs_options(path, settings)
+    removed = int(DeltaTable(uri, storage_options=options).optimize.compact().get("numFilesRemoved", 0))
+    table = DeltaTable(uri, storage_options=options)
     table.create_checkpoint()
     if retention_hours is None:
         deleted = table.vacuum(dry_run=False)
