@@ -42,9 +42,10 @@ def delta_rs_options(location: str | Path, settings: Settings | None = None) -> 
     (``conditional_put=etag``: each ``_delta_log/<version>.json`` is a PutObject with
     ``If-None-Match: *``, which the store refuses with 412 when another writer took that version;
     delta-rs then retries at the next one), so the registry, declarations and forget log, written by
-    the CLI, Dagster and every gate application, lose no commit. It is delta-rs 1.x's default; Kappa
-    sets it so that no environment variable (``AWS_CONDITIONAL_PUT=disabled`` with
-    ``AWS_S3_ALLOW_UNSAFE_RENAME``) can turn it off. With an endpoint of its own
+    the CLI, Dagster and every gate application, lose no commit (tests/integration/
+    test_concurrent_writers.py). It is delta-rs 1.x's default (disabled, delta-rs refuses to commit:
+    it has no unconditional mode left); Kappa sets it so that an ``AWS_CONDITIONAL_PUT`` in the
+    environment cannot change it. With an endpoint of its own
     (``KAPPA_S3_ENDPOINT``, e.g. ``kappa objectstore``): that endpoint, path-style addressing when
     ``KAPPA_S3_PATH_STYLE_ACCESS``, and plain HTTP allowed for an ``http://`` endpoint (delta-rs
     refuses it otherwise). None for any other location. Credentials always come from the ``AWS_*``

@@ -1,0 +1,209 @@
+"""No lost commit with many writers on the object store (issue 20 item 3).
+
+Kappa's shared Delta tables have many writers: ``_kappa/quarantine`` and ``_kappa/late_events`` take
+rows from every asset version's Spark application (and forget deletes from them); the registry,
+declarations and forget log are written with delta-rs by the CLI, Dagster and every gate
+application. On S3 a commit is safe only if creating ``_delta_log/<version>.json`` is
+put-if-absent across processes.
+
+On a private versitygw (``kappa objectstore start``), writers in separate processes append a few
+rows per commit to one shared table, the writers of a table committing at the same moments
+(tests/concurrent_writer.py); every row of every commit that returned must then be in its table
+exactly once, with one table version per commit:
+- delta-rs (the registry's kind): three processes with Kappa's options (``conditional_put=etag``).
+  The setting it replaced cannot lose a commit in delta-rs 1.x: without conditional puts every
+  commit is refused (``AWS_S3_ALLOW_UNSAFE_RENAME`` no longer makes an unconditional copy), which
+  the second test shows.
+- Spark (quarantine's kind, heavy: not yet proven): two Spark applications, each a SparkSession of
+  Kappa's ``spark_session``, with Kappa's log store; and the same with Delta's
+  ``S3SingleDriverLogStore``, which must lose a commit (its existence check and upload are
+  separate requests, guarded only inside one JVM). On 2026-11-26 the machine ran at load 25-36 and
+  a Spark writer did not get past its first read in 4 min 40 s, so neither Spark test has yet
+  completed; the log store itself was checked by hand against versitygw (a second create of one
+  commit file refused with FileAlreadyExistsException caused by S3A's RemoteFileChangedException,
+  i.e. the store's 412; the first content kept; an overwrite of _last_checkpoint allowed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, free_port
+
+pytestmark = pytest.mark.integration
+#: The tests with Spark applications are not yet proven (see the module docstring): `make test-heavy`.
+heavy = pytest.mark.heavy
+
+BINARY = REPO / "build" / "tools" / "bin" / "versitygw"
+#: Writers per table, commits per writer, rows per commit, seconds between a writer's commits.
+#: Spark's period leaves room for one small append on a busy 2-core machine.
+SPARK_WRITERS, DELTA_RS_WRITERS = 2, 2
+SPARK_COMMITS, DELTA_RS_COMMITS, ROWS = 6, 12, 3
+SPARK_PERIOD, DELTA_RS_PERIOD = 2.0, 0.4
+#: Bounds: writers ready (Spark's JVMs started), then the whole run.
+READY_S, RUN_S = 180.0, 120.0
+
+
+def kappa(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=60, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def store_env(tmp_path_factory):
+    """The environment of a private object store (started with the CLI on a free port, stopped
+    afterwards): the base environment without AWS_*/KAPPA_* plus its status's ``env``."""
+    if not os.access(BINARY, os.X_OK):
+        pytest.fail(f"{BINARY} is missing: run `make objectstore-tools`")
+    home = tmp_path_factory.mktemp("objectstore")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KAPPA_"))}
+    base.update(KAPPA_HOME=str(home), KAPPA_PROJECT_DIR=str(REPO), KAPPA_OBJECTSTORE_PORT=str(free_port()),
+                KAPPA_OBJECTSTORE_BUCKET="writers")
+    started = kappa("objectstore", "start", env=base)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        status = json.loads(kappa("objectstore", "status", "--format", "json", env=base).stdout)
+        yield {**base, **status["env"]}
+    finally:
+        kappa("objectstore", "stop", env=base)
+
+
+def _create(table: str, env: dict[str, str]) -> None:
+    """An empty table (version 0) with the writers' schema, made with delta-rs in a fresh
+    interpreter that has only ``env``."""
+    script = f"""
+import pyarrow as pa
+from deltalake import write_deltalake
+from kappa.config import load_settings
+from kappa.core.storage import delta_rs_options, delta_rs_uri
+schema = pa.schema([("writer", pa.string()), ("commit", pa.int32()), ("id", pa.string())])
+write_deltalake(delta_rs_uri({table!r}), schema.empty_table(), storage_options=delta_rs_options({table!r}, load_settings()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+
+
+def _read(table: str, env: dict[str, str]) -> dict:
+    """The table's ids and latest version, read with delta-rs (safe options) in a fresh interpreter."""
+    script = f"""
+import json
+from deltalake import DeltaTable, QueryBuilder
+from kappa.config import load_settings
+from kappa.core.storage import delta_rs_options, delta_rs_uri
+dt = DeltaTable(delta_rs_uri({table!r}), storage_options=delta_rs_options({table!r}, load_settings()))
+ids = QueryBuilder().register("t", dt).execute("SELECT id FROM t").read_all().column("id").to_pylist()
+print(json.dumps({{"version": dt.version(), "ids": ids}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int = SPARK_WRITERS,
+                delta_rs_writers: int = DELTA_RS_WRITERS) -> dict[str, dict]:
+    """Create the two shared tables under ``<warehouse>/<mode>/_kappa/``, run every writer in
+    ``mode``, and count per table: rows appended (by commits that returned), rows found, ids found
+    more than once or never appended, commits that returned, versions the table has after its
+    empty version 0, commits lost (a commit that returned but whose rows are not all there)."""
+    root = f"{env['KAPPA_WAREHOUSE']}/{mode}/_kappa"
+    tables = {"spark": f"{root}/quarantine", "delta-rs": f"{root}/registry"}
+    if not spark_writers:
+        del tables["spark"]
+    for table in tables.values():
+        _create(table, env)
+    sync.mkdir()
+    plan = [("spark", f"spark-{i}", SPARK_COMMITS, SPARK_PERIOD) for i in range(spark_writers)]
+    plan += [("delta-rs", f"rs-{i}", DELTA_RS_COMMITS, DELTA_RS_PERIOD) for i in range(delta_rs_writers)]
+    procs = {
+        writer: subprocess.Popen([sys.executable, "-m", "tests.concurrent_writer", engine, mode, writer, tables[engine],
+                                  str(sync), str(commits), str(ROWS), str(period)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+        for engine, writer, commits, period in plan}
+    results: dict[str, dict] = {}
+    try:
+        deadline = time.monotonic() + READY_S
+        while not all((sync / f"{w}.ready").exists() for w in procs):
+            exited = {w: p for w, p in procs.items() if p.poll() is not None}
+            assert not exited, {w: p.communicate()[1][-2000:] for w, p in exited.items()}
+            assert time.monotonic() < deadline, f"writers not ready after {READY_S:.0f} s"
+            time.sleep(0.2)
+        (sync / "go").write_text(str(time.time() + 1.0))
+        for writer, proc in procs.items():
+            out, err = proc.communicate(timeout=RUN_S)
+            assert proc.returncode == 0, err[-3000:]
+            results[writer] = json.loads(next(line for line in reversed(out.splitlines()) if line.startswith("{")))
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    counts = {}
+    for engine, table in tables.items():
+        mine = [r for r in results.values() if r["engine"] == engine]
+        appended = [f"{r['writer']}-{k}-{j}" for r in mine for k in r["committed"] for j in range(ROWS)]
+        found = _read(table, env)
+        ids = found["ids"]
+        lost_commits = {(r["writer"], k) for r in mine for k in r["committed"]
+                        if any(f"{r['writer']}-{k}-{j}" not in set(ids) for j in range(ROWS))}
+        counts[engine] = {
+            "rows_appended": len(appended), "rows_found": len(ids), "rows_lost": len(set(appended) - set(ids)),
+            "duplicates": len(ids) - len(set(ids)), "unexpected": len(set(ids) - set(appended)),
+            "commits": sum(len(r["committed"]) for r in mine), "versions": found["version"],
+            "commits_lost": len(lost_commits),
+            "failed": {r["writer"]: r["failed"] for r in mine if r["failed"]},
+            "seconds": max(r["seconds"] for r in mine)}
+    return counts
+
+
+def _assert_none_lost(counts: dict, writers: dict[str, int]) -> None:
+    for engine, c in counts.items():
+        assert c["failed"] == {}, (engine, c)
+        assert c["commits"] == writers[engine] * {"spark": SPARK_COMMITS, "delta-rs": DELTA_RS_COMMITS}[engine]
+        # every appended row exactly once, nothing else, and one version per commit
+        assert c["rows_found"] == c["rows_appended"] == c["commits"] * ROWS, (engine, c)
+        assert c["rows_lost"] == c["duplicates"] == c["unexpected"] == c["commits_lost"] == 0, (engine, c)
+        assert c["versions"] == c["commits"], (engine, c)
+
+
+def test_delta_rs_writers_lose_no_commit(store_env, tmp_path):
+    # the registry's kind: three processes, commits started at the same moments
+    started = time.monotonic()
+    counts = run_writers("safe", store_env, tmp_path / "sync", spark_writers=0, delta_rs_writers=3)
+    print(f"\ndelta-rs safe: {json.dumps(counts)} ({time.monotonic() - started:.0f} s)")
+    _assert_none_lost(counts, {"delta-rs": 3})
+
+
+def test_delta_rs_without_conditional_puts_refuses_every_commit(store_env, tmp_path):
+    # delta-rs 1.x has no unsafe mode left: without conditional puts it refuses to commit
+    # (AWS_S3_ALLOW_UNSAFE_RENAME is ignored), so it cannot lose a commit, it fails loudly
+    counts = run_writers("unsafe", store_env, tmp_path / "sync", spark_writers=0, delta_rs_writers=2)["delta-rs"]
+    assert counts["commits"] == 0 and counts["rows_found"] == 0 and counts["versions"] == 0, counts
+    errors = [e for f in counts["failed"].values() for e in f.values()]
+    assert len(errors) == 2 * DELTA_RS_COMMITS and all("conditional put is disabled" in e for e in errors), counts
+
+
+@heavy
+def test_many_spark_and_delta_rs_writers_lose_no_commit(store_env, tmp_path):
+    started = time.monotonic()
+    counts = run_writers("safe", store_env, tmp_path / "sync")
+    print(f"\nsafe: {json.dumps(counts)} ({time.monotonic() - started:.0f} s)")
+    _assert_none_lost(counts, {"spark": SPARK_WRITERS, "delta-rs": DELTA_RS_WRITERS})
+
+
+@heavy
+def test_the_log_store_kappa_replaced_loses_commits(store_env, tmp_path):
+    started = time.monotonic()
+    counts = run_writers("unsafe", store_env, tmp_path / "sync", delta_rs_writers=0)["spark"]
+    print(f"\nunsafe: {json.dumps(counts)} ({time.monotonic() - started:.0f} s)")
+    # what is lost is whole commits: nothing duplicated or invented
+    assert counts["duplicates"] == counts["unexpected"] == 0, counts
+    assert counts["rows_lost"] == counts["commits_lost"] * ROWS, counts
+    # Delta's single-driver log store on S3 with two drivers: commits lost
+    assert counts["commits_lost"] > 0, counts
