@@ -30,7 +30,11 @@ variable                       meaning                                         d
 ``KAPPA_POSTGRES_USER``        its user / password                              ``kappa`` / ``kappa``
 ``KAPPA_CONNECT_PORT``         the local Kafka Connect worker's REST port       ``58083``
 ``KAPPA_SERVE_PORT``           port ``kappa serve`` listens on when none given  ``10000``
-                               (``kappa demo``, ``kappa dbt`` starting one)
+                               (``kappa demo``, ``kappa dbt`` starting one),
+                               or that ``KAPPA_SERVE_HOST``'s endpoint listens on
+``KAPPA_SERVE_HOST``           an endpoint another process runs (the chart's    none (this state
+                               ``kappa-serve`` Service): Kappa's clients use    dir's endpoint,
+                               it and start none                                started if needed)
 ``KAPPA_SERVE_PASSWORD_FILE``  ``kappa serve`` checks logins against this file  none (no password)
                                (salted hashes, see :mod:`kappa.services.serve_users`)
 ``KAPPA_SERVE_USER``           user / password ``kappa dbt`` logs in with       none (required when
@@ -240,6 +244,11 @@ class Settings(BaseSettings):
 
     #: ``kappa serve``'s port when none is given (HiveServer2's registered port).
     serve_port: int = Field(10000, ge=1, le=65535)
+    #: ``KAPPA_SERVE_HOST``: the host of an endpoint another process runs, on ``serve_port`` (on
+    #: Kubernetes the chart's ``kappa-serve`` Service, set in its ``kappa-config``). Set, Kappa's
+    #: clients (``kappa dbt``, Dagster's dbt assets, ``kappa demo``) connect there and never start an
+    #: endpoint of their own; None = this state dir's endpoint, started when needed.
+    serve_host: str | None = None
     #: ``kappa serve``'s password file (HiveServer2 CUSTOM authentication); None = no password.
     serve_password_file: Path | None = None
     #: The login of Kappa's own endpoint clients (``kappa dbt``) when the endpoint checks passwords.

@@ -141,6 +141,18 @@ def _run(settings, resource, assets, instance=None):
                                   instance=instance or dg.DagsterInstance.ephemeral(), raise_on_error=False)
 
 
+def _ui_status(instance, check_key) -> str:
+    """The status the Dagster UI shows for the latest execution of ``check_key`` (its GraphQL
+    resolves it with ``AssetCheckExecutionRecord.resolve_status``): a check planned by a run that
+    finished without a result for it is ``SKIPPED``."""
+    import asyncio
+
+    from dagster._core.loader import LoadingContextForTest
+
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([check_key])[check_key]
+    return asyncio.run(record.resolve_status(LoadingContextForTest(instance))).value
+
+
 def _sensor_health(settings, resource):
     component = StreamingAssets(assets_dir=str(settings.assets_dir))
     sensor = next(s for s in dg.build_defs_for_component(component).sensors if s.name == SENSOR_NAME)
@@ -152,7 +164,8 @@ def test_materialize_creates_running_applications_and_reports_them(k8s_env, crd_
     settings, _, resource, api = k8s_env
     api.script("flights-v1", "SUBMITTED", "RUNNING")
     api.script("departures-hourly-v1", "RUNNING")
-    result = _run(settings, resource, ["flights", "departures_hourly"])
+    instance = dg.DagsterInstance.ephemeral()
+    result = _run(settings, resource, ["flights", "departures_hourly"], instance=instance)
     assert result.success
     assert api.names() == {"flights-v1", "departures-hourly-v1"}
     for name in api.names():
@@ -165,17 +178,31 @@ def test_materialize_creates_running_applications_and_reports_them(k8s_env, crd_
     assert md["flights"]["namespace"].value == "data" and md["flights"]["state"].value == "RUNNING"
     assert md["flights"]["table_path"].value == Registry(settings).version("flights", 1).table_path
     assert md["departures_hourly"]["upstream_versions"].value == {"flights": 1}
-    # gate checks are not evaluated in this mode: no result at all, and certainly no pass
+    # gate checks are not evaluated in this mode: no result at all, and certainly no pass; the UI
+    # shows each as skipped, and the materialization says the gate has not run
     assert [e for e in result.get_asset_check_evaluations() if e.check_name != HEALTH_CHECK] == []
+    assert md["flights"]["gate"].value == dk.GATE_NOT_EVALUATED and md["flights"]["gate"].value.startswith("not evaluated")
+    gate_checks = [k for k in result.job_def.asset_layer.asset_graph.asset_check_keys
+                   if k.asset_key == dg.AssetKey("flights") and k.name != HEALTH_CHECK]
+    assert gate_checks, "flights declares gate checks"
+    assert {k.name: _ui_status(instance, k) for k in gate_checks} == {k.name: "SKIPPED" for k in gate_checks}
     assert Registry(settings).latest("flights").state == "running"
 
     # a second materialization observes the running applications (no second query on a checkpoint)
     assert _run(settings, resource, ["flights"]).success
     assert [c for c in api.calls if c[0] == "create"] == [("create", "flights-v1"), ("create", "departures-hourly-v1")]
 
-    # the sensor: running passes; a streaming app the operator reports COMPLETED fails
+    # the sensor: running passes; a streaming app the operator reports COMPLETED fails. It also reads
+    # the lag (checkpoint against log end offsets, tests/dagster/test_dagster_kubernetes_lag.py), so
+    # the topics exist, as the chart's KafkaTopics make them on a cluster
+    from kappa.kafka.topics import ensure_topics
+    from kappa.spec import load_catalog
+
+    catalog = load_catalog(settings.assets_dir)
+    ensure_topics(settings, {t: catalog.topics[t] for t in catalog["flights"].topics})
     health = _sensor_health(settings, resource)
     assert health["flights"].passed and health["departures_hourly"].passed
+    assert health["flights"].metadata["consumer_lag"].value == 0
     api.set_state("flights-v1", "COMPLETED")
     api.set_state("departures-hourly-v1", "FAILED", "Job aborted: executor lost")
     health = _sensor_health(settings, resource)

@@ -524,6 +524,50 @@ def test_values_refuse_an_empty_sql_client_label_or_no_password_secret():
 def test_should_not_render_the_sql_endpoint_when_disabled():
     objs = render(sets=("serve.enabled=false",))
     assert not [o for o in objs if o["metadata"]["name"] == "kappa-serve"]
+    # ... and then dbt is not pointed at a Service that does not exist
+    (config,) = [c for c in kinds(objs, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert "KAPPA_SERVE_HOST" not in config["data"]
+
+
+def test_dbt_runs_use_the_kappa_serve_service_with_a_login_from_a_secret(rendered):
+    """Dagster's dbt assets connect to the chart's SQL endpoint (KAPPA_SERVE_HOST: they start no
+    endpoint of their own, tests/unit/test_dbt_endpoint.py), from run pods the endpoint's
+    NetworkPolicy admits, logging in as a user whose password comes from a Secret."""
+    from kappa.config import Settings
+
+    _, service, policy = _serve(rendered)
+    (config,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    namespace = config["metadata"]["namespace"]
+    data = config["data"]
+    assert data["KAPPA_SERVE_HOST"] == f"{service['metadata']['name']}.{namespace}.svc"
+    assert data["KAPPA_SERVE_PORT"] == str(service["spec"]["ports"][0]["port"])
+    settings = Settings(serve_host=data["KAPPA_SERVE_HOST"], serve_port=data["KAPPA_SERVE_PORT"])
+    assert settings.serve_host == f"kappa-serve.{namespace}.svc"
+    dagster = yaml.safe_load((ROOT / "helm" / "values" / "dagster.yaml").read_text())
+    run = dagster["runLauncher"]["config"]["k8sRunLauncher"]
+    labels = run["runK8sConfig"]["podTemplateSpecMetadata"]["labels"]
+    admitted = [peer["podSelector"]["matchLabels"] for rule in policy["spec"]["ingress"] for peer in rule["from"]
+                if "podSelector" in peer and "namespaceSelector" not in peer]
+    assert any(want.items() <= labels.items() for want in admitted), (admitted, labels)
+    env = {e["name"]: e for e in run["runK8sConfig"]["containerConfig"]["env"]}
+    for var, key in (("KAPPA_SERVE_USER", "username"), ("KAPPA_SERVE_PASSWORD", "password")):
+        ref = env[var]["valueFrom"]["secretKeyRef"]
+        assert (ref["name"], ref["key"]) == ("kappa-serve-dbt", key) and "value" not in env[var]
+    # the code location never connects: it holds no login
+    (deployment,) = dagster["dagster-user-deployments"]["deployments"]
+    assert not {e["name"] for e in deployment["env"]} & {"KAPPA_SERVE_USER", "KAPPA_SERVE_PASSWORD"}
+
+
+def test_the_object_store_region_reaches_every_kappa_pod_as_aws_region():
+    (config,) = [c for c in kinds(render(), "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert "AWS_REGION" not in config["data"]  # unset by default: the SDKs decide
+    objs = render(sets=("objectStore.region=eu-west-3",))
+    (config,) = [c for c in kinds(objs, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert config["data"]["AWS_REGION"] == "eu-west-3"
+    deployment, _, _ = _serve(objs)  # the SQL endpoint reads kappa-config whole
+    (ctr,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert {"configMapRef": {"name": "kappa-config"}} in ctr["envFrom"]
+    assert "/objectStore/region" in render_fails("objectStore.region=EU West 3")
 
 
 def test_notes_tell_how_to_connect_to_the_sql_endpoint():

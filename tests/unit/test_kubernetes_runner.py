@@ -510,3 +510,99 @@ def test_the_driver_gets_the_back_pressure_default_the_code_location_has(cfg, mo
     assert env["KAPPA_MAX_OFFSETS_PER_TRIGGER"]["value"] == "1234"
     monkeypatch.setenv("KAPPA_MAX_OFFSETS_PER_TRIGGER", env["KAPPA_MAX_OFFSETS_PER_TRIGGER"]["value"])
     assert load_settings().kafka_batch_limit(None, continuous=True) == 1234
+
+
+def test_every_application_signs_for_the_region_of_the_code_location(cfg, monkeypatch):
+    """The chart's objectStore.region reaches Dagster as AWS_REGION (kappa-config); each
+    SparkApplication (streaming and gate, driver and executors) gets the same, or none."""
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    assert "AWS_REGION" not in _env(build("flights", 2, cfg)["spec"]["driver"])
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    apps = [build("flights", 2, cfg), k8s.build_gate_application(CATALOG["weather"], _v("weather", 2), cfg, SETTINGS)]
+    for app in apps:
+        for role in ("driver", "executor"):
+            assert _env(app["spec"][role])["AWS_REGION"] == {"name": "AWS_REGION", "value": "eu-west-3"}
+    assert apps[0]["spec"]["sparkConf"]["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
+
+
+# ------------------------------------------------------------------------------------ rollback
+
+
+def _promoted_twice(tmp_path):
+    """A registry (real, delta-rs) where flights -> departures_hourly v1 were promoted, then the
+    v2 chain replaced them (whose promotion deleted the v1 applications)."""
+    from kappa.delta.declarations import provenance
+    from kappa.delta.registry import Registry
+    from kappa.lifecycle.promotion import commit_promotion
+
+    settings = load_settings(home=tmp_path / "home", assets_dir=ROOT / "assets", runner="kubernetes")
+    registry = Registry(settings)
+    for n in (1, 2):
+        registry.create_version("flights", CATALOG["flights"].fingerprint(), {},
+                                **provenance(settings, CATALOG["flights"]))
+        registry.create_version("departures_hourly", CATALOG["departures_hourly"].fingerprint(), {"flights": n},
+                                **provenance(settings, CATALOG["departures_hourly"]))
+        commit_promotion(settings, {"flights": n, "departures_hourly": n}, reason="replay",
+                         chain=["flights", "departures_hourly"])
+    return settings, registry
+
+
+def test_rollback_runs_the_rolled_back_to_versions_again_upstream_first(cfg, tmp_path):
+    from kappa.lifecycle.promotion import rollback
+    from kappa.runners.kubernetes import KubernetesRunner
+    from tests.kube_api import KubeApi
+
+    settings, registry = _promoted_twice(tmp_path)
+    api = KubeApi()
+    api.script("flights-v1", "SUBMITTED", "RUNNING")
+    api.script("departures-hourly-v1", "RUNNING")
+    clock = _Clock()
+    runner = KubernetesRunner(cfg, settings, SparkApplications(cfg.namespace, api=api), poll_s=2, clock=clock,
+                              sleep=clock.sleep)
+    steps: list[str] = []
+    assert rollback(settings, "departures_hourly", runner=runner, on_step=steps.append) == {
+        "departures_hourly": 1, "flights": 1}
+    # the applications the v2 promotion deleted exist again, upstream first, built from v1's record
+    assert [c for c in api.calls if c[0] == "create"] == [("create", "flights-v1"), ("create", "departures-hourly-v1")]
+    for asset, app in (("flights", "flights-v1"), ("departures_hourly", "departures-hourly-v1")):
+        v1 = registry.version(asset, 1)
+        env = _env(api.app(app)["spec"]["driver"])
+        assert env["KAPPA_CHECKPOINT_PATH"]["value"] == str(v1.checkpoint_path)  # continues from its checkpoint
+        assert env["KAPPA_TXN_APP_ID"]["value"] == v1.txn_app_id
+        running = v1.last("running")
+        assert running is not None and running["application"] == app and running["reason"] == "rollback"
+        assert registry.promoted(asset).version == 1
+    assert api.app("departures-hourly-v1")["spec"]["arguments"][-2:] == ["--upstream", "flights=1"]
+    assert steps == ["flights/v1 runs again (data/flights-v1, from its checkpoint)",
+                     "departures_hourly/v1 runs again (data/departures-hourly-v1, from its checkpoint)"]
+
+
+def test_a_rollback_whose_application_fails_says_so_and_the_names_stay_rolled_back(cfg, tmp_path):
+    from kappa.lifecycle.promotion import rollback
+    from kappa.runners.base import RunError
+    from kappa.runners.kubernetes import KubernetesRunner
+    from tests.kube_api import KubeApi
+
+    settings, registry = _promoted_twice(tmp_path)
+    api = KubeApi()
+    api.script("flights-v1", "SUBMISSION_FAILED:image pull back-off")
+    clock = _Clock()
+    runner = KubernetesRunner(cfg, settings, SparkApplications(cfg.namespace, api=api), poll_s=2, clock=clock,
+                              sleep=clock.sleep)
+    with pytest.raises(RunError, match="flights/v1 is promoted again but its query does not run.*image pull back-off"):
+        rollback(settings, "flights", runner=runner)
+    assert registry.promoted("flights").version == 1 and registry.version("flights", 1).last("running") is None
+
+
+def test_a_local_rollback_starts_no_query(tmp_path):
+    """Local queries live in the process that started them (`kappa run`): a rollback process
+    starts none, and never creates a Spark session for it."""
+    from kappa.lifecycle.promotion import rollback
+    from kappa.runners.local import LocalRunner
+
+    settings, registry = _promoted_twice(tmp_path)
+    settings = settings.model_copy(update={"runner": "local"})
+    runner = LocalRunner(settings)
+    assert rollback(settings, "flights", runner=runner) == {"flights": 1, "departures_hourly": 1}
+    assert runner._spark is None and runner._running == {}
+    assert registry.version("flights", 1).last("running") is None

@@ -54,11 +54,17 @@ def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, st
 
 
 def ensure_endpoint(settings: Settings, port: int | None = None):
-    """The running ``kappa serve`` of this state dir, started (on ``port``, default
-    ``settings.serve_port``: ``KAPPA_SERVE_PORT`` or 10000) if it
-    is not running. Raises :class:`kappa.services.serve.ServeError` if it cannot start."""
+    """The endpoint dbt talks to (a :class:`kappa.services.serve.ServeStatus`): with
+    ``KAPPA_SERVE_HOST`` set (the chart's ``kappa-config`` sets it to the ``kappa-serve`` Service,
+    so every Dagster run pod on Kubernetes has it), that endpoint, checked to answer and never
+    started here (:func:`kappa.services.serve.remote`); otherwise the running ``kappa serve`` of
+    this state dir, started (on ``port``, default ``settings.serve_port``: ``KAPPA_SERVE_PORT`` or
+    10000) if it is not running. Raises :class:`kappa.services.serve.ServeError` if the remote
+    endpoint does not answer or the local one cannot start."""
     from kappa.services import serve
 
+    if settings.serve_host:
+        return serve.remote(settings, port=port)
     return serve.ensure_running(settings, port=port)
 
 

@@ -561,11 +561,12 @@ def advance(
 @app.command("rollback")
 def rollback(asset: str) -> None:
     """Point the stable names promoted with ASSET (its chain) back at their previously promoted
-    versions, in one registry commit."""
+    versions, in one registry commit; on Kubernetes their queries then run again from their
+    checkpoints (the promotion that replaced them had deleted their SparkApplications)."""
     from kappa.lifecycle import promotion
 
     with Guard():
-        targets = promotion.rollback(load_settings(), asset)
+        targets = promotion.rollback(load_settings(), asset, on_step=lambda m: console.print(m))
         console.print(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
 
 

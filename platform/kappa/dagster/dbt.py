@@ -8,7 +8,10 @@
 * Every model has the ``eager`` automation condition: when an upstream asset is materialized — a
   streaming asset's promotion or rollback, reported by the ``kappa_registry`` sensor — the
   automation sensor runs ``dbt build`` on the affected models.
-* A run runs ``dbt build`` against ``kappa serve`` (started if it is not running): see
+* A run runs ``dbt build`` against ``kappa serve``: on Kubernetes the chart's ``kappa-serve``
+  Service (``KAPPA_SERVE_HOST`` in ``kappa-config``, the login from the run pod's
+  ``KAPPA_SERVE_USER``/``KAPPA_SERVE_PASSWORD``), elsewhere this state dir's (started if it is not
+  running): see :func:`kappa.analytics.dbt.ensure_endpoint`, and
   :mod:`kappa.analytics.dbt` for why dbt talks to the endpoint rather than a session of its own.
 """
 

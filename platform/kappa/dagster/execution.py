@@ -191,6 +191,8 @@ def materialize(
         else:
             from kappa.dagster.kubernetes import GATE_NOT_EVALUATED
 
+            # No result for a selected check: Dagster shows it as skipped, and the materialization's
+            # `gate` metadata (kubernetes.gate_note) says why.
             context.log.warning(f"{name}: gate checks {wanted} {GATE_NOT_EVALUATED}; they are reported as skipped")
     except KappaError as exc:
         raise dg.Failure(description=str(exc), metadata={"asset": name}) from exc

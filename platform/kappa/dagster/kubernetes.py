@@ -23,9 +23,11 @@ FAILED / UNKNOWN   ``dg.Failure`` with the operator's error               failed
 A materialization here starts the long-running query (``continuous``, the default on this runner)
 and does not wait for it: the op reports the version's gate checks from the registry when its gate
 ran (the ``replay`` job, an ``until_caught_up`` materialization, ``kappa gate`` in a batch
-SparkApplication), else yields no result for them (never a fake pass) and says so
-(:data:`GATE_NOT_EVALUATED`). An ``until_caught_up`` materialization, like the ``replay`` job,
-waits for catch-up (read from the checkpoint) and runs the gate on the cluster.
+SparkApplication), else yields no result for them (never a fake pass), so the UI shows each
+selected check as skipped, and says why on the materialization itself: its ``gate`` metadata is
+:data:`GATE_NOT_EVALUATED` (or, when a gate ran, what it recorded). An ``until_caught_up``
+materialization, like the ``replay`` job, waits for catch-up (read from the checkpoint) and runs
+the gate on the cluster.
 
 Configuration: the ``KAPPA_K8S_*`` keys of the chart's ``kappa-config`` ConfigMap
 (:meth:`KubernetesRunnerConfig.from_mapping`), overridden by ``KappaResource.kubernetes``.
@@ -135,13 +137,26 @@ def materialize_event(status: AppStatus, metadata: dict[str, object]) -> dg.Mate
 # ---------------------------------------------------------------------------------- materialize
 
 
+def gate_note(version) -> str:
+    """The ``gate`` metadata of a detached materialization of ``version`` (a
+    :class:`kappa.delta.registry.Version`): what its most recent recorded gate said
+    (``passed``/``failed``, ``recorded in the registry``), or :data:`GATE_NOT_EVALUATED`."""
+    from kappa.quality.gate import recorded_gate
+
+    report = recorded_gate(version)
+    if report is None:
+        return GATE_NOT_EVALUATED
+    return f"{'passed' if report.passed else 'failed'}: the gate recorded for {version.name} in the registry"
+
+
 def start_detached(
     runner: Runner, catalog: "Catalog", name: str, context: dg.AssetExecutionContext, settings: "Settings",
 ) -> Iterator[dg.MaterializeResult]:
     """A long-running (``continuous``) materialization on a runner whose queries outlive the run
     (Kubernetes): resolve the version (the registry), start its SparkApplication, report it. The
     gate needs the caught-up table, which this does not wait for: the checks are reported from the
-    registry when the version's gate ran (``kappa gate`` / the ``replay`` job), else not at all."""
+    registry when the version's gate ran (``kappa gate`` / the ``replay`` job), else not at all,
+    and the materialization's ``gate`` metadata says which (:func:`gate_note`)."""
     from kappa.delta.declarations import recorded_spec
     from kappa.delta.registry import Registry
     from kappa.runners.local import resolve_versions
@@ -158,6 +173,7 @@ def start_detached(
         "runner": runner.kind,
         "table_path": dg.MetadataValue.path(version.table_path),
         "checkpoint_path": dg.MetadataValue.path(version.checkpoint_path),
+        "gate": gate_note(version),
     }
     if version.upstream:
         metadata["upstream_versions"] = dg.MetadataValue.json(version.upstream)
@@ -174,22 +190,26 @@ def start_detached(
 
 def observe(
     settings: "Settings", catalog: "Catalog", runner: Runner, names: list[str] | None = None,
+    stall_after_s: float = 300.0,
 ) -> list[QueryHealth]:
-    """``query_health`` of the latest version of every asset in ``names`` (default: all) from its
-    SparkApplication's state. Consumer lag is not observed in this mode (the checkpoint is on the
-    object store and the broker needs the KafkaUser's credentials)."""
-    from kappa.delta.registry import Registry
+    """``query_health`` of the latest version of every asset in ``names`` (default: all): the
+    reading every runner gives (:func:`kappa.streaming.checkpoint.observe`: the committed offsets
+    from the version's checkpoint, on the object store here, against the log end offsets read with
+    this pod's Kafka credentials, ``KAPPA_KAFKA_*`` of the chart's ``kappa-config`` and the control
+    KafkaUser's JAAS line), so the lag per partition is the number ``kappa status`` shows; and the
+    state of the version's SparkApplication, which decides whether its query runs. Unhealthy when
+    the application is not running (:func:`health_of`'s reason and severity), else when the
+    reading is (a stalled query, a broker that does not answer)."""
+    from kappa.streaming.checkpoint import observe as read
 
-    registry = Registry(settings)
     out: list[QueryHealth] = []
-    for name in catalog.topological(names):
-        version = registry.latest(name)
-        if version is None:
-            continue
-        status = runner.status(name, version.version)
+    for health in read(settings, catalog, stall_after_s, names=names):
+        status = runner.status(health.asset, health.version)
         passed, severity, reason = health_of(status)
-        out.append(QueryHealth(
-            asset=name, version=version.version, state=version.state, healthy=passed, reason=reason,
-            severity=severity.value, application=status.name, application_state=status.state or "NEW",
-        ))
+        health.application, health.application_state = status.name, status.state or "NEW"
+        if not passed:
+            health.healthy, health.severity, health.reason = False, severity.value, reason
+        elif health.healthy:
+            health.reason = f"{reason}; lag {health.total_lag}"
+        out.append(health)
     return out

@@ -141,7 +141,8 @@ def build_rollback_job(options: LoadOptions) -> dg.JobDefinition:
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
         try:
-            targets = rollback(settings, config.asset)
+            targets = rollback(settings, config.asset, runner=context.resources.kappa.build_runner(settings),
+                               on_step=context.log.info)
         except KappaError as exc:  # never promoted, nothing before, promoted again since, …
             raise dg.Failure(description=str(exc), metadata={"asset": config.asset}) from exc
         summary = commit_summary(last_promotion(Registry(settings), config.asset))

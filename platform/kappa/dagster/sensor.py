@@ -35,13 +35,13 @@ def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEv
 
 
 def _observe(settings, catalog: "Catalog", options: LoadOptions, kappa: KappaResource, names: list[str] | None = None):
-    """Queries of this process's runner: checkpoints and log end offsets. Queries that outlive the
-    process (a detached runner: Kubernetes): their applications' states."""
+    """Checkpoints and log end offsets, whatever the runner; queries that outlive the process (a
+    detached runner: Kubernetes) also by their applications' states."""
     runner = kappa.build_runner(settings)
     if runner.detached:
         from kappa.dagster import kubernetes
 
-        return kubernetes.observe(settings, catalog, runner, names)
+        return kubernetes.observe(settings, catalog, runner, names, options.stall_after_s)
     return observe(settings, catalog, options.stall_after_s, names=names)
 
 

@@ -289,14 +289,25 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
     return report
 
 
-def rollback(settings: Settings, asset: str) -> dict[str, int]:
+def rollback(settings: Settings, asset: str, runner: "Runner | None" = None,
+             on_step: Callable[[str], None] | None = None) -> dict[str, int]:
     """Roll back the chain that was promoted with ``asset``'s current version (every stable name of
     that promotion commit, e.g. a replay's asset and its downstream assets) to each name's previously
     promoted version, in one registry commit; returns asset -> the version it points at now.
 
+    After the commit, on a runner whose queries outlive the caller (``runner.detached``; default
+    :func:`~kappa.runners.pick_runner`: on Kubernetes), each rolled-back-to version's query runs
+    again from its checkpoint: ``runner.start`` with the version's recorded declaration, upstream
+    first, creates the SparkApplication the promotion that replaced it deleted (or observes it
+    when it still exists), and the version is recorded ``running``; ``on_step`` hears about each.
+    Local queries live in the process that started them (``kappa run``) and end with it: nothing
+    is started here, and the version continues from its checkpoint when ``kappa run`` starts it.
+
     Raises :class:`RegistryError` when ``asset`` (or a member of its chain) has no previously
     promoted version, or when a member of the chain has been promoted again since (rolling it back
-    would undo that later promotion: roll that one back first)."""
+    would undo that later promotion: roll that one back first); :class:`kappa.runners.base.RunError`
+    when a query cannot start again (the rollback commit stands: the stable names read the
+    rolled-back-to tables either way, they only stop growing)."""
     registry = Registry(settings)
     promotions = [e for e in registry.events(asset) if e["event"] == "promoted"]
     if not promotions:
@@ -314,4 +325,37 @@ def rollback(settings: Settings, asset: str) -> dict[str, int]:
             raise RegistryError(f"{name} has no previously promoted version to roll back to")
         targets[name] = target
     commit_promotion(settings, targets, reason="rollback", chain=list(targets))
+    _resume(settings, runner, targets, on_step or (lambda _m: None))
     return targets
+
+
+def _resume(settings: Settings, runner: "Runner | None", targets: dict[str, int], say: Callable[[str], None]) -> None:
+    """Run each of ``targets`` (asset -> version) again on ``runner`` (see :func:`rollback`)."""
+    from kappa.delta.declarations import recorded_spec
+    from kappa.runners import pick_runner
+    from kappa.runners.base import Outcome, RunError
+
+    runner = runner or pick_runner(settings)
+    if not runner.detached:
+        return
+    registry = Registry(settings)
+    versions = {n: registry.version(n, v) for n, v in targets.items()}
+    catalog = catalog_of(settings) if any(v.declaration is None for v in versions.values()) else None
+    # upstream first: a downstream driver reads its upstream version's table
+    order: list[str] = []
+    while len(order) < len(versions):
+        order += [n for n in versions if n not in order and set(versions[n].upstream) & set(versions) <= set(order)]
+    for name in order:
+        version = versions[name]
+        spec = recorded_spec(settings, version, None if catalog is None else catalog.assets.get(name))
+        status = runner.start(spec, version)
+        where = f"{status.namespace}/{status.name}"
+        if status.outcome is Outcome.RUNNING:
+            registry.record(name, version.version, "running", mode=runner.kind, application=status.name,
+                            reason="rollback")
+            say(f"{version.name} runs again ({where}, from its checkpoint)")
+        elif status.outcome in (Outcome.PENDING, Outcome.SUSPENDED):
+            say(f"{version.name}: {where} created again, not running yet ({status.state or 'NEW'})")
+        else:
+            raise RunError(f"{version.name} is promoted again but its query does not run ({where}: "
+                           f"{status.state or 'no application'}): {status.error or 'no error message'}")

@@ -527,6 +527,29 @@ if __name__ == "__main__":
     main()
 
 
+def remote(settings: Settings, port: int | None = None, timeout_s: float = 5.0) -> ServeStatus:
+    """The endpoint another process runs at ``KAPPA_SERVE_HOST`` (``settings.serve_host``) on
+    ``port`` (default ``settings.serve_port``): on Kubernetes the chart's ``kappa-serve`` Service.
+    Nothing is started; ``up`` once a TCP connection to it opens within ``timeout_s`` seconds. Its
+    authentication is ``CUSTOM``: an endpoint reachable from another host always checks passwords
+    (:func:`start` refuses a non-loopback host without a password file, the chart always mounts
+    one), so clients log in with ``KAPPA_SERVE_USER``/``KAPPA_SERVE_PASSWORD``
+    (:func:`client_credentials`). Raises :class:`ServeError` when ``serve_host`` is not set or
+    nothing answers there."""
+    import socket
+
+    if not settings.serve_host:
+        raise ServeError("KAPPA_SERVE_HOST is not set: no endpoint runs elsewhere")
+    host, port = settings.serve_host, port or settings.serve_port
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ServeError(f"the SQL endpoint at {host}:{port} (KAPPA_SERVE_HOST, KAPPA_SERVE_PORT) does not answer "
+                         f"within {timeout_s:g} s: {exc}") from exc
+    return ServeStatus(up=True, host=host, port=port, jdbc_url=jdbc_url(host, port), pid=None,
+                       state_dir="", log_file="", auth="CUSTOM")
+
+
 def ensure_running(settings: Settings, timeout_s: float = 180.0, port: int | None = None) -> ServeStatus:
     """The running endpoint of this state dir, started (on ``port``, default ``settings.serve_port``:
     ``KAPPA_SERVE_PORT`` or 10000) if it is not running. Raises :class:`ServeError` if it cannot

@@ -15,7 +15,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from kappa.config import Settings
+from kappa.config import Settings, aws_environment
 from kappa.delta.registry import Version
 from kappa.runners.kubernetes.config import KubernetesRunnerConfig, asset_resources
 from kappa.runners.kubernetes.naming import (
@@ -109,8 +109,9 @@ def _role(kind: str, res: Resources, labels: dict[str, str], env: list[dict], mo
 def settings_env(settings: Settings) -> list[dict]:
     """The ``KAPPA_*`` settings every Kappa pod needs to see what the Dagster code location sees:
     warehouse, checkpoints (so the registry and the version's paths resolve to the same place)
-    and the object store; the query's tuning (shuffle partitions, the back-pressure bound the
-    driver's :func:`~kappa.streaming.sources.read_source` applies). Values, not secrets."""
+    and the object store (and ``AWS_REGION`` when set); the query's tuning (shuffle partitions,
+    the back-pressure bound the driver's :func:`~kappa.streaming.sources.read_source` applies).
+    Values, not secrets."""
     env = [
         {"name": "KAPPA_RUNNER", "value": "kubernetes"},
         {"name": "KAPPA_WAREHOUSE", "value": str(settings.warehouse)},
@@ -121,6 +122,9 @@ def settings_env(settings: Settings) -> list[dict]:
     ]
     if settings.s3_endpoint:
         env.append({"name": "KAPPA_S3_ENDPOINT", "value": settings.s3_endpoint})
+    # The chart's objectStore.region (kappa-config's AWS_REGION): the region S3A signs for.
+    if region := aws_environment().get("AWS_REGION"):
+        env.append({"name": "AWS_REGION", "value": region})
     return env
 
 
