@@ -196,3 +196,17 @@ def test_jobs_dagster_launches_are_held_to_the_kappa_image_run_account_and_secre
     (binding,) = [b for b in kinds(rendered, "ValidatingAdmissionPolicyBinding")
                   if b["spec"]["policyName"] == "kappa-dagster-runs-kappa"]
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_every_container_the_chart_sizes_has_an_ephemeral_storage_limit(rendered):
+    """The SQL endpoint, and the Kafka, entity-operator and Connect containers Strimzi runs from the
+    chart's resources: a container that fills its node's disk is evicted, not the node's others."""
+    (kafka,) = kinds(rendered, "Kafka")
+    eo = kafka["spec"]["entityOperator"]
+    sized = {"topic operator": eo["topicOperator"]["resources"], "user operator": eo["userOperator"]["resources"],
+             **{f"pool {p['metadata']['name']}": p["spec"]["resources"] for p in kinds(rendered, "KafkaNodePool")},
+             **{f"connect {c['metadata']['name']}": c["spec"]["resources"] for c in kinds(rendered, "KafkaConnect")},
+             **{f"deployment {d['metadata']['name']}": ctr["resources"] for d in kinds(rendered, "Deployment")
+                for ctr in d["spec"]["template"]["spec"]["containers"]}}
+    for what, res in sized.items():
+        assert res["requests"]["ephemeral-storage"] and res["limits"]["ephemeral-storage"], what
