@@ -349,20 +349,56 @@ def test_should_not_render_network_policies_when_disabled():
 # -------------------------------------------------------------------------------------- Dagster
 
 
-def test_dagster_may_only_create_get_watch_delete_sparkapplications_in_its_namespace(rendered):
-    assert kinds(rendered, "ClusterRole") == [] and kinds(rendered, "ClusterRoleBinding") == []
-    (role,) = [r for r in kinds(rendered, "Role") if r["metadata"]["name"] == "kappa-dagster-sparkapplications"]
+def _role_and_subjects(objs: list[dict], name: str) -> tuple[list[dict], list[dict]]:
+    (role,) = [r for r in kinds(objs, "Role") if r["metadata"]["name"] == name]
     assert role["metadata"]["namespace"] == "kappa"
-    assert role["rules"] == [{
-        "apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
-        "verbs": ["create", "get", "watch", "delete"],
-    }]
-    (binding,) = [b for b in kinds(rendered, "RoleBinding") if b["roleRef"]["name"] == role["metadata"]["name"]]
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
-    # the only other Roles: Kafka Connect's `get` on the database Secret
-    # (test_connect_may_read_only_the_database_secret) and the drivers' executor pods (below)
-    assert len(kinds(rendered, "Role")) == 3 and len(kinds(rendered, "RoleBinding")) == 3
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-dagster", "namespace": "kappa"}]
+    (binding,) = [b for b in kinds(objs, "RoleBinding") if b["roleRef"]["name"] == name]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}
+    return role["rules"], binding["subjects"]
+
+
+def _sa(name: str) -> list[dict]:
+    return [{"kind": "ServiceAccount", "name": name, "namespace": "kappa"}]
+
+
+def test_only_dagsters_run_pods_may_create_sparkapplications(rendered):
+    assert kinds(rendered, "ClusterRole") == [] and kinds(rendered, "ClusterRoleBinding") == []
+    rules, subjects = _role_and_subjects(rendered, "kappa-dagster-sparkapplications")
+    assert rules == [{"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
+                      "verbs": ["create", "get", "watch", "delete"]}]
+    assert subjects == _sa("kappa-dagster-run")
+    # every other Role of the chart: who holds it and that none of them names SparkApplications
+    # with a write verb, Secrets beyond Connect's one, or RBAC itself
+    holders = {b["roleRef"]["name"]: b["subjects"] for b in kinds(rendered, "RoleBinding")}
+    assert set(holders) == {"kappa-dagster-sparkapplications", "kappa-dagster-code-location",
+                            "kappa-dagster-run-launcher", "kappa-spark-drivers", "kappa-cdc-connect-database-secret"}
+    for role in kinds(rendered, "Role"):
+        for rule in role["rules"]:
+            assert "rbac.authorization.k8s.io" not in rule["apiGroups"], role["metadata"]["name"]
+            if "sparkapplications" in rule["resources"] and role["metadata"]["name"] != "kappa-dagster-sparkapplications":
+                assert set(rule["verbs"]) <= {"get", "list", "watch"}, role["metadata"]["name"]
+            if "secrets" in rule["resources"]:
+                assert rule.get("resourceNames"), role["metadata"]["name"]
+
+
+def test_the_code_location_may_only_read_sparkapplications(rendered):
+    rules, subjects = _role_and_subjects(rendered, "kappa-dagster-code-location")
+    assert rules == [{"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
+                      "verbs": ["get", "list", "watch"]}]
+    assert subjects == _sa("kappa-dagster-code-location")
+
+
+def test_the_webserver_and_daemon_may_launch_run_jobs_but_not_create_pods(rendered):
+    rules, subjects = _role_and_subjects(rendered, "kappa-dagster-run-launcher")
+    assert subjects == _sa("kappa-dagster")
+    verbs = {(g, r): set(rule["verbs"]) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert verbs == {("batch", "jobs"): {"create", "get", "list", "watch", "delete"}, ("batch", "jobs/status"): {"get"},
+                     ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"}}
+
+
+def test_the_chart_creates_the_run_and_code_location_accounts(rendered):
+    names = {s["metadata"]["name"] for s in kinds(rendered, "ServiceAccount")}
+    assert names == {"kappa-dagster-run", "kappa-dagster-code-location"}
 
 
 def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_image(rendered):
@@ -377,11 +413,13 @@ def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_
     (binding,) = [b for b in kinds(rendered, "RoleBinding") if b["roleRef"]["name"] == "kappa-spark-drivers"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-spark", "namespace": "kappa"}]
     policies = {p["metadata"]["name"]: p for p in kinds(rendered, "ValidatingAdmissionPolicy")}
-    assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa"}
+    # (and the Jobs Dagster launches: tests/helm/test_chart_hardening.py)
+    assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-dagster-runs-kappa"}
     bindings = kinds(rendered, "ValidatingAdmissionPolicyBinding")
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
-    for policy in policies.values():
+    for name in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa"):
+        policy = policies[name]
         assert policy["spec"]["failurePolicy"] == "Fail"
         secrets = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "secrets")
         assert "-cluster-ca-cert'" in secrets and "'kappa-asset-flights'" in secrets

@@ -160,3 +160,53 @@ def test_the_drivers_service_account_may_manage_pods_and_nothing_else(api_client
                                   ("create", "rolebindings", "rbac.authorization.k8s.io"),
                                   ("patch", "pods", "")):
         assert not _allowed(api_client, namespace, verb, resource, group), (verb, resource)
+
+
+# ------------------------------------------------------------ the Jobs Dagster launches (its runs)
+
+DAGSTER = "kappa-dagster"  # values.yaml dagster.serviceAccount: the webserver's and daemon's
+
+
+@pytest.fixture
+def dagster_guarded(kubectl, namespace):
+    """``namespace`` with Dagster's accounts, their Roles and the admission policy of run Jobs."""
+    rendered = helm("template", "kappa", str(CHART), "-n", namespace,
+                    "--show-only", "templates/011-ServiceAccount-dagster.yaml",
+                    "--show-only", "templates/020-Role-dagster-sparkapplications.yaml",
+                    "--show-only", "templates/023-ValidatingAdmissionPolicy-dagster-runs.yaml").stdout
+    kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    kubectl("create", "serviceaccount", DAGSTER, "-n", namespace)
+    yield namespace
+    kubectl("delete", "-f", "-", "--ignore-not-found", stdin=rendered, check=False)
+
+
+def test_dagster_may_launch_its_run_job_and_no_other(plane, api_client, dagster_guarded, tmp_path):
+    """The Job dagster-k8s's K8sRunLauncher builds from helm/values/dagster.yaml is admitted when
+    the daemon's account creates it; the same Job with another image, account or Secret is not."""
+    from test_dagster_run_launcher import build_launcher, run_job
+
+    namespace = dagster_guarded
+    batch = client.BatchV1Api(client_as(plane, api_client, namespace, DAGSTER))
+    job = run_job(build_launcher(tmp_path))
+    job["metadata"]["namespace"] = namespace
+
+    def changed(change) -> dict:
+        bad = copy.deepcopy(job)
+        change(bad["spec"]["template"]["spec"])
+        return bad
+
+    attacks = {
+        "another image": (lambda p: p["containers"][0].update(image=EVIL), "run the Kappa image"),
+        "another service account": (lambda p: p.update(serviceAccountName=DRIVERS), "service account kappa-dagster-run only"),
+        "the host network": (lambda p: p.update(hostNetwork=True), "without host namespaces"),
+        "another Secret": (lambda p: p["containers"][0]["env"].append(
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "kappa-serve-users", "key": "users"}}}),
+            "only these Secrets"),
+    }
+    first = changed(next(iter(attacks.values()))[0])
+    wait_for("the Job policy to be enforced",
+             lambda: _refused(lambda: batch.create_namespaced_job(namespace, first, dry_run="All")), timeout_s=30)
+    batch.create_namespaced_job(namespace, job, dry_run="All")  # the launcher's own Job: admitted
+    for name, (change, message) in attacks.items():
+        body = refusal(lambda: batch.create_namespaced_job(namespace, changed(change), dry_run="All"))
+        assert message in body, (name, body)

@@ -18,9 +18,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 strimzi.io/cluster: {{ .Values.kafka.name }}
 {{- end -}}
 
-{{/* The Kappa image reference. */}}
+{{/* The Kappa image reference: `repository@digest` when image.digest is set (what runs cannot
+change when a tag moves), else `repository:tag`. Pods, the runner's ConfigMap and the admission
+policies all use this one reference. */}}
 {{- define "kappa.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The catalog generated from assets/ (topics and streaming assets that read Kafka). */}}
@@ -35,6 +41,19 @@ strimzi.io/cluster: {{ .Values.kafka.name }}
 {{/* Bootstrap address of the client listener inside the cluster. */}}
 {{- define "kappa.bootstrap" -}}
 {{- printf "%s-kafka-bootstrap.%s.svc:%v" .Values.kafka.name .Release.Namespace .Values.kafka.listener.port -}}
+{{- end -}}
+
+{{/* One NetworkPolicy egress rule: `to` the given peers (none: any address) on the given TCP ports. */}}
+{{- define "kappa.egressRule" -}}
+- {{- with .peers }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  ports:
+    {{- range .ports }}
+    - protocol: TCP
+      port: {{ . }}
+    {{- end }}
 {{- end -}}
 
 {{/* Mandatory values and the security invariants the schema cannot express. */}}
