@@ -582,12 +582,12 @@ def test_dbt_runs_use_the_kappa_serve_service_with_a_login_from_a_secret(rendere
     settings = Settings(serve_host=data["KAPPA_SERVE_HOST"], serve_port=data["KAPPA_SERVE_PORT"])
     assert settings.serve_host == f"kappa-serve.{namespace}.svc"
     dagster = yaml.safe_load((ROOT / "helm" / "values" / "dagster.yaml").read_text())
-    run = dagster["runLauncher"]["config"]["k8sRunLauncher"]
-    labels = run["runK8sConfig"]["podTemplateSpecMetadata"]["labels"]
+    run = dagster["runLauncher"]["config"]["customRunLauncher"]["config"]["run_k8s_config"]
+    labels = run["pod_template_spec_metadata"]["labels"]
     admitted = [peer["podSelector"]["matchLabels"] for rule in policy["spec"]["ingress"] for peer in rule["from"]
                 if "podSelector" in peer and "namespaceSelector" not in peer]
     assert any(want.items() <= labels.items() for want in admitted), (admitted, labels)
-    env = {e["name"]: e for e in run["runK8sConfig"]["containerConfig"]["env"]}
+    env = {e["name"]: e for e in run["container_config"]["env"]}
     for var, key in (("KAPPA_SERVE_USER", "username"), ("KAPPA_SERVE_PASSWORD", "password")):
         ref = env[var]["valueFrom"]["secretKeyRef"]
         assert (ref["name"], ref["key"]) == ("kappa-serve-dbt", key) and "value" not in env[var]
