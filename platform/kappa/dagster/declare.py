@@ -270,12 +270,12 @@ def _reload_op(options: LoadOptions):
             seconds = reload_location(settings, applied["asset"], present)
         except ReloadError as exc:
             if present:  # added or edited: withdraw it, so the location loads as it did before
-                declare.withdraw(settings, applied["asset"], applied["fingerprint"], run_id=context.run_id,
-                                 reason=f"withdrawn: the code location failed to load: {exc}")
                 try:
+                    declare.withdraw(settings, applied["asset"], applied["fingerprint"], run_id=context.run_id,
+                                     reason=f"withdrawn: the code location failed to load: {exc}")
                     reload_location(settings, applied["asset"], applied["event"] == "edited")
-                except ReloadError as again:
-                    context.log.error(f"withdrawn, but the code location still does not load: {again}")
+                except KappaError as again:  # changed since, or the location still does not load
+                    context.log.error(f"{applied['asset']}: after the failed reload: {again}")
             raise _fail(exc) from exc
         context.log.info(f"code location {settings.dagster_location!r} reloaded in {seconds:.1f} s: "
                          f"{applied['asset']} is {'in' if present else 'gone from'} the workspace")
