@@ -15,7 +15,8 @@
 #
 # Environment: NAMESPACE (default kappa), HELM and KUBECTL (default build/tools/bin/{helm,kubectl} if
 # built, else from PATH), DRY_RUN=1 prints the commands without running them, OFFLINE=1 never asks
-# a chart repository (as if none could be reached: the substitutions below).
+# a chart repository (as if none could be reached: the substitutions below),
+# DAGSTER_WRITABLE_WEBSERVER=1 runs Dagster's writable webserver too (off by default: it has no login).
 #
 # Offline (a chart repository cannot be reached, e.g. against `make cluster-up`'s local control plane):
 # Strimzi's operator chart is replaced by its CRDs (from Strimzi's generator, `make tools`), so Kafka
@@ -86,9 +87,23 @@ fi
 
 echo "== 5/5 Dagster $DAGSTER_VERSION"
 if reachable dagster "$DAGSTER_REPO" "$DAGSTER_VERSION"; then
-  run "$HELM" upgrade --install dagster dagster --repo "$DAGSTER_REPO" --version "$DAGSTER_VERSION" \
-    --namespace "$NAMESPACE" -f helm/values/dagster.yaml --wait
-  echo "Done. Dagster UI: kubectl -n $NAMESPACE port-forward svc/dagster-dagster-webserver 8080:80"
+  # The chart gives both webservers one replica count; the post-renderer turns the writable one off
+  # (0 replicas) and leaves the read-only one up. Helm 4 takes a post-renderer plugin by name
+  # (found through HELM_PLUGINS, for this command only), Helm 3 the script's path.
+  writable_off=(--post-renderer kappa-dagster-writable-off)
+  plugins=(env "HELM_PLUGINS=$PWD/helm/postrender")
+  if [ "$("$HELM" version --template '{{.Version}}' 2>/dev/null | cut -c1-2)" = v3 ]; then
+    writable_off=(--post-renderer helm/postrender/kappa-dagster-writable-off/writable-off.sh)
+    plugins=()
+  fi
+  if [ "${DAGSTER_WRITABLE_WEBSERVER:-0}" = 1 ]; then
+    echo "DAGSTER_WRITABLE_WEBSERVER=1: the writable webserver runs too; serve it only through an"
+    echo "         authenticating proxy (helm/README.md, \"Dagster UI\")."
+    writable_off=()
+  fi
+  run "${plugins[@]}" "$HELM" upgrade --install dagster dagster --repo "$DAGSTER_REPO" --version "$DAGSTER_VERSION" \
+    --namespace "$NAMESPACE" -f helm/values/dagster.yaml "${writable_off[@]}" --wait
+  echo "Done. Dagster UI (read-only): kubectl -n $NAMESPACE port-forward svc/dagster-dagster-webserver-read-only 8080:80"
 else
   echo "SKIPPED: the Dagster chart cannot be fetched from $DAGSTER_REPO (offline?); Dagster is not installed."
   echo "Done (partial: see SKIPPED above)."

@@ -10,11 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from ..conftest import REPO, free_port
 from kappa.core import processes
@@ -161,20 +163,22 @@ query {
 """ % WINDOW_ASSET
 
 
-def launchpad_config(declaration: str, apply: bool) -> str:
-    """The launchpad's YAML of ``add_asset``, as a person types it (the declaration as a block)."""
-    block = "\n".join("          " + line for line in declaration.splitlines())
-    return (f"ops:\n  validate_declaration:\n    config:\n      declaration: |\n{block}\n"
-            f"      apply: {str(apply).lower()}\n      who: ana@example.com\n      reason: 3-hour delay windows\n")
+def readme_launchpad() -> str:
+    """The launchpad config of the README's walkthrough (Dagster, "1. **Add it.**"), as typed there:
+    the test types exactly what the README tells a person to type."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("1. **Add it.**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    return textwrap.dedent(block).strip() + "\n"
 
 
 def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by_name(served, dagster_dev, tmp_path):
-    """Item 6 of issue 22, as a person would do it: a bad declaration fails naming the field, and SQL
-    reading a path is refused naming the policy's rule; the launchpad of ``add_asset`` in Chromium
-    adds a window asset over ``flights``; the workspace gains it with its checks; a stale edit is
-    refused; materializing and promoting it from Dagster writes a table that `kappa sql` reads by its
-    name and that equals the windows computed from the silver table; retiring it from Dagster takes
-    it away again."""
+    """Items 6 and the done-when of issue 22, as a person would do it: a bad declaration fails naming
+    the field, and SQL reading a path is refused naming the policy's rule; the launchpad of
+    ``add_asset`` in Chromium adds a window asset over ``flights`` (its analyze step shows the
+    sample); the workspace gains it with its checks; a stale edit is refused; materializing and
+    promoting it from Dagster writes a table that `kappa sql` reads by its name and that equals the
+    windows computed from the silver table; the replay job promotes a v2 and the rollback job points
+    the name back at v1; retiring it from Dagster takes it away again."""
     from tests.graphql import launch, wait_for_run
     from tests.integration.helpers import table
 
@@ -210,13 +214,16 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
     assert status == "FAILURE" and failure["stepKey"] == "validate_declaration"
     assert "declarations:peek: transform.sql: refused (rule: relation)" in failure["error"]["message"], failure
 
-    # the launchpad, in a browser: type the run config, launch, wait, open the new asset's page
+    # the launchpad, in a browser: type the README's run config, launch, wait, open the new asset's page
+    typed = readme_launchpad()
+    assert yaml.safe_load(typed) == {"ops": {"validate_declaration": {"config": {
+        "declaration": WINDOW, "apply": True, "who": "ana@example.com", "reason": "3-hour delay windows"}}}}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with Browser(tmp_path / "chrome") as browser:
         browser.goto(f"{base}/locations/kappa/jobs/add_asset/playground")
         browser.wait_for("!!document.querySelector('.CodeMirror')", what="the launchpad's editor")
-        browser.eval(f"document.querySelector('.CodeMirror').CodeMirror.setValue({json.dumps(launchpad_config(WINDOW, True))})")
+        browser.eval(f"document.querySelector('.CodeMirror').CodeMirror.setValue({json.dumps(typed)})")
         browser.click_button("Launch Run")
         path = browser.wait_for("location.pathname.startsWith('/runs/') && location.pathname", what="the run's page")
         status, events = wait_for_run(base, path.split("/")[2], timeout=420)
@@ -273,6 +280,22 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
     assert len(expected) > 20
     pd.testing.assert_frame_equal(actual.sort_values(key).reset_index(drop=True)[expected.columns],
                                   expected.sort_values(key).reset_index(drop=True), check_dtype=False)
+
+    # a second version, from the replay job, promoted; the rollback job points the name back at v1
+    started = time.monotonic()
+    status, events = wait_for_run(base, launch(base, "replay", {"ops": {"replay_asset": {"config": {
+        "asset": WINDOW_ASSET, "promote": True}}}}), timeout=420)
+    assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    v2 = Registry(settings).promoted(WINDOW_ASSET)
+    assert v2.version == 2 and v2.source == f"declarations:{WINDOW_ASSET}"
+    status, events = wait_for_run(base, launch(base, "rollback", {"ops": {"rollback_stable_names": {"config": {
+        "asset": WINDOW_ASSET}}}}))
+    assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    [output] = [e for e in events if e["__typename"] == "ExecutionStepOutputEvent"]
+    assert {"promoted", "previous", "pins"} <= {m["label"] for m in output["metadataEntries"]}
+    back = Registry(settings).promoted(WINDOW_ASSET)
+    assert (back.version, back.table_path) == (1, v1.table_path)
+    print(f"replay (v2, promoted) and rollback (to v1) from Dagster: {time.monotonic() - started:.1f} s")
 
     # retired from Dagster: gone from the workspace, no longer a stable name; its table is kept
     status, events = wait_for_run(base, launch(base, "retire_asset", {"ops": {"retire_declaration": {"config": {

@@ -351,3 +351,37 @@ def test_declaration_jobs_take_their_config_in_their_first_step_and_a_bad_one_na
     assert failure.step_failure_data.user_failure_data.description.startswith(
         "declarations:late: transform: Value error, declare exactly one of")
     assert Declarations(resource.settings()).events() == []
+
+
+@pytest.mark.parametrize("event", ["added", "edited"])
+def test_a_change_the_code_location_cannot_load_is_withdrawn_by_the_reload_step(tmp_path, monkeypatch, event):
+    """`reload_code_location` after `record_declaration` (added) or `record_edit` (edited): when the
+    webserver does not reload the location with the change, the step fails with the reason and the
+    change is withdrawn, so the location loads as before: an added declaration is retired, an
+    edited one gets the text it replaced back (an ``edited`` event replacing the failed text)."""
+    from kappa.dagster.resources import KappaResource
+    from kappa.delta.declarations import Declarations, text_fingerprint
+    from kappa.harness.env import free_port
+
+    monkeypatch.setenv("KAPPA_DAGSTER_URL", f"http://127.0.0.1:{free_port()}")  # nothing answers there
+    resource = KappaResource(home=str(tmp_path))
+    defs = build_definitions(REPO / "assets", resource=resource, dbt=False)
+    reload_op = defs.get_job_def("edit_asset").graph.node_named("reload_code_location").definition
+    log = Declarations(resource.settings())
+    old = "name: late\nlayer: gold\nsource: {asset: flights}\ntransform: {sql: 'SELECT event_id FROM input'}\n"
+    new = old.replace("event_id", "event_id, carrier")
+    log.record("late", "added", old, who="ana")
+    if event == "edited":
+        log.record("late", "edited", new, who="ana", replaces=text_fingerprint(old))
+    failed = new if event == "edited" else old
+
+    with dg.build_op_context(resources={"kappa": resource}) as context, \
+            pytest.raises(dg.Failure, match="could not reload code location 'kappa'"):
+        reload_op(context, {"asset": "late", "event": event, "fingerprint": text_fingerprint(failed)})
+    last = log.events("late")[-1]
+    assert last.reason.startswith("withdrawn: the code location failed to load: could not reload")
+    assert last.replaces == text_fingerprint(failed)
+    if event == "added":
+        assert last.event == "retired" and log.active() == {}
+    else:
+        assert (last.event, last.yaml) == ("edited", old) and log.active()["late"].fingerprint == text_fingerprint(old)

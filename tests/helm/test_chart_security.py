@@ -436,10 +436,11 @@ def test_dagster_values_bind_the_same_service_account_and_load_kappa_config():
     for sc in (deployment["securityContext"], dagster["dagsterWebserver"]["securityContext"]):
         _restricted_container(sc)
     # Reload re-imports the code location (a code server, not `dagster api grpc`), so an asset
-    # added at run time appears; everyone gets the read-only webserver, the writable one is off.
+    # added at run time appears; everyone gets the read-only webserver (the writable one is turned
+    # off by tools/deploy.sh's post-renderer: tests/helm/test_dagster_webservers.py).
     assert deployment["codeServerArgs"] == ["--module-name", "kappa.dagster.definitions"]
     assert "dagsterApiGrpcArgs" not in deployment
-    assert dagster["dagsterWebserver"]["enableReadOnly"] is True and dagster["dagsterWebserver"]["replicaCount"] == 0
+    assert dagster["dagsterWebserver"]["enableReadOnly"] is True and dagster["dagsterWebserver"]["replicaCount"] >= 1
 
 
 def test_only_dagster_pods_and_the_proxy_reach_the_writable_webserver_and_runs_know_where_it_is(rendered):

@@ -102,6 +102,11 @@ def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorde
     stricter = LATE + "  - expect_column_values_to_be_between: {column: delay_hours, max_value: 1}\n"
     with pytest.raises(DeclarationError, match="stale edit: the declaration is at fingerprint"):
         declare.edit(settings, stricter, "0" * 16, spark=spark)
+    # an edit not applied is recorded as proposed, as an add is; the active text stays
+    proposed = declare.edit(settings, stricter, active["fingerprint"], apply=False, spark=spark)
+    assert (proposed.event, proposed.recorded.event, proposed.recorded.yaml) == ("proposed", "proposed", stricter)
+    assert proposed.recorded.replaces == active["fingerprint"]
+    assert Declarations(settings).active()["late_departures"].fingerprint == active["fingerprint"]
     change = declare.edit(settings, stricter, active["fingerprint"], spark=spark)
     assert not change.logic_changed
     report = run_gate(settings, "late_departures", 1, spark=spark)
@@ -114,8 +119,16 @@ def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorde
     with pytest.raises(LogicChangedError):
         run_until_caught_up(settings, ["late_departures"], spark=spark)
 
+    # a declaration over a declared upstream runs on a sample of it: the scratch catalog holds the
+    # active declarations, not only the files and the new text
+    by_origin = declare.add(settings, BY_ORIGIN, apply=True, who="ana@example.com", spark=spark, sample=True)
+    late_v1 = table(settings, "late_departures", 1)
+    assert 0 < len(late_v1) < 1000
+    assert by_origin.analysis.sample == {"late_departures": {"version": "late_departures/v1", "rows": len(late_v1)}}
+    assert list(by_origin.analysis.schema) == ["origin", "event_time", "delay_hours"]
+    assert by_origin.analysis.row_count == int((late_v1.origin == "JFK").sum()) > 0
+
     # retiring: refused while a declared asset reads it; the reader first, then it
-    declare.add(settings, BY_ORIGIN, apply=True, who="ana@example.com", spark=spark)
     with pytest.raises(DeclarationError, match=r"cannot retire late_departures: assets \['late_by_origin'\] read it"):
         declare.retire(settings, "late_departures")
     declare.retire(settings, "late_by_origin", reason="not needed")
@@ -124,8 +137,8 @@ def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorde
     assert "late_departures" not in catalog(settings).assets
     registry = Registry(settings)
     assert registry.promoted("late_departures") is None and "late_departures" not in registry.unpromoted()
-    assert [e.event for e in Declarations(settings).events("late_departures")] == ["added", "edited", "edited",
-                                                                                  "retired"]
+    assert [e.event for e in Declarations(settings).events("late_departures")] == ["added", "proposed", "edited",
+                                                                                  "edited", "retired"]
 
 
 @pytest.mark.parametrize("sql, rule", [

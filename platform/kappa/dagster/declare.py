@@ -30,12 +30,13 @@ to ``validate_edit``, its record step ``record_edit``):
    (:func:`kappa.lifecycle.declare.analyze`); metadata: the output schema, sample rows, and the
    gate's checks on the sample (expectations, quarantine rate, late rows). A query that does not
    resolve fails the step with Spark's message.
-3. ``record_declaration`` — ``proposed`` without ``apply``, else ``added`` (``edited``), in the
-   declarations log (:mod:`kappa.delta.declarations`).
+3. ``record_declaration`` (``record_edit``) — ``proposed`` without ``apply``, else ``added``
+   (``edited``), in the declarations log (:mod:`kappa.delta.declarations`).
 4. ``reload_code_location`` — only with ``apply``: asks the webserver (``KAPPA_DAGSTER_URL``) to
    reload the code location (``DagsterGraphQLClient.reload_repository_location``), then waits until
    the asset key is in the workspace; a location that fails to load fails the step with its error,
-   and the declaration is withdrawn (a ``retired`` event) so the location loads again.
+   and the change is withdrawn so the location loads again (:func:`kappa.lifecycle.declare.withdraw`:
+   an added declaration is ``retired``, an edited one gets its previous text back as ``edited``).
 
 ``retire_asset`` (config ``asset``, ``who``, ``reason``) retires a declaration, refused while another
 asset or a dbt model reads it, stops its running versions, keeps its tables, and reloads.
@@ -121,9 +122,9 @@ def reload_location(settings: Settings, asset: str, present: bool, timeout_s: fl
 
     start = time.monotonic()
     url = urlparse(settings.dagster_url)
-    client = DagsterGraphQLClient(url.hostname or "127.0.0.1", port_number=url.port, use_https=url.scheme == "https",
-                                  path_prefix=url.path.rstrip("/"))
     try:
+        client = DagsterGraphQLClient(url.hostname or "127.0.0.1", port_number=url.port,
+                                      use_https=url.scheme == "https", path_prefix=url.path.rstrip("/"))
         info = client.reload_repository_location(settings.dagster_location)
     except (DagsterGraphQLClientError, OSError) as exc:
         raise ReloadError(f"could not reload code location {settings.dagster_location!r} at {settings.dagster_url}: "
@@ -268,11 +269,13 @@ def _reload_op(options: LoadOptions):
         try:
             seconds = reload_location(settings, applied["asset"], present)
         except ReloadError as exc:
-            if present and applied["event"] == "added":
-                declare.Declarations(settings).record(applied["asset"], "retired", "", who="dagster",
-                                                      reason=f"withdrawn: the code location failed to load: {exc}",
-                                                      run_id=context.run_id, replaces=applied["fingerprint"])
-                reload_location(settings, applied["asset"], False)
+            if present:  # added or edited: withdraw it, so the location loads as it did before
+                try:
+                    declare.withdraw(settings, applied["asset"], applied["fingerprint"], run_id=context.run_id,
+                                     reason=f"withdrawn: the code location failed to load: {exc}")
+                    reload_location(settings, applied["asset"], applied["event"] == "edited")
+                except KappaError as again:  # changed since, or the location still does not load
+                    context.log.error(f"{applied['asset']}: after the failed reload: {again}")
             raise _fail(exc) from exc
         context.log.info(f"code location {settings.dagster_location!r} reloaded in {seconds:.1f} s: "
                          f"{applied['asset']} is {'in' if present else 'gone from'} the workspace")

@@ -118,17 +118,28 @@ class Declarations:
                run_id: str | None = None, replaces: str | None = None) -> Declaration:
         """Append one ``event`` (one of :data:`EVENTS`) in one Delta commit and return it. Raises
         ``ValueError`` for an unknown event name."""
+        [row] = self.record_all({asset: text}, event, who=who, reason=reason, run_id=run_id, replaces=replaces)
+        return row
+
+    def record_all(self, texts: dict[str, str], event: str, *, who: str, reason: str = "",
+                   run_id: str | None = None, replaces: str | None = None) -> list[Declaration]:
+        """Append one ``event`` per asset of ``texts`` (name -> YAML text) in ONE Delta commit and
+        return them (an empty ``texts`` writes nothing). Raises ``ValueError`` for an unknown event."""
         from deltalake import write_deltalake
 
         if event not in EVENTS:
             raise ValueError(f"unknown declarations event {event!r}")
-        row = Declaration(asset=asset, event=event, yaml=text, fingerprint=text_fingerprint(text) if text else "",
-                          replaces=replaces, who=who, at=datetime.now(timezone.utc), run_id=run_id, reason=reason)
+        at = datetime.now(timezone.utc)
+        rows = [Declaration(asset=asset, event=event, yaml=text, fingerprint=text_fingerprint(text) if text else "",
+                            replaces=replaces, who=who, at=at, run_id=run_id, reason=reason)
+                for asset, text in texts.items()]
+        if not rows:
+            return []
         if isinstance(self.path, Path):
             self.path.mkdir(parents=True, exist_ok=True)
-        write_deltalake(self.uri, pa.Table.from_pylist([row.__dict__], schema=_SCHEMA), mode="append",
+        write_deltalake(self.uri, pa.Table.from_pylist([r.__dict__ for r in rows], schema=_SCHEMA), mode="append",
                         storage_options=self.storage_options)
-        return row
+        return rows
 
 
 def catalog(settings: Settings, declared: dict[str, str] | None = None) -> Catalog:

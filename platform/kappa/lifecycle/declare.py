@@ -139,6 +139,10 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
     (:func:`kappa.runners.run_until_caught_up`), and the gate runs on the output
     (:func:`kappa.quality.gate.run_gate`: expectations, quarantine rate, late rows).
 
+    The scratch catalog is the real one (:func:`kappa.delta.declarations.catalog`: the files and
+    every active declaration, so an upstream may itself be declared at run time) with ``spec``'s
+    text in it.
+
     Raises :class:`DeclarationError` for a declaration that reads Kafka directly (its sample is
     its first run) or an upstream with no version, and Spark's error (as
     :class:`kappa.runners.base.RunError`) when the query does not resolve or fails."""
@@ -172,7 +176,11 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
             copy = scratch_registry.create_version(up, source.fingerprint, {}, sampled_from=source.name)
             rows.write.format("delta").save(str(copy.table_path))
             sample[up] = {"version": source.name, "rows": spark.read.format("delta").load(str(copy.table_path)).count()}
-        Declarations(scratch).record(spec.name, "added", spec.text or "", who="analyze")
+        # The scratch catalog is the real one with this text in it: the files of assets/ plus every
+        # active declaration (an upstream may itself be declared at run time), this one replacing
+        # its own active text when it is an edit.
+        active = {n: d.yaml for n, d in Declarations(settings).active().items() if n != spec.name}
+        Declarations(scratch).record_all({**active, spec.name: spec.text or ""}, "added", who="analyze")
         run_until_caught_up(scratch, [spec.name], spark=spark)
         out = scratch_registry.latest(spec.name)
         assert out is not None
@@ -240,24 +248,46 @@ def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: boo
          reason: str = "", run_id: str | None = None, spark=None, sample: bool = False) -> DeclarationChange:
     """Replace an active declaration's text. Refused (:class:`DeclarationError`) when
     ``expected_fingerprint`` is not the active text's fingerprint (a stale edit) or the text is
-    unchanged; validated, held to policy and sampled as :func:`add`. ``apply`` False checks only
-    (nothing is recorded). The change says whether the logic changed (a replay is then needed)."""
+    unchanged; validated, held to policy and sampled as :func:`add`. Recorded as ``edited`` when
+    ``apply``, else as ``proposed`` (replacing nothing yet: the active text stays). The change says
+    whether the logic changed (a replay is then needed)."""
     spec, _ = validate(settings, text, replacing=True)
     current = check_fresh(settings, text, expected_fingerprint)
     name, fingerprint = spec.name, text_fingerprint(text)
     check_policy(settings, spec, spark)
     analysis = _sample(settings, spec, spark) if sample else None
     logic_changed = parse_declaration(current.yaml).fingerprint() != spec.fingerprint()
-    rec = None
-    if apply:
-        rec = Declarations(settings).record(name, "edited", text, who=who or default_who(), reason=reason,
-                                            run_id=run_id, replaces=current.fingerprint)
-    notes = [f"{name}: {current.fingerprint} -> {fingerprint}" + ("" if apply else " (checked, not applied)")]
+    event = "edited" if apply else "proposed"
+    rec = Declarations(settings).record(name, event, text, who=who or default_who(), reason=reason,
+                                        run_id=run_id, replaces=current.fingerprint)
+    notes = [f"{name}: {current.fingerprint} -> {fingerprint}" + ("" if apply else
+             " (valid and within policy; recorded as proposed, not applied: apply it to edit)")]
     if logic_changed:
         notes.append(f"the logic of {name} changed: its running version keeps the declaration it recorded; "
                      f"replay it into a new version to build the new logic: `kappa replay {name}`")
-    return DeclarationChange(name, "edited" if apply else "checked", rec, spec, fingerprint, logic_changed, notes,
-                             analysis)
+    return DeclarationChange(name, event, rec, spec, fingerprint, logic_changed, notes, analysis)
+
+
+def withdraw(settings: Settings, name: str, fingerprint: str, *, reason: str, who: str = "dagster",
+             run_id: str | None = None) -> Declaration:
+    """Undo the change that made ``fingerprint`` the active text of declaration ``name`` (Dagster's
+    reload step calls it when the code location fails to load with it, so the location loads
+    again): an ``added`` declaration is ``retired``; an ``edited`` one gets the text it replaced
+    back, as an ``edited`` event replacing ``fingerprint``. ``reason`` is recorded. Returns the
+    event recorded. Raises :class:`DeclarationError` when ``fingerprint`` is no longer the active
+    text (someone changed it since: nothing is withdrawn)."""
+    log = Declarations(settings)
+    events = log.events(name)
+    current = log.active(events).get(name)
+    label = declaration_label(name)
+    if current is None or current.fingerprint != fingerprint:
+        raise DeclarationError(f"{label}: not withdrawn: the active text is "
+                               f"{current.fingerprint if current else 'none'}, not {fingerprint}")
+    if current.event == "added":
+        return log.record(name, "retired", "", who=who, reason=reason, run_id=run_id, replaces=fingerprint)
+    before = events[:events.index(current)]
+    previous = next(e for e in reversed(before) if e.event in ("added", "edited") and e.fingerprint == current.replaces)
+    return log.record(name, "edited", previous.yaml, who=who, reason=reason, run_id=run_id, replaces=fingerprint)
 
 
 def dbt_readers(settings: Settings, asset: str) -> list[str]:
