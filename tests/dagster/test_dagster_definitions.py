@@ -237,7 +237,7 @@ def test_the_advance_sensor_runs_by_default_with_continuous_assets_and_the_job_m
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     result = build_advance_job(component.catalog, component.options).execute_in_process(
         resources={"kappa": KappaResource(home=str(tmp_path))})
-    assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {}}
+    assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {}, "unverified": {}}
 
 
 def test_a_run_config_cannot_choose_the_image_the_tables_or_the_dbt_executable(tmp_path):
