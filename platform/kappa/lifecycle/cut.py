@@ -238,7 +238,8 @@ def solve(tables: dict[str, "CutTable"]) -> tuple[dict[str, int], set[str]]:
     for t in tables.values():
         recorded = [u for u in t.ups
                     if any(c.sources is None or c.reads(u, t.version.upstream[u])[0] is not None for c in t.commits)]
-        t.table_sides += [u for u in t.ups if u not in recorded and u not in t.table_sides]
+        if t.commits:  # without a commit nothing says how it reads (the pin names that instead)
+            t.table_sides += [u for u in t.ups if u not in recorded and u not in t.table_sides]
         t.ups = recorded
     choice = {a: t.last_eligible(len(t.commits) - 1) for a, t in tables.items()}
     unconstrained = {a for a, t in tables.items() if t.commits and choice[a] < 0}  # nothing recorded
