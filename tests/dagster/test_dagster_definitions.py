@@ -237,7 +237,20 @@ def test_the_advance_sensor_runs_by_default_with_continuous_assets_and_the_job_m
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
     result = build_advance_job(component.catalog, component.options).execute_in_process(
         resources={"kappa": KappaResource(home=str(tmp_path))})
-    assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {}}
+    assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {},
+                                                                         "unverified": {}}
+    # a promoted version without a table: its pin is not evaluated, and the run's output says why
+    from kappa.delta.registry import Registry
+
+    registry = Registry(KappaResource(home=str(tmp_path)).settings(assets_dir=str(REPO / "assets")))
+    registry.create_version("flights", "f", {})
+    registry.promote({"flights": 1})
+    result = build_advance_job(component.catalog, component.options).execute_in_process(
+        resources={"kappa": KappaResource(home=str(tmp_path))})
+    why = "flights/v1: consistency not evaluated: no table yet"
+    assert result.success and result.output_for_node("advance_cut")["unverified"]["flights"].startswith(why)
+    [output] = [e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT"]
+    assert output.event_specific_data.metadata["unverified"].data["flights"].startswith(why)
 
 
 def test_a_run_config_cannot_choose_the_image_the_tables_or_the_dbt_executable(tmp_path):

@@ -103,3 +103,107 @@ def test_vacuum_leaves_a_table_alone_while_its_pinned_snapshot_may_name_files_ol
     assert _pin_older_than(path, 0, None) is None  # the commit after it is seconds old: 7 days to go
     time.sleep(0.05)
     assert "pinned snapshot (Delta version 0)" in _pin_older_than(path, 0, 0.00001)  # 36 ms of retention
+
+
+# --- pins whose consistency was not evaluated are named, with why (never "consistent") -------------
+
+def test_a_consistent_lineage_is_verified_with_no_reason():
+    from kappa.lifecycle.cut import build_pins
+
+    tables = {"s": silver([1, 2, 3]), "g": gold("g", [(1, 2, True), (2, 3, True)])}
+    choice, unconstrained = solve(tables)
+    pins = build_pins(tables, choice, unconstrained)
+    assert all(p["verified"] and p["why_unverified"] is None for p in pins.values()), pins
+    assert pins["g"]["cut"] == pins["s"]["offsets"] == {"t": {"0": 300}}
+
+
+def test_a_streaming_sink_batch_whose_write_ahead_log_entry_is_purged_is_named_not_verified():
+    """A raw (Delta streaming sink) table pinned at a batch older than the checkpoint's retained
+    batches: nothing records its offsets, so the pin (and its reader's) says so."""
+    from kappa.lifecycle.cut import build_pins, unverified
+
+    bronze = CutTable(version("s"), 2, [BatchCommit(1, 0, None), BatchCommit(2, 1, None)])
+    tables = {"s": bronze, "g": gold("g", [(1, 2, True)])}
+    choice, unconstrained = solve(tables)
+    pins = build_pins(tables, choice, unconstrained)
+    assert not pins["s"]["verified"] and pins["s"]["cut"] == {}
+    assert "s/v1: consistency not evaluated: batch 1 (Delta version 2) does not record what it read" \
+        in pins["s"]["why_unverified"] and "minBatchesToRetain" in pins["s"]["why_unverified"]
+    assert pins["g"]["why_unverified"] == "g/v1: consistency not evaluated: reads s, whose pin is not verified"
+    assert set(unverified(pins)) == {"s", "g"}
+
+
+def test_a_lookups_table_side_is_named_not_verified():
+    """A lookup's batches record its stream side only: the table side is not constrained."""
+    from kappa.lifecycle.cut import build_pins
+
+    dims = silver([1, 2])
+    lookup = CutTable(version("l", {"s": 1}), 4, [BatchCommit(3, 0, [{"kafka": {"f": {"0": 10}}}]),
+                                                  BatchCommit(4, 1, [{"kafka": {"f": {"0": 20}}}])], ["s"])
+    tables = {"s": dims, "l": lookup}
+    choice, unconstrained = solve(tables)
+    pins = build_pins(tables, choice, unconstrained)
+    assert pins["s"]["verified"] and not pins["l"]["verified"] and pins["l"]["offsets"] == {"f": {"0": 20}}
+    assert pins["l"]["why_unverified"].startswith("l/v1: consistency not evaluated: reads s as a lookup's table side")
+
+
+def test_a_reader_of_an_upstream_without_a_table_and_one_without_a_batch_are_named():
+    from kappa.lifecycle.cut import build_pins
+
+    empty = CutTable(version("e"), 0, [])  # a table created, no micro-batch committed yet
+    reader = CutTable(version("r", {"x": 1}), 1, [BatchCommit(1, 0, [{"kafka": {"t": {"0": 5}}}])])
+    tables = {"e": empty, "r": reader}
+    choice, unconstrained = solve(tables)
+    pins = build_pins(tables, choice, unconstrained, no_table={"r": ["x"]})
+    assert pins["e"]["why_unverified"] == ("e/v1: consistency not evaluated: no micro-batch commit among its "
+                                           "last 500 commits")
+    assert pins["r"]["why_unverified"] == "r/v1: consistency not evaluated: reads x, which has no table yet"
+
+
+def test_unverified_names_a_pin_recorded_without_a_reason_and_skips_verified_and_unpinned():
+    from kappa.lifecycle.cut import unverified
+
+    pins = {"a": {"verified": True}, "b": {"verified": False}, "c": None,
+            "d": {"verified": False, "why_unverified": "d/v2: consistency not evaluated: x"}}
+    assert unverified(pins) == {"b": "b: consistency not evaluated (no reason recorded with the pin)",
+                                "d": "d/v2: consistency not evaluated: x"}
+
+
+def test_kappa_promote_and_versions_name_the_unverified_pins_of_the_commit(tmp_path, monkeypatch):
+    """The CLI on a real registry (delta-rs): versions without tables are pinned to nothing, and
+    `kappa promote`, `kappa versions --format json` and `kappa status`'s per-name fields say so."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from kappa.cli.app import app, pin_verification
+    from kappa.config import load_settings
+    from kappa.delta.registry import Registry
+    from kappa.lifecycle.promotion import commit_pins
+
+    monkeypatch.setenv("KAPPA_HOME", str(tmp_path / "home"))
+    settings = load_settings()
+    reg = Registry(settings)
+    reg.create_version("flights", "f", {})
+    reg.create_version("departures_hourly", "f", {"flights": 1})
+    for asset in ("flights", "departures_hourly"):
+        reg.record(asset, 1, "gate_passed", checks=[])
+    reg.promote({"flights": 1}, reason="test")
+    out = CliRunner().invoke(app, ["promote", "departures_hourly", "1"])
+    assert out.exit_code == 0, out.output
+    assert "departures_hourly -> v1" in out.output
+    text = " ".join(out.output.split())  # the console wraps lines
+    assert text.count("pin not verified") == 2
+    assert "pin not verified departures_hourly/v1: consistency not evaluated: no table yet" in text
+    assert "pin not verified flights/v1: consistency not evaluated: no table yet" in text
+    pins = commit_pins(reg, "departures_hourly")
+    assert set(pins) == {"flights", "departures_hourly"} and not any(p["verified"] for p in pins.values())
+
+    versions = CliRunner().invoke(app, ["versions", "departures_hourly", "--format", "json"])
+    assert versions.exit_code == 0, versions.output
+    row = json.loads(versions.output)[0]
+    assert row["verified"] is False
+    assert row["why_unverified"] == ("departures_hourly/v1: consistency not evaluated: no table yet, nothing to "
+                                     "pin (its stable name reads the table as it comes)")
+    assert pin_verification("flights", Registry(settings).promoted("flights").pin) == {
+        "verified": False, "why_unverified": pins["flights"]["why_unverified"]}

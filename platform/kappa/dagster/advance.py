@@ -16,7 +16,8 @@ and can be turned on in the UI. The job can also be launched by hand (Jobs -> ad
           assets: []      # default: every lineage; else only the lineages of these assets
           wait_s: 30      # seconds to wait for running readers to agree on an upstream version
 
-The op's output is the report (``pins``, ``moved``, ``refused``); a lineage that could not be cut
+The op's output is the report (``pins``, ``moved``, ``refused``, ``unverified``: asset -> why its
+new pin's consistency was not evaluated; ``moved`` and ``unverified`` also as metadata); a lineage that could not be cut
 keeps its pins and fails the run (``dg.Failure`` naming it) after the others moved.
 """
 
@@ -51,7 +52,7 @@ def build_advance_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinit
         tags={"kind": "delta"},
         pool="kappa_advance",
     )
-    def advance_op(context: dg.OpExecutionContext) -> dict:
+    def advance_op(context: dg.OpExecutionContext) -> dg.Output:
         from kappa.lifecycle.cut import advance
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
@@ -62,11 +63,14 @@ def build_advance_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinit
             raise dg.Failure(description=str(exc)) from exc
         for asset, (before, after) in sorted(report.moved.items()):
             context.log.info(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
-        out = {"pins": report.pins, "moved": {a: list(m) for a, m in report.moved.items()}, "refused": report.refused}
+        out = report.to_json()
+        for why in sorted(out["unverified"].values()):
+            context.log.warning(f"pin not verified: {why}")
         if report.refused:
             raise dg.Failure(description="the cut did not move for " + "; ".join(
                 f"{group}: {why}" for group, why in report.refused.items()), metadata={"report": dg.MetadataValue.json(out)})
-        return out
+        return dg.Output(out, metadata={"moved": dg.MetadataValue.json(out["moved"]),
+                                        "unverified": dg.MetadataValue.json(out["unverified"])})
 
     @dg.job(name=ADVANCE_JOB, tags={"kappa/kind": "advance"},
             description="Move the stable names' pinned snapshots to the newest consistent cut (one registry commit).")

@@ -23,7 +23,8 @@ upstream. Both move stable names in ONE registry commit. The step's output (and 
 that commit: ``promoted`` (asset -> version: the chain; for a rollback, what each stable name now
 points at), ``previous`` (asset -> the version it pointed at before), ``pins`` (asset -> version
 and pinned snapshot, the Delta table version readers see, for every name the commit pinned, the
-re-pinned names of the same lineages included). A :class:`~kappa.errors.KappaError` (an unknown
+re-pinned names of the same lineages included), ``unverified`` (asset -> why that pin's consistency
+was not evaluated: a pin the cut could not verify is named, never shown as consistent). A :class:`~kappa.errors.KappaError` (an unknown
 version, a failed gate, nothing to roll back to) fails the step with the library's message.
 
 The jobs record no asset events themselves: the ``kappa_registry`` sensor reports every promotion
@@ -32,16 +33,11 @@ promoted version's gate as its checks (:mod:`kappa.dagster.registry`). One promo
 runs at a time (pool ``kappa_promotion``).
 """
 
-from typing import TYPE_CHECKING
-
 import dagster as dg
 from pydantic import Field
 
 from kappa.dagster.names import PROMOTE_JOB, ROLLBACK_JOB, LoadOptions
 from kappa.errors import KappaError
-
-if TYPE_CHECKING:
-    from kappa.delta.registry import Registry
 
 #: Promotions and rollbacks from Dagster run one at a time (the pool's limit is 1, dagster.yaml):
 #: a promotion checks the pins it would leave, then commits; two at once could each pass the check.
@@ -64,21 +60,17 @@ class RollbackConfig(dg.Config):
                        "version (a replay's chain) goes back to its previously promoted version, in one commit.")
 
 
-def last_promotion(registry: "Registry", asset: str) -> list[dict]:
-    """The registry events of the commit that last pointed ``asset``'s stable name somewhere (a
-    promotion or a rollback): its ``promoted`` events and the ``pinned`` events committed with it.
-    One commit writes every row with one ``at`` (:meth:`kappa.delta.registry.Registry.promote`)."""
-    events = registry.events()
-    last = [e for e in events if e["asset"] == asset and e["event"] == "promoted"][-1]
-    return [e for e in events if e["at"] == last["at"] and e["event"] in ("promoted", "pinned")]
-
-
 def commit_summary(events: list[dict]) -> dict:
-    """``promoted`` (asset -> version), ``previous`` (asset -> version before, None: none) and
-    ``pins`` (asset -> ``{"version", "snapshot"}``, the Delta table version its readers see) of one
-    registry commit (:func:`last_promotion`)."""
+    """``promoted`` (asset -> version), ``previous`` (asset -> version before, None: none),
+    ``pins`` (asset -> ``{"version", "snapshot"}``, the Delta table version its readers see) and
+    ``unverified`` (asset -> why its pin's consistency was not evaluated,
+    :func:`kappa.lifecycle.cut.unverified`) of one registry commit
+    (:func:`kappa.lifecycle.promotion.last_promotion`)."""
+    from kappa.lifecycle.cut import unverified
+
     moved = [e for e in events if e["event"] == "promoted"]
     return {
+        "unverified": unverified({e["asset"]: e["details"] for e in events if "snapshot" in e["details"]}),
         "promoted": {e["asset"]: e["version"] for e in moved},
         "previous": {e["asset"]: e["details"].get("previous") for e in moved},
         "pins": {e["asset"]: {"version": e["version"], "snapshot": e["details"].get("snapshot")} for e in events},
@@ -91,6 +83,7 @@ def _output(summary: dict) -> dg.Output:
         "promoted": dg.MetadataValue.json(summary["promoted"]),
         "previous": dg.MetadataValue.json(summary["previous"]),
         "pins": dg.MetadataValue.json(summary["pins"]),
+        "unverified": dg.MetadataValue.json(summary["unverified"]),
         "committed_at": summary["committed_at"],
     })
 
@@ -103,7 +96,7 @@ def build_promote_job(options: LoadOptions) -> dg.JobDefinition:
            out=dg.Out(dict, description="The registry commit: promoted, previous, pins, committed_at."))
     def promote_op(context: dg.OpExecutionContext, config: PromoteConfig) -> dg.Output:
         from kappa.delta.registry import Registry
-        from kappa.lifecycle.promotion import promote
+        from kappa.lifecycle.promotion import last_promotion, promote
 
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
@@ -137,7 +130,7 @@ def build_rollback_job(options: LoadOptions) -> dg.JobDefinition:
                                         "previous, pins, committed_at."))
     def rollback_op(context: dg.OpExecutionContext, config: RollbackConfig) -> dg.Output:
         from kappa.delta.registry import Registry
-        from kappa.lifecycle.promotion import rollback
+        from kappa.lifecycle.promotion import last_promotion, rollback
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
         try:

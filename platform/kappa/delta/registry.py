@@ -8,7 +8,9 @@ transaction log gives atomic commits; see "Delta Lake transaction log protocol")
 
 Event rows: ``asset`` string, ``version`` int, ``event`` string, ``at`` timestamp (UTC), ``details``
 JSON string. Events: ``created``, ``running``, ``caught_up``, ``stopped`` (a continuous run ended, with its
-metrics), ``failed``, ``gate_passed``,
+metrics), ``dropped`` (a Kubernetes driver's micro-batches whose stateful operators dropped rows
+behind the watermark, recorded while it runs: ``dropped_by_watermark``, ``batches``,
+``dropped_named``, ``late_not_named``; :class:`kappa.streaming.late.LateTally`), ``failed``, ``gate_passed``,
 ``gate_failed``, ``promoted``, ``pinned`` (the Delta table version its stable name reads moved: a
 new cut, :mod:`kappa.lifecycle.cut`), ``retired``. A ``promoted`` or ``pinned`` event's details
 carry the version's pin: ``snapshot`` (the Delta table version readers of the stable name read),
@@ -38,8 +40,8 @@ from kappa.config import Settings, join
 from kappa.errors import KappaError
 from kappa.core.storage import delta_rs_options, delta_rs_uri
 
-EVENTS = ("created", "running", "caught_up", "stopped", "failed", "gate_passed", "gate_failed", "promoted",
-          "pinned", "retired", "checkpoint_deleted")
+EVENTS = ("created", "running", "caught_up", "stopped", "dropped", "failed", "gate_passed", "gate_failed",
+          "promoted", "pinned", "retired", "checkpoint_deleted")
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),

@@ -31,7 +31,11 @@ What is not constrained, and says so (``verified`` false in the pin): a version 
 without a micro-batch commit yet (nothing recorded to pin by); a version whose commits do not
 record their sources (Delta's streaming sink once Spark has purged the batch's write-ahead log entry,
 after ``spark.sql.streaming.minBatchesToRetain`` batches), and the table side of a ``lookup``
-(stream–table join), which each micro-batch reads as it is then, not as a streaming source.
+(stream–table join), which each micro-batch reads as it is then, not as a streaming source; and
+anything reading an unverified pin. Such a pin also carries ``why_unverified`` (one line naming
+the asset and what was not evaluated; :func:`unverified` collects them), which ``kappa promote``,
+``kappa advance``, ``kappa versions``/``status --format json`` and the Dagster promote and advance
+jobs show: an unverified pin is "not evaluated", never reported as consistent.
 
 Sources: the Delta protocol ("Commit Provenance Information", time travel ``VERSION AS OF``);
 Spark's write-ahead log (Structured Streaming guide, "Recovering from Failures with
@@ -67,6 +71,9 @@ class CutTable:
     commits: list[BatchCommit]
     #: Upstream asset names inside the cut whose Delta version a batch records (the constraints).
     ups: list[str] = field(default_factory=list)
+    #: Upstream asset names inside the cut read as a lookup's table side (no batch records them:
+    #: not constrained, so the pin is not verified), set by :func:`solve`.
+    table_sides: list[str] = field(default_factory=list)
 
     def eligible(self, i: int) -> bool:
         """Whether commit ``i`` records a complete read of every constrained upstream."""
@@ -152,14 +159,33 @@ def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | 
         latest, commits = batch_commits(settings, ver, HISTORY_LIMIT)
         if latest < 0:  # no table yet: nothing to pin; readers read it as it comes (not verified)
             pins[asset] = {"version": number, "snapshot": None, "batch_id": None, "reads": {}, "offsets": {},
-                           "cut": {}, "verified": False}
+                           "cut": {}, "verified": False,
+                           "why_unverified": f"{ver.name}: consistency not evaluated: no table yet, nothing to "
+                                             "pin (its stable name reads the table as it comes)"}
             continue
         tables[asset] = CutTable(ver, latest, commits, [u for u, n in ver.upstream.items() if versions.get(u) == n])
+    no_table = {a: [u for u, n in t.version.upstream.items() if versions.get(u) == n and u not in tables]
+                for a, t in tables.items()}
     for t in tables.values():
         t.ups = [u for u in t.ups if u in tables]
     choice, unconstrained = solve(tables)
-    unconstrained |= {a for a, t in tables.items()
-                      if any(versions.get(u) == n and u not in tables for u, n in t.version.upstream.items())}
+    return pins | build_pins(tables, choice, unconstrained, no_table)
+
+
+def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrained: set[str],
+               no_table: dict[str, list[str]] | None = None) -> dict[str, dict]:
+    """The pins of :func:`solve`'s ``choice`` over ``tables`` (upstream first): asset -> ``{"version",
+    "snapshot", "batch_id", "reads", "offsets", "cut", "verified", "why_unverified"}``. Pure.
+
+    ``verified`` is True only when the cut was evaluated for the asset and everything it reads:
+    otherwise ``why_unverified`` says what was not evaluated (never that it is consistent): a
+    version without a micro-batch commit; a pinned batch whose commit does not record what it read
+    (Delta's streaming sink, its write-ahead log entry purged); an unconstrained reader
+    (``unconstrained``: no batch records a complete read of its upstream); an upstream without a
+    table (``no_table``: asset -> such upstream assets); the table side of a ``lookup``
+    (:attr:`CutTable.table_sides`); an upstream whose own pin is not verified."""
+    no_table = no_table or {}
+    pins: dict[str, dict] = {}
     for asset in _upstream_first(tables):
         t, i = tables[asset], choice[asset]
         commit = t.commits[i] if i >= 0 else None
@@ -169,11 +195,38 @@ def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | 
         for u in t.ups:
             for topic, parts in pins[u]["cut"].items():
                 cut.setdefault(topic, {}).update(parts)
-        verified = asset not in unconstrained and commit is not None and all(pins[u]["verified"] for u in t.ups)
+        why = _why_unverified(t, commit, asset in unconstrained, no_table.get(asset, []), pins)
         pins[asset] = {"version": t.version.version, "snapshot": t.snapshot(i),
                        "batch_id": commit.batch_id if commit else None, "reads": reads, "offsets": offsets,
-                       "cut": cut, "verified": verified}
+                       "cut": cut, "verified": why is None, "why_unverified": why}
     return pins
+
+
+def _why_unverified(t: "CutTable", commit: BatchCommit | None, unconstrained: bool, no_table: list[str],
+                    pins: dict[str, dict]) -> str | None:
+    """Why the pin of ``t`` at ``commit`` is not verified (consistency not evaluated), None if it is."""
+    reasons = []
+    if commit is None:
+        reasons.append(f"no micro-batch commit among its last {HISTORY_LIMIT} commits")
+    elif commit.sources is None:
+        reasons.append(f"batch {commit.batch_id} (Delta version {commit.table_version}) does not record what it "
+                       "read: Delta's streaming sink wrote it and Spark has purged the batch's write-ahead log entry "
+                       "(the checkpoint keeps the last spark.sql.streaming.minBatchesToRetain batches)")
+    if unconstrained and commit is not None and commit.sources is not None:
+        reasons.append("no retained micro-batch records a complete read of its upstream")
+    reasons += [f"reads {u}, which has no table yet" for u in no_table]
+    reasons += [f"reads {u} as a lookup's table side (each micro-batch reads the table as it then is; "
+                f"the commits do not record which version)" for u in t.table_sides]
+    reasons += [f"reads {u}, whose pin is not verified" for u in t.ups if u in pins and not pins[u]["verified"]]
+    return None if not reasons else f"{t.version.name}: consistency not evaluated: " + "; ".join(reasons)
+
+
+def unverified(pins: dict[str, dict | None]) -> dict[str, str]:
+    """asset -> why its pin is not verified, for every pin in ``pins`` (asset -> pin, as recorded in
+    the registry; None: never pinned, left out) whose consistency was not evaluated. A pin recorded
+    without a reason (before reasons were kept) says so. Empty when every pin is verified."""
+    return {a: p.get("why_unverified") or f"{a}: consistency not evaluated (no reason recorded with the pin)"
+            for a, p in pins.items() if p is not None and not p.get("verified")}
 
 
 def solve(tables: dict[str, "CutTable"]) -> tuple[dict[str, int], set[str]]:
@@ -183,8 +236,11 @@ def solve(tables: dict[str, "CutTable"]) -> tuple[dict[str, int], set[str]]:
     :class:`CutError` naming the reader and upstream that cannot be aligned."""
     # A lookup's table side is not a streaming source: its batches do not record it (module docstring).
     for t in tables.values():
-        t.ups = [u for u in t.ups
-                 if any(c.sources is None or c.reads(u, t.version.upstream[u])[0] is not None for c in t.commits)]
+        recorded = [u for u in t.ups
+                    if any(c.sources is None or c.reads(u, t.version.upstream[u])[0] is not None for c in t.commits)]
+        if t.commits:  # without a commit nothing says how it reads (the pin names that instead)
+            t.table_sides += [u for u in t.ups if u not in recorded and u not in t.table_sides]
+        t.ups = recorded
     choice = {a: t.last_eligible(len(t.commits) - 1) for a, t in tables.items()}
     unconstrained = {a for a, t in tables.items() if t.commits and choice[a] < 0}  # nothing recorded
     for a in unconstrained:  # pinned at its latest; any of its commits may be an upstream's choice
@@ -280,6 +336,16 @@ class AdvanceReport:
     pins: dict[str, dict]
     before: dict[str, int | None]
     refused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def unverified(self) -> dict[str, str]:
+        """asset -> why its new pin is not verified (:func:`unverified`)."""
+        return unverified(self.pins)
+
+    def to_json(self) -> dict:
+        """``pins``, ``moved`` (asset -> [before, after]), ``refused``, ``unverified`` as JSON values."""
+        return {"pins": self.pins, "moved": {a: list(m) for a, m in self.moved.items()}, "refused": self.refused,
+                "unverified": self.unverified}
 
     @property
     def moved(self) -> dict[str, tuple[int | None, int]]:

@@ -225,6 +225,24 @@ def commit_promotion(settings: Settings, targets: dict[str, int], reason: str, *
     await_in_step(settings)
 
 
+def last_promotion(registry: Registry, asset: str) -> list[dict]:
+    """The registry events of the commit that last pointed ``asset``'s stable name somewhere (a
+    promotion or a rollback): its ``promoted`` events and the ``pinned`` events committed with it.
+    One commit writes every row with one ``at`` (:meth:`kappa.delta.registry.Registry.promote`).
+    Raises :class:`RegistryError` when ``asset`` was never promoted."""
+    events = registry.events()
+    mine = [e for e in events if e["asset"] == asset and e["event"] == "promoted"]
+    if not mine:
+        raise RegistryError(f"{asset} has never been promoted")
+    return [e for e in events if e["at"] == mine[-1]["at"] and e["event"] in ("promoted", "pinned")]
+
+
+def commit_pins(registry: Registry, asset: str) -> dict[str, dict]:
+    """asset -> pin (the event's details: ``snapshot``, ``verified``, ``why_unverified``, …) of every
+    stable name the commit that last promoted ``asset`` pinned (:func:`last_promotion`)."""
+    return {e["asset"]: e["details"] for e in last_promotion(registry, asset)}
+
+
 def latest_gate(version: Version) -> tuple[bool, list[dict]] | None:
     """(passed, checks) of the version's most recent gate run, or None if never gated."""
     for e in reversed(version.events):

@@ -277,12 +277,12 @@ def late_rows(version_obj, named: int = 0) -> CheckResult:
     and a pattern's late rows, set aside instead of dropped, and the rows a window's, session's,
     join's or sliding window's watermark dropped, named afterwards by :mod:`kappa.streaming.late`).
     Compares with Spark's count: the ``dropped_by_watermark`` of every recorded run (``caught_up``
-    events of until-caught-up runs, ``stopped`` events of continuous runs), of which the runs'
-    ``dropped_named`` were named; the rest (``not_named``) are lost rows. Observed = named +
-    not named. Not evaluated when no run of it has reported and nothing was set aside (e.g. a
-    Kubernetes run, whose progress nobody reads)."""
+    events of until-caught-up runs, ``stopped`` events of continuous runs, ``dropped`` events of
+    a Kubernetes driver), of which the runs' ``dropped_named`` were named; the rest (``not_named``)
+    are lost rows. Observed = named + not named. Not evaluated when no run of it has reported and
+    nothing was set aside."""
     reports = [e["details"] for e in version_obj.events
-               if e["event"] in ("caught_up", "stopped") and "dropped_by_watermark" in e["details"]]
+               if e["event"] in ("caught_up", "stopped", "dropped") and "dropped_by_watermark" in e["details"]]
     if not reports and not named:
         return CheckResult(name=LATE_CHECK, passed=False, blocking=True, observed="not evaluated", expected="0",
                            evaluated=False, details={"why": "no run of this version has reported its metrics"})

@@ -9,7 +9,8 @@ here), checks it against what the SparkApplication says (``--upstream``, ``KAPPA
 ``KAPPA_CHECKPOINT_PATH``, ``KAPPA_TXN_APP_ID``; a mismatch exits 2), builds the same query as the
 local runner from the same asset YAML with its processing-time trigger, and runs it until SIGTERM
 (the operator's stop) or a failure (non-zero exit, so the SparkApplication fails and is restarted by
-its restart policy). Kafka security comes from ``KAPPA_KAFKA_*`` (see :class:`kappa.config.Settings`).
+its restart policy). While it runs it names the rows its stateful operators drop behind the
+watermark, as the local runner does (:func:`watch`), and records them in the registry. Kafka security comes from ``KAPPA_KAFKA_*`` (see :class:`kappa.config.Settings`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from kappa.config import load_settings
 from kappa.delta.registry import Registry, Version
@@ -27,6 +28,11 @@ from kappa.delta.declarations import catalog as catalog_of, recorded_spec
 
 if TYPE_CHECKING:
     from kappa.spec import AssetSpec
+    from kappa.streaming.late import LateTally
+
+#: Seconds between two looks at the query's progress reports (Spark keeps the last 100:
+#: ``spark.sql.streaming.numRecentProgressUpdates``; a trigger interval of 1 s leaves 100 s).
+POLL_S = 5.0
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -61,6 +67,28 @@ def version_and_spec(settings, asset: str, version: int) -> tuple[Version, "Asse
     return record, recorded_spec(settings, record, catalog_of(settings).assets.get(asset))
 
 
+def watch(query, tally: "LateTally", record: Callable[[dict], None], poll_s: float = POLL_S) -> None:
+    """Wait for ``query`` (a ``StreamingQuery``) to terminate; every ``poll_s`` seconds, and once
+    after it ends, fold its progress reports into ``tally`` (naming the late rows of each new batch
+    whose stateful operators dropped rows, as the local runner does) and ``record`` the drops not
+    reported yet (:meth:`~kappa.streaming.late.LateTally.unreported`: the details of a ``dropped``
+    registry event), so the gate's ``late_rows`` check and ``kappa status`` count them on Kubernetes
+    too. Raises what ``awaitTermination`` raises for a failed query (after a last fold)."""
+    from kappa.runners.local import progress_as_dict
+
+    def fold() -> None:
+        tally.fold([progress_as_dict(p) for p in query.recentProgress if p])
+        drops = tally.unreported()
+        if drops is not None:
+            record(drops)
+
+    try:
+        while not query.awaitTermination(poll_s):
+            fold()
+    finally:
+        fold()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the version's query (module docstring) until it stops; returns the exit status: 0 when
     stopped by SIGTERM or SIGINT, 1 when the query ended without being asked to. A query that
@@ -71,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argument_parser()
     args = parser.parse_args(argv)
 
+    from kappa.streaming.late import LateTally
     from kappa.streaming.query import start_query
     from kappa.streaming.session import spark_session
 
@@ -91,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    running.query.awaitTermination()
+    registry = Registry(settings)
+    watch(running.query, LateTally(spark, settings, spec, version),
+          lambda drops: registry.record(spec.name, version.version, "dropped", **drops))
     if not stopping.is_set():
         print(f"{version.name} stopped without being asked to: {running.query.exception()}", file=sys.stderr)
         return 1

@@ -29,7 +29,7 @@ from kappa.kafka.topics import start_offsets
 from kappa.spec import Catalog, SpecError
 from kappa.delta.declarations import as_recorded, catalog as catalog_of, provenance
 from kappa.streaming.kinds import kind_of
-from kappa.streaming.late import dropped_by_batch, name_dropped_rows
+from kappa.streaming.late import LateTally, dropped_by_batch, name_dropped_rows
 from kappa.streaming.late import summary as late_summary
 
 
@@ -317,25 +317,18 @@ def run_continuous(
     catalog = as_recorded(settings, catalog, chosen)  # each version runs the declaration it recorded
     spark = spark or spark_session(settings)
     running = []
-    dropped: dict[str, dict[int, int]] = {}  # asset -> batch id -> rows dropped by the watermark
-    named: dict[str, list] = {}  # asset -> the batches with drops it named (kappa.streaming.late)
+    tallies: dict[str, LateTally] = {}  # asset -> its drops and named late rows (kappa.streaming.late)
 
     def tally() -> None:
-        # recentProgress keeps only the newest reports: fold them in at every poll.
+        # recentProgress keeps only the newest reports: fold them in at every poll; the late rows
+        # of each new batch with drops are named while the queries run.
         for r in running:
-            for p in (progress_as_dict(x) for x in r.query.recentProgress if x):
-                dropped.setdefault(r.spec.name, {})[p.get("batchId", -1)] = sum(
-                    op.get("numRowsDroppedByWatermark", 0) for op in p.get("stateOperators", []))
-            # The late rows of each new batch with drops, named while the queries run.
-            done = {b.batch_id for b in named.get(r.spec.name, [])}
-            new = {b: n for b, n in dropped.get(r.spec.name, {}).items() if n > 0 and b not in done}
-            if new:
-                named.setdefault(r.spec.name, []).extend(
-                    name_dropped_rows(spark, settings, r.spec, r.version, new))
+            tallies[r.spec.name].fold([progress_as_dict(x) for x in r.query.recentProgress if x])
 
     try:
         for name in names:
             registry.record(name, chosen[name].version, "running", mode="continuous")
+            tallies[name] = LateTally(spark, settings, catalog[name], chosen[name])
             running.append(start_query(spark, catalog[name], chosen[name], settings, "continuous"))
         while not stop.is_set():
             stop.wait(poll_s)
@@ -352,9 +345,7 @@ def run_continuous(
         tally()
         for r in running:  # what the gate's late_rows check reads for a continuously run version
             registry.record(r.spec.name, r.version.version, "stopped", mode="continuous",
-                            dropped_by_watermark=sum(dropped.get(r.spec.name, {}).values()),
-                            batches=len(dropped.get(r.spec.name, {})),
-                            **late_summary(named.get(r.spec.name, [])))
+                            **tallies[r.spec.name].totals())
     return [r.query.name for r in running]
 
 

@@ -37,8 +37,9 @@ Spark still holds (``spark.sql.streaming.numRecentProgressUpdates``, 100 batches
 its ``dropped_by_watermark`` counts). A driver that dies between a batch and its naming loses that
 batch's progress report, so its drops are neither counted nor named (the same gap as Spark's count;
 a later run could find such batches by rebuilding every batch, which costs a second read of the
-input). The kubernetes runner reads no progress reports and names nothing (its ``late_rows`` check
-is not evaluated).
+input). On the kubernetes runner the driver does the same (:class:`LateTally` in
+:mod:`kappa.runners.entrypoint`): every few seconds it names new batches with drops and records
+them as a ``dropped`` registry event, which the gate and ``kappa status`` add up with the runs'.
 
 Only Delta sources are rebuilt: every stateful kind reads upstream assets (``AssetSpec`` refuses a
 Kafka source for them).
@@ -342,6 +343,57 @@ def name_dropped_rows(spark: SparkSession, settings: Settings, spec: AssetSpec, 
     return out
 
 
+class LateTally:
+    """Spark's drops of one running query of ``spec``'s ``version`` and the batches named, folded in
+    from its progress reports at every poll (``recentProgress`` keeps only the newest reports, so a
+    caller folds them in often). The local runner's continuous runs and the Kubernetes driver
+    (:mod:`kappa.runners.entrypoint`) both keep one per query.
+
+    Example::
+
+        tally = LateTally(spark, settings, spec, version)
+        tally.fold([json.loads(p.json) for p in query.recentProgress])   # names new batches with drops
+        registry.record(spec.name, version.version, "dropped", **tally.unreported())
+    """
+
+    def __init__(self, spark: SparkSession | None, settings: Settings, spec: AssetSpec, version: Version):
+        self.spark, self.settings, self.spec, self.version = spark, settings, spec, version
+        #: batch id -> rows its stateful operators dropped behind the watermark (0 included).
+        self.dropped: dict[int, int] = {}
+        #: The batches with drops that :func:`name_dropped_rows` handled (named, or not with why).
+        self.named: list[LateBatch] = []
+        self._reported: set[int] = set()
+
+    def fold(self, progress: list[dict]) -> list[LateBatch]:
+        """Fold in progress reports (``StreamingQueryProgress`` as JSON) and name every batch with
+        drops not named yet; returns the batches named now."""
+        for p in progress:
+            if "batchId" in p:
+                self.dropped[int(p["batchId"])] = sum(int(op.get("numRowsDroppedByWatermark", 0) or 0)
+                                                      for op in p.get("stateOperators", []))
+        done = {b.batch_id for b in self.named}
+        new = {b: n for b, n in self.dropped.items() if n > 0 and b not in done}
+        batches = name_dropped_rows(self.spark, self.settings, self.spec, self.version, new) if new else []
+        self.named.extend(batches)
+        return batches
+
+    def totals(self) -> dict:
+        """What a run records of all it saw (a ``stopped`` event): ``dropped_by_watermark``,
+        ``batches`` (reports folded in) and :func:`summary` of the named batches."""
+        return {"dropped_by_watermark": sum(self.dropped.values()), "batches": len(self.dropped),
+                **summary(self.named)}
+
+    def unreported(self) -> dict | None:
+        """The same for the batches with drops not reported before (a ``dropped`` event of the
+        Kubernetes driver, recorded while it runs), marking them reported; None when there is none."""
+        new = {b: n for b, n in self.dropped.items() if n > 0 and b not in self._reported}
+        if not new:
+            return None
+        self._reported |= set(new)
+        return {"dropped_by_watermark": sum(new.values()), "batches": len(new),
+                **summary([b for b in self.named if b.batch_id in new])}
+
+
 def summary(batches: list[LateBatch]) -> dict:
     """What a run records of its named batches (``caught_up``/``stopped`` events): ``dropped_named``
     (Spark's drops in the batches whose rows were all named) and ``late_not_named`` (each other
@@ -353,14 +405,14 @@ def summary(batches: list[LateBatch]) -> dict:
 
 def late_counts(settings: Settings, version: Version, names_itself: bool = False) -> dict:
     """A version's late rows without Spark: ``named`` (its rows in the late-events table, delta-rs),
-    ``dropped`` (Spark's drops over its recorded runs), ``not_named`` (drops of those runs that were
+    ``dropped`` (Spark's drops over its recorded runs and ``dropped`` events), ``not_named`` (drops of those runs that were
     not named: ``dropped`` - the recorded ``dropped_named``). ``names_itself``: a kind whose writer
     routes every row Spark's operator leaves out (``parse``: the copies its deduplication state
     drops go to the duplicate count or the late-events table; ``pattern``): nothing it drops is
     lost, so ``dropped`` and ``not_named`` are 0."""
     from kappa.delta.tables import count_of
 
-    runs = [e["details"] for e in version.events if e["event"] in ("caught_up", "stopped")]
+    runs = [e["details"] for e in version.events if e["event"] in ("caught_up", "stopped", "dropped")]
     dropped = sum(int(d.get("dropped_by_watermark") or 0) for d in runs)
     named_drops = sum(int(d.get("dropped_named") or 0) for d in runs)
     try:

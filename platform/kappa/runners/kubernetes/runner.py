@@ -235,6 +235,8 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
         late = count_of(str(late_events_path(settings)), spec.name, version.version)
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=read if spec.topics else 0,
+        # 0: the driver counts Spark's drops itself and records them as ``dropped`` events
+        # (kappa.runners.entrypoint.watch); counting them here too would count them twice.
         quarantined=quarantined, late_events=late, dropped_by_watermark=0, seconds=round(seconds, 2),
         batches=(cp.batch_id + 1) if cp.batch_id is not None else 0, delta_version=delta_version,
         end_offsets=kafka,
