@@ -95,7 +95,8 @@ def cdc_latency(
 ) -> None:
     """Measure change-to-table latency: from a change's commit in PostgreSQL to the Delta commit that
     makes it visible in its current-state table (p50, p99, max per table), with the changelog
-    assets running continuously in this process. Needs PostgreSQL and Connect running."""
+    assets running continuously in this process, and judge it against the targets (p50 <= 2 s,
+    p99 <= 5 s: met, missed or not evaluated). Needs PostgreSQL and Connect running."""
     from dataclasses import asdict
 
     from kappa.harness.cdc_latency import measure
@@ -112,6 +113,9 @@ def cdc_latency(
             table.add_row(name, str(p["n"]), *(str(p.get(k, "not evaluated")) for k in ("p50_s", "p99_s", "max_s")))
         console.print(table)
         console.print(f"{changes} changes applied in {report.simulate_s} s; the last one visible {report.settle_s} s later")
+        for j in report.judged:
+            verdict = "not evaluated" if j["met"] is None else ("[green]met[/]" if j["met"] else "[red]missed[/]")
+            console.print(f"target {j['target']}: {j['value'] if j['value'] is not None else '-'} s, {verdict}")
 
 
 # --- run ------------------------------------------------------------------------------------------

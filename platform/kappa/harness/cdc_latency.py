@@ -15,6 +15,8 @@ Method:
    commit time that made it visible (``_commit_timestamp``); latency = the difference, in seconds.
    Deletes carry no post-image and are not measured; a key changed twice in one micro-batch counts
    once (its latest change).
+5. The overall p50 and p99 are judged against the CDC targets, p50 <= 2 s and p99 <= 5 s
+   (:func:`judge_cdc`; ``kappa cdc latency`` prints met, missed or not evaluated).
 
 Both clocks are this machine's. The micro-batch trigger bounds the latency from below: a change
 waits up to one trigger interval (``trigger.processing_time`` of the asset) before its batch starts.
@@ -32,9 +34,15 @@ from kappa.cdc.operational import PRIMARY_KEYS
 from kappa.config import Settings
 
 
+#: Issue 19's CDC target, change-to-table latency in seconds over every table's measured changes.
+CDC_P50_S = 2.0
+CDC_P99_S = 5.0
+
+
 @dataclass
 class LatencyReport:
-    """Per table and overall: changes measured, p50, p99 and max latency in seconds."""
+    """Per table and overall: changes measured, p50, p99 and max latency in seconds; ``judged``:
+    the overall figures against the targets (:func:`judge_cdc`)."""
 
     changes: int
     rate: float | None
@@ -42,6 +50,17 @@ class LatencyReport:
     overall: dict = field(default_factory=dict)
     simulate_s: float = 0.0
     settle_s: float = 0.0
+    judged: list[dict] = field(default_factory=list)
+
+
+def judge_cdc(overall: dict) -> list[dict]:
+    """The CDC targets (p50 <= :data:`CDC_P50_S`, p99 <= :data:`CDC_P99_S` seconds) against
+    ``overall`` (:func:`percentiles` of every table's samples): per target ``target``, ``value``
+    (seconds) and ``met`` (None: not evaluated, nothing was measured), the shape of
+    :func:`kappa.harness.bench.judge_targets`' rows."""
+    rows = [(f"CDC change-to-table p50 <= {CDC_P50_S:g} s", overall.get("p50_s"), CDC_P50_S),
+            (f"CDC change-to-table p99 <= {CDC_P99_S:g} s", overall.get("p99_s"), CDC_P99_S)]
+    return [{"target": t, "value": v, "met": None if v is None else v <= bound} for t, v, bound in rows]
 
 
 def percentiles(samples: list[float]) -> dict:
@@ -167,4 +186,5 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
         report.tables[assets[table]] = percentiles(samples)
         every += samples
     report.overall = percentiles(every)
+    report.judged = judge_cdc(report.overall)
     return report

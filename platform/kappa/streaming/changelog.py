@@ -38,7 +38,8 @@ it). A row read by the connector's initial snapshot is valid from :data:`BEGINNI
 versions from the source commit time ``ts_ms``; a delete closes the current version. Changes at or
 below the highest LSN already applied to a key are ignored, and each micro-batch is one ``MERGE``
 (close the current version, insert the new ones), so a re-delivered change never makes a duplicate
-version.
+version. A micro-batch reads and rewrites only its own keys' rows (:func:`batch_keys`,
+:func:`history_merge_source`): its cost follows the batch, not the history's length.
 """
 
 from __future__ import annotations
@@ -228,35 +229,82 @@ class ChangelogWriter(MicroBatchWriter):
 
         spark = good.sparkSession
         keys, fields = self.transform.key, list(self.transform.fields)
+        # Only the batch's keys are read, and only their files rewritten: the same predicate of
+        # literals on the table's read and on the MERGE's target lets Delta skip every file whose
+        # min/max statistics rule the keys out (Delta docs, "Data skipping"), so a batch's cost
+        # follows the batch, not the history.
+        only = batch_keys(good, keys)
         table = spark.read.format("delta").load(self.version.table_path)
-        applied = table.groupBy(*keys).agg(
-            F.max(F.greatest(F.col("_lsn"), F.coalesce(F.col("_end_lsn"), F.lit(-1)))).alias("_applied"))
-        once = Window.partitionBy(*keys, "_lsn").orderBy("offset")
-        new = (good.withColumn("_n", F.row_number().over(once)).where("_n = 1").drop("_n")
-               .join(applied, list(keys), "left")
-               .where(F.col("_applied").isNull() | (F.col("_lsn") > F.col("_applied")))
-               .withColumn("valid_from", F.when(F.col("_op") == "r", F.timestamp_seconds(F.lit(BEGINNING_OF_TIME_EPOCH_S)))
-                           .otherwise(F.col("_changed_at"))))
-        order = Window.partitionBy(*keys).orderBy("_lsn")
-        new = (new.withColumn("valid_to", F.lead("valid_from").over(order))
-               .withColumn("_end_lsn", F.lead("_lsn").over(order))
-               .withColumn("_first", F.row_number().over(order) == 1))
-        versions = new.where(F.col("_op") != "d").select(
-            *fields, "valid_from", "valid_to", F.col("_end_lsn").isNull().alias("is_current"), "_lsn", "_end_lsn",
-            F.lit("insert").alias("_action"))
-        # The first new change of a key ends the version that is current in the table (if any).
-        closes = new.where("_first").select(
-            *[F.col(k) for k in keys], *[F.lit(None).cast(dict((f.name, f.dataType) for f in table.schema.fields)[c]).alias(c)
-                                         for c in fields if c not in keys],
-            "valid_from", F.lit(None).cast("timestamp").alias("valid_to"), F.lit(False).alias("is_current"),
-            "_lsn", F.lit(None).cast("long").alias("_end_lsn"), F.lit("close").alias("_action"))
-        src = versions.unionByName(closes)
-        on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) + \
-            " AND ((s._action = 'close' AND t.is_current) OR (s._action = 'insert' AND t._lsn = s._lsn))"
+        src = history_merge_source(good, table if only is None else table.where(only("")), keys, fields)
+        on = F.expr(" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) +
+                    " AND ((s._action = 'close' AND t.is_current) OR (s._action = 'insert' AND t._lsn = s._lsn))")
         out = [*fields, "valid_from", "valid_to", "is_current", "_lsn", "_end_lsn"]
         (DeltaTable.forPath(spark, self.version.table_path).alias("t")
-         .merge(src.alias("s"), on)
+         .merge(src.alias("s"), on if only is None else on & only("t."))
          .whenMatchedUpdate(condition="s._action = 'close'",
                             set={"valid_to": F.col("s.valid_from"), "is_current": F.lit(False), "_end_lsn": F.col("s._lsn")})
          .whenNotMatchedInsert(condition="s._action = 'insert'", values={c: F.col(f"s.`{c}`") for c in out})
          .execute())
+
+
+#: At most this many distinct keys in a micro-batch are named as literals in the history MERGE's
+#: predicates (:func:`batch_keys`); a larger batch (a replay, a snapshot) reads the whole table, whose
+#: size it then approaches anyway, instead of planning a predicate of thousands of literals.
+MAX_KEY_LITERALS = 1_000
+
+
+def batch_keys(changes: DataFrame, keys: list[str]):
+    """The key values of ``changes`` (one small Spark job) as a predicate builder: ``prefix`` ->
+    ``Column``, true for a row whose every key column is among the values that column takes in
+    ``changes`` (``prefix``: a table alias with its dot, ``"t."``, or ``""``). A superset of the
+    batch's keys for a composite key, exact for a single column. None when ``changes`` has more
+    than :data:`MAX_KEY_LITERALS` distinct keys (or none)."""
+    rows = changes.select(*keys).distinct().limit(MAX_KEY_LITERALS + 1).collect()
+    if not rows or len(rows) > MAX_KEY_LITERALS:
+        return None
+    values = {k: sorted({r[k] for r in rows if r[k] is not None}) for k in keys}
+
+    def predicate(prefix: str) -> Column:
+        cols = [F.col(f"{prefix}`{k}`").isin(values[k]) for k in keys]
+        out = cols[0]
+        for c in cols[1:]:
+            out = out & c
+        return out
+
+    return predicate
+
+
+def history_merge_source(good: DataFrame, table: DataFrame, keys: list[str], fields: list[str]) -> DataFrame:
+    """The source of a history micro-batch's MERGE (see the module docstring, ``mode: history``).
+
+    In: ``good``, the batch's good change events (columns of :func:`parse_changes`: ``offset``,
+    ``_op``, ``_lsn``, ``_changed_at`` and ``fields``); ``table``, the history table's rows, or any
+    subset of them holding every row of the keys in ``good`` (the rows of other keys do not change
+    the result). Out: ``fields``, ``valid_from``, ``valid_to``, ``is_current``, ``_lsn``,
+    ``_end_lsn`` and ``_action``: ``insert`` (a new version, one per change above the highest LSN
+    already applied to its key, deletes excepted) or ``close`` (per key, the first such change, which
+    ends the version current in the table: the other columns null). A change at or below the key's
+    highest applied LSN (``_lsn`` or ``_end_lsn`` of its rows) is left out, as is a second copy of
+    one (key, LSN)."""
+    applied = table.groupBy(*keys).agg(
+        F.max(F.greatest(F.col("_lsn"), F.coalesce(F.col("_end_lsn"), F.lit(-1)))).alias("_applied"))
+    once = Window.partitionBy(*keys, "_lsn").orderBy("offset")
+    new = (good.withColumn("_n", F.row_number().over(once)).where("_n = 1").drop("_n")
+           .join(applied, list(keys), "left")
+           .where(F.col("_applied").isNull() | (F.col("_lsn") > F.col("_applied")))
+           .withColumn("valid_from", F.when(F.col("_op") == "r", F.timestamp_seconds(F.lit(BEGINNING_OF_TIME_EPOCH_S)))
+                       .otherwise(F.col("_changed_at"))))
+    order = Window.partitionBy(*keys).orderBy("_lsn")
+    new = (new.withColumn("valid_to", F.lead("valid_from").over(order))
+           .withColumn("_end_lsn", F.lead("_lsn").over(order))
+           .withColumn("_first", F.row_number().over(order) == 1))
+    versions = new.where(F.col("_op") != "d").select(
+        *fields, "valid_from", "valid_to", F.col("_end_lsn").isNull().alias("is_current"), "_lsn", "_end_lsn",
+        F.lit("insert").alias("_action"))
+    # The first new change of a key ends the version that is current in the table (if any).
+    types = {f.name: f.dataType for f in table.schema.fields}
+    closes = new.where("_first").select(
+        *[F.col(k) for k in keys], *[F.lit(None).cast(types[c]).alias(c) for c in fields if c not in keys],
+        "valid_from", F.lit(None).cast("timestamp").alias("valid_to"), F.lit(False).alias("is_current"),
+        "_lsn", F.lit(None).cast("long").alias("_end_lsn"), F.lit("close").alias("_action"))
+    return versions.unionByName(closes)
