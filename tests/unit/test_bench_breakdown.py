@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kappa.harness.bench import batch_breakdown, judge_targets, new_jobs, per_batch
+from kappa.harness.bench import batch_breakdown, files_read_of, judge_targets, metric_value, new_jobs, per_batch
 
 
 def progress(rows: int, **ms) -> dict:
@@ -57,3 +57,29 @@ def test_jobs_are_counted_only_when_the_tracker_kept_them_all():
     # the tracker is full and holds only jobs newer than the first reading: some were dropped
     assert new_jobs({1, 2}, {10, 11, 12}, retained=3) is None
     assert per_batch(None, 4, 4, {"batches": 4, "phases": {}})["spark_jobs"] is None
+
+
+def test_metric_values_are_read_as_spark_formats_them():
+    assert metric_value("6") == 6 and metric_value("1,024") == 1024
+    assert metric_value("total (min, med, max (stageId: taskId))\n12 (1, 2, 9 (stage 3.0: task 7))") == 12
+    assert metric_value("") is None and metric_value(None) is None and metric_value("n/a") is None
+
+
+def test_files_read_are_summed_over_the_query_s_executions_only():
+    executions = [
+        {"jobs": {1, 2}, "files": ["3", "1,000"]},  # the query's: two scans
+        {"jobs": {3}, "files": []},                 # the query's, no file scan (a Kafka read)
+        {"jobs": {9}, "files": ["50"]},             # another query's
+        {"jobs": set(), "files": ["7"]},            # no job of its own (an outer execution)
+    ]
+    assert files_read_of(executions, {1, 2, 3}, retained=1000) == 1_003
+    pb = per_batch(3, 1, 1, {"batches": 1, "phases": {}}, files_read_of(executions, {1, 2, 3}, retained=1000))
+    assert pb["files_read"] == 1_003.0 and pb["files_read_total"] == 1_003
+
+
+def test_files_read_are_not_evaluated_when_they_cannot_be_counted():
+    executions = [{"jobs": {1}, "files": ["3"]}]
+    assert files_read_of(executions, {5, 6}, retained=1000) is None  # no execution of the query's jobs
+    assert files_read_of(executions, set(), retained=1000) is None
+    assert files_read_of(executions, {1}, retained=1) is None  # the store is full: some may be gone
+    assert per_batch(3, 1, 1, {"batches": 1, "phases": {}})["files_read"] is None

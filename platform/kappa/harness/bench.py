@@ -14,10 +14,13 @@ ports (the user's ``.kappa`` and broker are never touched):
    (:func:`kappa.streaming.parse.parse_columns`: reasons for bad records, good rows appended): what
    the validation costs, apart from streaming, dedup and exactly-once.
 4. **replay**: the silver ``flights`` asset's streaming query (a new version, available-now
-   trigger: quarantine, dedup by ``event_id`` with an insert-only MERGE, late-event routing) over
+   trigger: quarantine, dedup by ``event_id`` in the state store and, for events behind the
+   watermark, an anti-join against the table, late-event routing, one transactional append) over
    the same offsets. Reported as events/s and as ratios to U2 and U1 (target: >= 1.0 x U2), and
-   per micro-batch (``per_batch``): Spark jobs, Delta commits and where the time went
-   (:func:`batch_breakdown`: ``latestOffset``, ``walCommit``, ``addBatch``, ``commitOffsets``…).
+   per micro-batch (``per_batch``): Spark jobs, Delta commits, files read (:func:`files_read`: the
+   file scans of the query's SQL executions, its Delta log reads included; None where Spark's
+   status store cannot account for them) and where the time went (:func:`batch_breakdown`:
+   ``latestOffset``, ``walCommit``, ``addBatch``, ``commitOffsets``…).
    Then ``delay_streaks`` (complex event processing: transformWithState on the RocksDB state store)
    replays that silver table into a new version: its events/s (silver rows read / seconds) next to
    U2, and the largest state it reached (:func:`state_size`).
@@ -44,7 +47,7 @@ ports (the user's ``.kappa`` and broker are never touched):
    auto-compaction rewriting it later does not count
    (:func:`kappa.harness.delta_log.first_visible`). Latency = visible - sent, per row, read back
    from Kafka (headers) and from the Delta log (added files), excluding rows sent during the
-   warm-up. Targets: p50 <= 1 s, p99 <= 3 s. The live query's jobs, commits and phases per
+   warm-up. Targets: p50 <= 1 s, p99 <= 3 s. The live query's jobs, commits, files read and phases per
    micro-batch during this step are ``live_per_batch``. ``cross_check``: the same rows measured from the live
    table's change data feed (``_commit_version``, ``_commit_timestamp``), with the number of rows
    the two methods place in different commits (0 when they agree).
@@ -242,8 +245,10 @@ def replay_rate(spark, settings: Settings, catalog, asset: str, expected: int) -
     # numInputRows over-counts under foreachBatch (each action on the batch re-reads the source), so
     # the events are counted from the offsets: the query read [start, end) of the topic once.
     breakdown = batch_breakdown(progress)
-    per = per_batch(new_jobs(set(), spark_jobs(spark, running.query), retained_jobs(spark)),
-                    delta_commits(running, settings), breakdown["batches"], breakdown)
+    jobs = spark_jobs(spark, running.query)
+    counted = new_jobs(set(), jobs, retained_jobs(spark))
+    per = per_batch(counted, delta_commits(running, settings), breakdown["batches"], breakdown,
+                    files_read(spark, None if counted is None else jobs))
     rows = spark.read.format("delta").load(running.version.table_path).count()
     return {"per_batch": per, "events": expected, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
             "batches": len([p for p in progress if p.get("numInputRows")]),
@@ -330,14 +335,77 @@ def delta_commits(running, settings: Settings) -> int:
                for (app, _), n in txn_commits(table).items() if app in ids)
 
 
-def per_batch(jobs: int | None, commits: int, batches: int, breakdown: dict) -> dict:
-    """Spark jobs and Delta commits per micro-batch (means over ``batches``; jobs None: not counted,
-    see :func:`new_jobs`), with the phase breakdown of :func:`batch_breakdown` (its own
-    ``batches``: the progress reports it read)."""
+#: The file scan's metric in Spark SQL (``FileSourceScanExec``'s ``numFiles``, "number of files
+#: read"; Delta's table and log reads are file scans too).
+FILES_READ_METRIC = "number of files read"
+
+
+def metric_value(text: str | None) -> int | None:
+    """A Spark SQL metric's value as the status store formats it (``SQLMetrics.stringValue``): a sum
+    metric is a number with thousands separators (``"1,024"``); a size or timing metric starts with
+    its total (``"total (min, med, max (stageId: taskId))\n12 (…)"``). None when there is no number."""
+    import re
+
+    if not text:
+        return None
+    line = text.split("\n", 1)[1] if text.startswith("total") and "\n" in text else text
+    m = re.match(r"\s*(-?[\d,]+)", line)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def files_read_of(executions: list[dict], jobs: set[int], retained: int) -> int | None:
+    """Files read by the Spark SQL executions whose jobs are among ``jobs`` (a query's, see
+    :func:`spark_jobs`): the sum of their :data:`FILES_READ_METRIC` values. ``executions``: one dict
+    per execution the status store kept, ``jobs`` (its job ids) and ``files`` (the metric's value
+    text of each of its scans). None ("not evaluated") when no execution holds any of ``jobs`` or
+    the store holds ``retained`` executions (``spark.sql.ui.retainedExecutions``: older ones may be
+    gone, and their files with them)."""
+    if not jobs or len(executions) >= retained:
+        return None
+    mine = [e for e in executions if e["jobs"] and set(e["jobs"]) <= jobs]
+    if not mine:
+        return None
+    return sum(v or 0 for e in mine for v in map(metric_value, e["files"]))
+
+
+def sql_executions(spark, jobs: set[int]) -> list[dict]:
+    """The SQL executions Spark's status store keeps (its SQL listener runs with the UI off too), as
+    :func:`files_read_of` takes them; those with none of ``jobs`` are left without metrics."""
+    jvm = spark._jvm
+    conv = jvm.scala.jdk.javaapi.CollectionConverters
+    store = spark._jsparkSession.sharedState().statusStore()
+    out = []
+    for e in conv.asJava(store.executionsList()):
+        ids = {int(j) for j in conv.asJava(e.jobs()).keySet()}
+        files = []
+        if ids & jobs:
+            accs = [m.accumulatorId() for m in conv.asJava(e.metrics()) if m.name() == FILES_READ_METRIC]
+            if accs:
+                # keys compared as Python ints: py4j would pass a small id as an Integer, not the Long key
+                values = {int(k): str(v) for k, v in conv.asJava(store.executionMetrics(e.executionId())).items()}
+                files = [values.get(a) for a in accs]
+        out.append({"jobs": ids, "files": files})
+    return out
+
+
+def files_read(spark, jobs: set[int] | None) -> int | None:
+    """Files read by the jobs ``jobs`` (:func:`files_read_of` over :func:`sql_executions`); None
+    when they are not known (``jobs`` None, see :func:`new_jobs`) or cannot be counted."""
+    if jobs is None:
+        return None
+    retained = int(spark.conf.get("spark.sql.ui.retainedExecutions", "1000"))
+    return files_read_of(sql_executions(spark, jobs), jobs, retained)
+
+
+def per_batch(jobs: int | None, commits: int, batches: int, breakdown: dict, files: int | None = None) -> dict:
+    """Spark jobs, Delta commits and files read per micro-batch (means over ``batches``; jobs or
+    files None: not counted, see :func:`new_jobs` and :func:`files_read_of`), with the phase
+    breakdown of :func:`batch_breakdown` (its own ``batches``: the progress reports it read)."""
     return {"spark_jobs": round(jobs / batches, 2) if batches and jobs is not None else None,
             "delta_commits": round(commits / batches, 2) if batches else None,
-            "spark_jobs_total": jobs, "delta_commits_total": commits, "batches_counted": batches,
-            "breakdown": breakdown}
+            "files_read": round(files / batches, 2) if batches and files is not None else None,
+            "spark_jobs_total": jobs, "delta_commits_total": commits, "files_read_total": files,
+            "batches_counted": batches, "breakdown": breakdown}
 
 
 def describe_per_batch(what: str, pb: dict) -> str:
@@ -346,8 +414,9 @@ def describe_per_batch(what: str, pb: dict) -> str:
     top = sorted(((v["share"], k) for k, v in phases.items() if k != "triggerExecution"), reverse=True)[:3]
     parts = ", ".join(f"{k} {share:.0%}" for share, k in top)
     median = (phases.get("triggerExecution") or {}).get("median_ms")
+    files = "not evaluated" if pb.get("files_read") is None else pb["files_read"]
     return (f"{what} per micro-batch ({pb['batches_counted']}): {pb['spark_jobs']} Spark jobs, "
-            f"{pb.get('delta_commits')} Delta commits, median {median} ms: {parts or 'no batches'}")
+            f"{pb.get('delta_commits')} Delta commits, {files} files read, median {median} ms: {parts or 'no batches'}")
 
 
 def scaling_curve(spark, settings: Settings, catalog, sizes: tuple, say: Callable[[str], None]) -> dict:
@@ -871,8 +940,9 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
             # The latency step's micro-batches: jobs and commits between the two marks, the phases
             # from the progress reports of those batches Spark still keeps (its last 100).
             step = [p for p in _progress(live.query) if before[2] < p.get("batchId", -1) <= after[2]]
-            result["live_per_batch"] = per_batch(new_jobs(before[0], after[0], retained_jobs(spark)),
-                                                 after[1] - before[1], after[2] - before[2], batch_breakdown(step))
+            counted = new_jobs(before[0], after[0], retained_jobs(spark))
+            result["live_per_batch"] = per_batch(counted, after[1] - before[1], after[2] - before[2], batch_breakdown(step),
+                                                 files_read(spark, None if counted is None else after[0] - before[0]))
             say(describe_per_batch(f"live query at {lat_rate:,.0f} ev/s", result["live_per_batch"]))
             result["latency"] = lat
             say(f"latency at {lat_rate:,.0f} ev/s: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")
@@ -988,7 +1058,8 @@ def bench_table(r: dict):
         if pb:
             ph = pb["breakdown"].get("phases") or {}
             t.add_row(f"  {label}: per micro-batch", "",
-                      f"{pb['spark_jobs']} jobs, {pb['delta_commits']} commits, median "
+                      f"{pb['spark_jobs']} jobs, {pb['delta_commits']} commits, "
+                      f"{'not evaluated' if pb.get('files_read') is None else pb['files_read']} files read, median "
                       f"{(ph.get('triggerExecution') or {}).get('median_ms')} ms", "")
     for j in r.get("judged", []):
         if j["met"] is False and j.get("holding"):
