@@ -225,26 +225,33 @@ class ChangelogWriter(MicroBatchWriter):
          .execute())
 
     def _merge_history(self, good: DataFrame) -> None:
-        from delta.tables import DeltaTable
+        merge_history(self.version.table_path, good, self.transform.key, list(self.transform.fields))
 
-        spark = good.sparkSession
-        keys, fields = self.transform.key, list(self.transform.fields)
-        # Only the batch's keys are read, and only their files rewritten: the same predicate of
-        # literals on the table's read and on the MERGE's target lets Delta skip every file whose
-        # min/max statistics rule the keys out (Delta docs, "Data skipping"), so a batch's cost
-        # follows the batch, not the history.
-        only = batch_keys(good, keys)
-        table = spark.read.format("delta").load(self.version.table_path)
-        src = history_merge_source(good, table if only is None else table.where(only("")), keys, fields)
-        on = F.expr(" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) +
-                    " AND ((s._action = 'close' AND t.is_current) OR (s._action = 'insert' AND t._lsn = s._lsn))")
-        out = [*fields, "valid_from", "valid_to", "is_current", "_lsn", "_end_lsn"]
-        (DeltaTable.forPath(spark, self.version.table_path).alias("t")
-         .merge(src.alias("s"), on if only is None else on & only("t."))
-         .whenMatchedUpdate(condition="s._action = 'close'",
-                            set={"valid_to": F.col("s.valid_from"), "is_current": F.lit(False), "_end_lsn": F.col("s._lsn")})
-         .whenNotMatchedInsert(condition="s._action = 'insert'", values={c: F.col(f"s.`{c}`") for c in out})
-         .execute())
+
+def merge_history(path: str, good: DataFrame, keys: list[str], fields: list[str]) -> None:
+    """One history micro-batch: ``good`` (the batch's good change events, columns of
+    :func:`parse_changes`) MERGEd into the history table at ``path`` (key columns ``keys``, declared
+    columns ``fields``): per key, the version current in the table is closed by the first new
+    change, and each new change but a delete inserts a version (:func:`history_merge_source`)."""
+    from delta.tables import DeltaTable
+
+    spark = good.sparkSession
+    # Only the batch's keys are read, and only their files rewritten: the same predicate of
+    # literals on the table's read and on the MERGE's target lets Delta skip every file whose
+    # min/max statistics rule the keys out (Delta docs, "Data skipping"), so a batch's cost
+    # follows the batch, not the history.
+    only = batch_keys(good, keys)
+    table = spark.read.format("delta").load(path)
+    src = history_merge_source(good, table if only is None else table.where(only("")), keys, fields)
+    on = F.expr(" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys) +
+                " AND ((s._action = 'close' AND t.is_current) OR (s._action = 'insert' AND t._lsn = s._lsn))")
+    out = [*fields, "valid_from", "valid_to", "is_current", "_lsn", "_end_lsn"]
+    (DeltaTable.forPath(spark, path).alias("t")
+     .merge(src.alias("s"), on if only is None else on & only("t."))
+     .whenMatchedUpdate(condition="s._action = 'close'",
+                        set={"valid_to": F.col("s.valid_from"), "is_current": F.lit(False), "_end_lsn": F.col("s._lsn")})
+     .whenNotMatchedInsert(condition="s._action = 'insert'", values={c: F.col(f"s.`{c}`") for c in out})
+     .execute())
 
 
 #: At most this many distinct keys in a micro-batch are named as literals in the history MERGE's
