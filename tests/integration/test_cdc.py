@@ -368,7 +368,11 @@ def test_cdc_latency_measures_every_applied_change(cdc_settings, spark):
     assert 0 < report.overall["p50_s"] <= report.overall["p99_s"] <= report.overall["max_s"] < report.settle_s + report.simulate_s + 30
     for asset, table in CURRENT.items():  # the final marker was seen: every change is in
         assert_equals_postgres(cdc_settings, table, delta_rows(cdc_settings, asset, table), pg_rows(cdc_settings, table), asset)
-    print(f"\nchange-to-table latency (60 changes at 30/s): {report.overall}")
+    # judged against the CDC target with the overall figures (met or missed: a shared machine
+    # decides which; never "not evaluated" when changes were measured)
+    assert [(j["value"], j["met"] is None) for j in report.judged] == [(report.overall["p50_s"], False),
+                                                                        (report.overall["p99_s"], False)]
+    print(f"\nchange-to-table latency (60 changes at 30/s): {report.overall}; {report.judged}")
 
 
 def _quarantined(settings, topic: str, from_offset: int):
