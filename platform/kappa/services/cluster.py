@@ -394,9 +394,11 @@ def _node_manifest() -> str:
             "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
                        "kubernetes.io/arch": "amd64", "type": "kwok"},
         },
-        # Room for a few Spark drivers and executors (kwok reports it; nothing is reserved).
-        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                   "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}},
+        # Room for a few Spark drivers and executors (kwok reports it; nothing is reserved), and
+        # local disk as a real node reports it: the chart requests ephemeral-storage, which a node
+        # without it cannot schedule.
+        "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "ephemeral-storage": "500Gi", "pods": "110"},
+                   "capacity": {"cpu": "32", "memory": "128Gi", "ephemeral-storage": "500Gi", "pods": "110"}},
     }
     return yaml.safe_dump(node)
 
