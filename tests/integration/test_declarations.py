@@ -62,7 +62,6 @@ def kappa(settings, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
-@pytest.mark.heavy  # a declared asset's sample, run, gate and edit: minutes; over the suite's budget
 def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorded(make_env, spark):
     settings, suffix = make_env()
     ingest(settings, suffix, limit=SLICE)
