@@ -82,4 +82,8 @@ def test_files_read_are_not_evaluated_when_they_cannot_be_counted():
     assert files_read_of(executions, {5, 6}, retained=1000) is None  # no execution of the query's jobs
     assert files_read_of(executions, set(), retained=1000) is None
     assert files_read_of(executions, {1}, retained=1) is None  # the store is full: some may be gone
+    # full, but it still keeps an execution older than the query's: eviction has not reached them
+    older = [{"jobs": {0}, "files": []}, {"jobs": {1}, "files": ["3"]}]
+    assert files_read_of(older, {1}, retained=2) == 3
+    assert files_read_of(older[1:] + [{"jobs": {2}, "files": ["1"]}], {1, 2}, retained=2) is None
     assert per_batch(3, 1, 1, {"batches": 1, "phases": {}})["files_read"] is None

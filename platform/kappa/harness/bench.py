@@ -357,10 +357,13 @@ def files_read_of(executions: list[dict], jobs: set[int], retained: int) -> int 
     """Files read by the Spark SQL executions whose jobs are among ``jobs`` (a query's, see
     :func:`spark_jobs`): the sum of their :data:`FILES_READ_METRIC` values. ``executions``: one dict
     per execution the status store kept, ``jobs`` (its job ids) and ``files`` (the metric's value
-    text of each of its scans). None ("not evaluated") when no execution holds any of ``jobs`` or
-    the store holds ``retained`` executions (``spark.sql.ui.retainedExecutions``: older ones may be
-    gone, and their files with them)."""
-    if not jobs or len(executions) >= retained:
+    text of each of its scans). None ("not evaluated") when no execution holds any of ``jobs``, or
+    when the store is full (``retained``, ``spark.sql.ui.retainedExecutions``) and may have dropped
+    some of them: Spark's SQL listener evicts the executions that completed first, so a full store
+    still counts only if it keeps an execution whose jobs all ran before the first of ``jobs``."""
+    if not jobs:
+        return None
+    if len(executions) >= retained and not any(e["jobs"] and max(e["jobs"]) < min(jobs) for e in executions):
         return None
     mine = [e for e in executions if e["jobs"] and set(e["jobs"]) <= jobs]
     if not mine:
