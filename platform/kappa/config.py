@@ -39,6 +39,11 @@ variable                       meaning                                         d
                                (salted hashes, see :mod:`kappa.services.serve_users`)
 ``KAPPA_SERVE_USER``           user / password ``kappa dbt`` logs in with       none (required when
 ``KAPPA_SERVE_PASSWORD``       when the endpoint checks passwords               it checks passwords)
+``KAPPA_SERVE_TLS_KEYSTORE``   ``kappa serve`` speaks TLS (HiveServer2 SSL)     none (plain TCP)
+                               with this PKCS12 keystore (key and certificate)
+``KAPPA_SERVE_TLS_PASSWORD_FILE`` a file holding that keystore's password       required with it
+``KAPPA_SERVE_TLS``            clients of ``KAPPA_SERVE_HOST``'s endpoint use   ``false``
+                               TLS (a local endpoint says so in its state)
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
 ``KAPPA_OBJECTSTORE_PORT``     the local object store's S3 port                 ``59000``
@@ -254,6 +259,13 @@ class Settings(BaseSettings):
     #: The login of Kappa's own endpoint clients (``kappa dbt``) when the endpoint checks passwords.
     serve_user: str | None = None
     serve_password: str | None = None
+    #: ``kappa serve`` speaks TLS (HiveServer2 SSL) with this PKCS12 keystore; None = plain TCP.
+    serve_tls_keystore: Path | None = None
+    #: The file holding the keystore's password (a file, so the password is in no process's
+    #: arguments or environment; on Kubernetes a Secret's key).
+    serve_tls_password_file: Path | None = None
+    #: ``KAPPA_SERVE_TLS``: the endpoint at ``serve_host`` speaks TLS (a local one records it).
+    serve_tls: bool = False
 
     #: ``KAPPA_DAGSTER_URL``: the Dagster webserver that ``add_asset``, ``edit_asset`` and
     #: ``retire_asset`` ask to reload the code location ``dagster_location`` (``make dagster``'s).

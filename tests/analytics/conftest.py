@@ -1,12 +1,14 @@
 """One analysts' state per session: nycflights13 (a slice) through the real pipeline, v1 of every
-asset promoted, and `kappa serve` on it with a password file (HiveServer2 CUSTOM authentication),
-shared by the SQL-endpoint, dbt and Dagster tests."""
+asset promoted, and `kappa serve` on it with a password file (HiveServer2 CUSTOM authentication)
+and TLS, shared by the SQL-endpoint, dbt and Dagster tests."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -57,29 +59,63 @@ def analysts_state(tmp_path_factory, broker_settings, spark):
     return settings, suffix
 
 
+def make_keystore(folder: Path) -> tuple[Path, Path, Path]:
+    """(PKCS12 keystore, its password file, the certificate as PEM) for an endpoint on 127.0.0.1:
+    a self-signed key pair made with the JDK's ``keytool``, valid two days, the address in its
+    subject alternative names (clients check it)."""
+    from kappa.core.jvm import java_executable
+
+    keytool = str(Path(java_executable()).parent / "keytool")
+    folder.mkdir(parents=True, exist_ok=True)
+    keystore, secret, pem = folder / "serve.p12", folder / "serve.p12.password", folder / "serve-ca.pem"
+    password = uuid.uuid4().hex
+    secret.write_text(password + "\n")
+    for args in (["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2", "-dname", "CN=localhost",
+                  "-ext", "SAN=IP:127.0.0.1,DNS:localhost"], ["-exportcert", "-rfc", "-file", str(pem)]):
+        subprocess.run([keytool, *args, "-alias", "kappa-serve", "-storetype", "PKCS12", "-keystore", str(keystore),
+                        "-storepass", password], check=True, capture_output=True, timeout=120)
+    return keystore, secret, pem
+
+
+#: The certificate the session's endpoint presents (:func:`served`), which its clients verify.
+SERVE_CA = Path(tempfile.gettempdir()) / f"kappa-test-serve-ca-{os.getpid()}.pem"
+
+
 @pytest.fixture(scope="session")
 def served(analysts_state):
-    """`kappa serve --auth FILE` on the analysts' state (started with the CLI, stopped at the end);
-    only SERVE_USER with SERVE_PASSWORD logs in (a salted hash of the real cost, as `kappa serve
-    user add` writes it). `kappa dbt` logs in as SERVE_USER (:func:`kappa`)."""
+    """`kappa serve --auth FILE --tls-keystore K --tls-password-file P` on the analysts' state
+    (started with the CLI, stopped at the end): TLS as on the chart, with a key made here (its
+    certificate at :data:`SERVE_CA`); only SERVE_USER with SERVE_PASSWORD logs in (a salted hash of
+    the real cost, as `kappa serve user add` writes it). `kappa dbt` logs in as SERVE_USER
+    (:func:`kappa`) over TLS."""
     from kappa.services.serve_users import add_user
 
     settings, _ = analysts_state
     port = free_port()
     passwords = settings.home / "serve-passwords"
     add_user(passwords, SERVE_USER, SERVE_PASSWORD)
-    started = kappa(settings, "serve", "--port", str(port), "--auth", str(passwords))
+    keystore, secret, pem = make_keystore(settings.home / "serve-tls")
+    shutil.copyfile(pem, SERVE_CA)
+    started = kappa(settings, "serve", "--port", str(port), "--auth", str(passwords),
+                    "--tls-keystore", str(keystore), "--tls-password-file", str(secret))
     assert started.returncode == 0, started.stdout + started.stderr
     yield settings, port
     kappa(settings, "serve", "stop")
+    SERVE_CA.unlink(missing_ok=True)
+
+
+def hive_connect(port: int, user: str = SERVE_USER, password: str = SERVE_PASSWORD, **kw):
+    """A PyHive connection to the session's endpoint (:func:`served`) on ``port``: TLS, its
+    certificate verified against :data:`SERVE_CA`, SASL PLAIN with ``user`` and ``password``
+    (:func:`kappa.services.serve.connect`)."""
+    from kappa.services.serve import connect
+
+    return connect("127.0.0.1", port, user, password, tls=True, ca_file=SERVE_CA, **kw)
 
 
 def hive_count(port: int, table: str, user: str = SERVE_USER, password: str = SERVE_PASSWORD) -> int:
-    """``SELECT count(*) FROM table`` through the endpoint with PyHive (HiveServer2 protocol, SASL
-    PLAIN with ``user`` and ``password``)."""
-    from pyhive import hive
-
-    with hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM") as conn:
+    """``SELECT count(*) FROM table`` through the endpoint (:func:`hive_connect`)."""
+    with hive_connect(port, user, password) as conn:
         cur = conn.cursor()
         cur.execute(f"SELECT count(*) FROM {table}")
         return cur.fetchone()[0]

@@ -6,13 +6,15 @@ import json
 import re
 import stat
 import statistics
+import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from .conftest import SERVE_PASSWORD, SERVE_USER, hive_count, kappa
+from .conftest import SERVE_PASSWORD, SERVE_USER, hive_connect, hive_count, kappa
 
 pytestmark = pytest.mark.integration
 
@@ -21,33 +23,51 @@ def test_serve_status_gives_host_port_and_jdbc_url(served):
     settings, port = served
     status = json.loads(kappa(settings, "serve", "status", "--format", "json").stdout)
     assert status["up"] and status["host"] == "127.0.0.1" and status["port"] == port
-    assert status["jdbc_url"] == f"jdbc:hive2://127.0.0.1:{port}/default"
+    assert status["jdbc_url"] == f"jdbc:hive2://127.0.0.1:{port}/default;ssl=true" and status["tls"] is True
     assert {"flights", "weather", "departures_hourly", "quarantine"} <= set(status["tables"])
     assert status["auth"] == "CUSTOM" and status["password_file"] == str(settings.home / "serve-passwords")
 
 
 def test_only_a_user_of_the_password_file_with_its_password_logs_in(served):
     """HiveServer2 CUSTOM authentication with Kappa's password-file provider (jvm/serve-auth)."""
-    from pyhive import hive
     from thrift.transport.TTransport import TTransportException
 
     settings, port = served
     for user, password in ((SERVE_USER, "wrong"), (SERVE_USER, SERVE_PASSWORD + "x"), ("mallory", SERVE_PASSWORD),
                            (SERVE_USER, SERVE_PASSWORD.split(":")[0])):
         with pytest.raises(TTransportException, match="(?i)authentication|sasl|error"):
-            hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM")
+            hive_connect(port, user, password)
     assert hive_count(port, "flights") > 0  # the right one: rows
+
+
+def test_the_endpoint_speaks_only_tls_with_the_certificate_its_clients_verify(served):
+    """HiveServer2 SSL (`kappa serve --tls-keystore`): a plain-TCP client gets no session, a TLS
+    client that does not trust the endpoint's certificate stops at the handshake, saying why, and
+    the keystore's password is nowhere in the endpoint's command line."""
+    from thrift.transport.TTransport import TTransportException
+
+    from kappa.services.serve import ServeError, connect, status
+
+    settings, port = served
+    with pytest.raises(TTransportException):  # the server reads a plain SASL start as a bad TLS record
+        connect("127.0.0.1", port, SERVE_USER, SERVE_PASSWORD).close()
+    with pytest.raises(ServeError, match="certificate verify failed.*system's certificate authorities"):
+        connect("127.0.0.1", port, SERVE_USER, SERVE_PASSWORD, tls=True).close()
+    assert hive_count(port, "flights") > 0  # verified against its certificate: rows
+    password = (settings.home / "serve-tls" / "serve.p12.password").read_text().strip()
+    cmdline = Path(f"/proc/{status(settings).pid}/cmdline").read_bytes()
+    children = subprocess.run(["pgrep", "-a", "-P", str(status(settings).pid)], capture_output=True, text=True).stdout
+    assert password.encode() not in cmdline and password not in children and "serve.p12" in children
 
 
 def login_seconds(port: int, user: str, password: str) -> tuple[bool, float]:
     """(logged in?, seconds) of one PyHive connection (SASL PLAIN) as ``user``; a login that
     succeeds is closed at once."""
-    from pyhive import hive
     from thrift.transport.TTransport import TTransportException
 
     started = time.perf_counter()
     try:
-        hive.connect(host="127.0.0.1", port=port, username=user, password=password, auth="CUSTOM").close()
+        hive_connect(port, user, password).close()
         return True, time.perf_counter() - started
     except TTransportException:
         return False, time.perf_counter() - started

@@ -17,7 +17,7 @@ from kappa.delta.registry import Registry
 from kappa.ingest.nycflights13 import load_events, publish
 
 from ..integration.helpers import assert_departures_equal, renamed
-from .conftest import SERVE_PASSWORD, SERVE_USER, SLICE, kappa
+from .conftest import SLICE, hive_connect, kappa
 
 LINEAGE = ("flights", "weather", "departures_hourly", "flights_weather")
 #: Rows published per topic after the analysts' slice: up to CHUNKS chunks, one every PAUSE_S
@@ -35,10 +35,7 @@ GOLD_SQL = "SELECT origin, window_start, flights, cancelled, round(avg_dep_delay
 
 
 def hive(port: int, sql: str) -> list[tuple]:
-    from pyhive import hive as pyhive
-
-    with pyhive.connect(host="127.0.0.1", port=port, username=SERVE_USER, password=SERVE_PASSWORD,
-                        auth="CUSTOM") as conn:
+    with hive_connect(port) as conn:
         cur = conn.cursor()
         cur.execute(sql)
         return cur.fetchall()

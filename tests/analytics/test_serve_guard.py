@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import SERVE_PASSWORD, SERVE_USER, hive_count
+from .conftest import hive_connect, hive_count
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +65,9 @@ def state_of(settings) -> dict:
 
 
 def test_an_analyst_login_cannot_run_code_read_files_or_change_what_others_read(served):
-    from pyhive import hive
-
     settings, port = served
     before, flights_rows = state_of(settings), hive_count(port, "flights")
-    with hive.connect(host="127.0.0.1", port=port, username=SERVE_USER, password=SERVE_PASSWORD,
-                      auth="CUSTOM") as conn:
+    with hive_connect(port) as conn:
         cur = conn.cursor()
         for statement, rule in attacks(settings):
             with pytest.raises(Exception) as refused:
@@ -92,10 +89,7 @@ def test_a_session_setting_from_the_connection_cannot_turn_path_reads_back_on(se
     """HiveServer2 applies the ``set:hiveconf:`` keys of a connection to its Spark session before any
     statement, so a client can turn ``spark.sql.runSQLOnFiles`` back on; the guard then refuses
     every statement of that session, PyHive's own ``USE default`` at connect included."""
-    from pyhive import hive
-
     settings, port = served
     with pytest.raises(Exception, match="kappa sql guard: no-path-reads: spark.sql.runSQLOnFiles is on"):
-        hive.connect(host="127.0.0.1", port=port, username=SERVE_USER, password=SERVE_PASSWORD, auth="CUSTOM",
-                     configuration={"set:hiveconf:spark.sql.runSQLOnFiles": "true"})
+        hive_connect(port, configuration={"set:hiveconf:spark.sql.runSQLOnFiles": "true"})
     assert hive_count(port, "flights") > 0  # other sessions are untouched

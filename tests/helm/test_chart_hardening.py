@@ -176,6 +176,34 @@ def test_sql_endpoint_has_a_read_only_root_and_bounded_scratch_space(rendered):
     assert ctr["resources"]["requests"]["ephemeral-storage"] and ctr["resources"]["limits"]["ephemeral-storage"]
 
 
+def test_sql_endpoint_speaks_tls_with_a_keystore_from_its_secret_and_tells_its_clients(rendered):
+    """Item 2: HiveServer2 SSL in the chart. The keystore and its password come from an existing
+    Secret mounted read-only (the password as a file: never in the environment or values), and the
+    kappa-config every Kappa pod reads says the endpoint speaks TLS (dbt's use_ssl)."""
+    (serve,) = [d for d in kinds(rendered, "Deployment") if d["metadata"]["name"] == "kappa-serve"]
+    pod = serve["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    env = {e["name"]: e for e in ctr["env"]}
+    assert env["KAPPA_SERVE_TLS_KEYSTORE"]["value"] == "/etc/kappa/serve-tls/keystore.p12"
+    assert env["KAPPA_SERVE_TLS_PASSWORD_FILE"]["value"] == "/etc/kappa/serve-tls/password"
+    assert not any("valueFrom" in e and "tls" in str(e["valueFrom"]) for e in ctr["env"])
+    (mount,) = [m for m in ctr["volumeMounts"] if m["mountPath"] == "/etc/kappa/serve-tls"]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "kappa-serve-tls" and volume["secret"]["defaultMode"] == 0o440
+    (config,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert config["data"]["KAPPA_SERVE_TLS"] == "true"
+
+
+def test_sql_endpoint_tls_off_renders_no_keystore_and_tells_clients_so():
+    objs = render(sets=("serve.tls.enabled=false",))
+    (serve,) = [d for d in kinds(objs, "Deployment") if d["metadata"]["name"] == "kappa-serve"]
+    (ctr,) = serve["spec"]["template"]["spec"]["containers"]
+    assert not {"KAPPA_SERVE_TLS_KEYSTORE", "KAPPA_SERVE_TLS_PASSWORD_FILE"} & {e["name"] for e in ctr["env"]}
+    (config,) = [c for c in kinds(objs, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert config["data"]["KAPPA_SERVE_TLS"] == "false"
+
+
 def test_values_refuse_sql_endpoint_resources_without_ephemeral_storage():
     assert "ephemeral-storage" in render_fails("serve.resources.limits.ephemeral-storage=null")
 

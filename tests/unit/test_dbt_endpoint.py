@@ -67,3 +67,12 @@ def test_the_variable_is_read_from_the_environment(tmp_path, monkeypatch):
     assert (settings.serve_host, settings.serve_port) == ("kappa-serve.kappa.svc", 10001)
     monkeypatch.delenv("KAPPA_SERVE_HOST")
     assert load_settings(home=str(tmp_path)).serve_host is None
+
+
+def test_a_remote_endpoint_said_to_speak_tls_gets_tls_clients(tmp_path, listener):
+    settings = _settings(tmp_path, listener, serve_user="dbt", serve_password="pw", serve_tls=True)
+    endpoint = ensure_endpoint(settings)
+    assert endpoint.tls and endpoint.jdbc_url == f"jdbc:hive2://127.0.0.1:{listener}/default;ssl=true"
+    env = dbt_env(settings, endpoint.host, endpoint.port, client_credentials(settings, endpoint), tls=endpoint.tls)
+    assert env["KAPPA_SERVE_TLS"] == "true"  # dbt/profiles.yml: use_ssl
+    assert dbt_env(settings, endpoint.host, endpoint.port)["KAPPA_SERVE_TLS"] == "false"

@@ -33,9 +33,11 @@ def dbt_executable() -> str:
     return str(Path(sys.executable).with_name("dbt"))
 
 
-def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, str] | None = None) -> dict[str, str]:
+def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, str] | None = None,
+            tls: bool = False) -> dict[str, str]:
     """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read. With ``credentials``
-    (user, password) dbt uses the profile's ``serve_auth`` target (HiveServer2 CUSTOM, SASL PLAIN)."""
+    (user, password) dbt uses the profile's ``serve_auth`` target (HiveServer2 CUSTOM, SASL PLAIN);
+    with ``tls`` dbt-spark's ``use_ssl`` (``KAPPA_SERVE_TLS``: the endpoint speaks TLS)."""
     from kappa.services.serve import marts_root
 
     auth = {"DBT_TARGET": "serve"} if credentials is None else {
@@ -44,6 +46,7 @@ def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, st
         **auth,
         "KAPPA_SERVE_HOST": host,
         "KAPPA_SERVE_PORT": str(port),
+        "KAPPA_SERVE_TLS": "true" if tls else "false",
         "KAPPA_DBT_LOCATION_ROOT": str(marts_root(settings)),
         "DBT_PROFILES_DIR": str(project_dir(settings)),
         "DBT_PROJECT_DIR": str(project_dir(settings)),
@@ -74,7 +77,7 @@ def run_dbt(settings: Settings, args: list[str], port: int | None = None, captur
     from kappa.services.serve import client_credentials
 
     st = ensure_endpoint(settings, port)
-    env = {**os.environ, **dbt_env(settings, st.host, st.port, client_credentials(settings, st))}
+    env = {**os.environ, **dbt_env(settings, st.host, st.port, client_credentials(settings, st), tls=st.tls)}
     return subprocess.run([dbt_executable(), *args], env=env, cwd=project_dir(settings), text=True,
                           capture_output=capture)
 

@@ -188,6 +188,13 @@ def serve_start(
         help="Only the users of this file log in (salted hashes written by `kappa serve user add`; "
              "HiveServer2 CUSTOM authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password, "
              "which only a loopback --host allows."),
+    tls_keystore: Optional[Path] = typer.Option(
+        None, "--tls-keystore", metavar="PKCS12_FILE",
+        help="Speak TLS (HiveServer2 SSL) with this PKCS12 keystore (the endpoint's key and certificate). "
+             "Default: KAPPA_SERVE_TLS_KEYSTORE, else plain TCP."),
+    tls_password_file: Optional[Path] = typer.Option(
+        None, "--tls-password-file", metavar="FILE",
+        help="The file holding the keystore's password. Default: KAPPA_SERVE_TLS_PASSWORD_FILE."),
 ) -> None:
     """Start the endpoint in the background: every promoted table under its stable name, kept in
     step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
@@ -197,7 +204,9 @@ def serve_start(
 
     with Guard():
         with console.status("starting the Spark Thrift Server…"):
-            settings = load_settings()
+            tls = {k: v for k, v in (("serve_tls_keystore", tls_keystore),
+                                     ("serve_tls_password_file", tls_password_file)) if v is not None}
+            settings = load_settings(**tls)
             st = serve.start(settings, port=port or settings.serve_port, host=host, timeout_s=timeout,
                              password_file=auth)
         console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "

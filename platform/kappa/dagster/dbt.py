@@ -74,7 +74,7 @@ def build_dbt_definitions(settings: Settings) -> dg.Definitions:
         # DbtCliResource.cli hands the dbt process a copy of os.environ taken when it starts it: set
         # the variables for that moment only, so nothing leaks into the rest of the run's process.
         with scoped_environ(dbt_env(run_settings, endpoint.host, endpoint.port,
-                                    client_credentials(run_settings, endpoint))):
+                                    client_credentials(run_settings, endpoint), tls=endpoint.tls)):
             invocation = dbt.cli(["build"], context=context)
         yield from invocation.stream()
 

@@ -96,6 +96,9 @@ class ServeStatus:
     auth: str = "NONE"
     #: The password file the endpoint checks logins against (``CUSTOM`` only).
     password_file: str | None = None
+    #: The endpoint speaks TLS (HiveServer2 SSL, ``KAPPA_SERVE_TLS_KEYSTORE``): clients connect with
+    #: ``ssl=true`` (JDBC), :func:`connect` with ``tls``, dbt with ``use_ssl``.
+    tls: bool = False
 
     def to_json(self) -> str:
         """The status as one JSON object (every field)."""
@@ -104,7 +107,9 @@ class ServeStatus:
     def summary(self) -> list[str]:
         """The JDBC URL, pid, authentication, the tables served and the log (plain text)."""
         login = f"user and password from {self.password_file}" if self.auth == "CUSTOM" else "no password"
-        return [f"at {self.jdbc_url} (pid {self.pid or '-'}, {self.auth} authentication); log: {self.log_file}",
+        transport = "TLS" if self.tls else "plain TCP"
+        return [f"at {self.jdbc_url} (pid {self.pid or '-'}, {self.auth} authentication, {transport}); "
+                f"log: {self.log_file}",
                 f"tables: {', '.join(served_names(self.tables)) or 'nothing promoted yet'}",
                 f"connect: beeline -u {self.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})"]
 
@@ -115,9 +120,82 @@ def served_names(tables: dict[str, str] | None) -> list[str]:
     return sorted(n for n in tables or {} if not n.startswith(f"{INTERNAL_SCHEMA}."))
 
 
-def jdbc_url(host: str, port: int) -> str:
-    """The HiveServer2 JDBC URL of an endpoint at ``host``:``port`` (database ``default``)."""
-    return f"jdbc:hive2://{host}:{port}/default"
+def jdbc_url(host: str, port: int, tls: bool = False) -> str:
+    """The HiveServer2 JDBC URL of an endpoint at ``host``:``port`` (database ``default``); with
+    ``tls`` the Hive JDBC driver's ``ssl=true`` (add ``sslTrustStore=…`` for a private CA)."""
+    return f"jdbc:hive2://{host}:{port}/default" + (";ssl=true" if tls else "")
+
+
+#: The Hadoop/Hive configuration key of the TLS keystore's password. Set in the running driver's
+#: Hadoop configuration (:func:`serve_forever`), never as a Spark conf: those are spark-submit
+#: arguments, which any local user can read in the process table.
+KEYSTORE_PASSWORD_KEY = "hive.server2.keystore.password"
+
+
+def tls_keystore(settings: Settings) -> tuple[Path, str] | None:
+    """The endpoint's TLS keystore and its password: ``(KAPPA_SERVE_TLS_KEYSTORE, the text of
+    KAPPA_SERVE_TLS_PASSWORD_FILE without its line end)``; None when no keystore is set (plain
+    TCP). Raises :class:`ServeError` naming the variable when the keystore or the password file is
+    missing, or the password file is empty."""
+    if settings.serve_tls_keystore is None:
+        return None
+    keystore = Path(settings.serve_tls_keystore).resolve()
+    if not keystore.is_file():
+        raise ServeError(f"KAPPA_SERVE_TLS_KEYSTORE: {keystore} is not a file (a PKCS12 keystore with the "
+                         "endpoint's key and certificate, e.g. from `keytool -genkeypair -storetype PKCS12`)")
+    if settings.serve_tls_password_file is None:
+        raise ServeError("KAPPA_SERVE_TLS_PASSWORD_FILE is not set: the endpoint's TLS keystore "
+                         f"{keystore} needs the file that holds its password")
+    secret = Path(settings.serve_tls_password_file)
+    try:
+        password = secret.read_text().rstrip("\r\n")
+    except OSError as exc:
+        raise ServeError(f"KAPPA_SERVE_TLS_PASSWORD_FILE: cannot read {secret}: {exc.strerror}") from exc
+    if not password:
+        raise ServeError(f"KAPPA_SERVE_TLS_PASSWORD_FILE: {secret} is empty")
+    return keystore, password
+
+
+def connect(host: str, port: int, user: str | None = None, password: str | None = None, *,
+            tls: bool = False, ca_file: Path | str | None = None, database: str = "default",
+            configuration: dict[str, str] | None = None):
+    """A DB-API connection (PyHive) to the endpoint at ``host``:``port``: SASL PLAIN, with
+    ``user``/``password`` when given (the endpoint's CUSTOM authentication) or any user name
+    otherwise; ``configuration``: HiveServer2 session settings (PyHive's). With ``tls`` the socket is TLS and the endpoint's certificate is verified, host name
+    included, against ``ca_file`` (PEM; default the system's certificate authorities). Raises
+    PyHive's/Thrift's errors (``TTransportException``) when the connection or the login fails;
+    :class:`ServeError` when the TLS handshake fails (a certificate that does not verify, an
+    endpoint without TLS), naming the reason."""
+    from pyhive import hive
+
+    if not tls:
+        return hive.connect(host=host, port=port, username=user or "kappa", password=password,
+                            auth="CUSTOM" if password is not None else "NONE", database=database,
+                            configuration=configuration)
+    import ssl
+
+    import thrift_sasl
+    from pyhive.sasl_compat import PureSASLClient as SASLClient
+    from thrift.transport.TSSLSocket import TSSLSocket
+
+    import socket
+
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    # Thrift's TSSLSocket logs a failed handshake and then fails on a closed handle: shake hands
+    # once here, so the error says why.
+    try:
+        with socket.create_connection((host, port), timeout=30) as raw, \
+                context.wrap_socket(raw, server_hostname=host):
+            pass
+    except (ssl.SSLError, OSError) as exc:
+        trust = f"the certificates of {ca_file}" if ca_file else "the system's certificate authorities"
+        raise ServeError(f"TLS with the SQL endpoint at {host}:{port} failed ({exc}); its certificate is "
+                         f"checked against {trust}") from exc
+    sock = TSSLSocket(host, port, ssl_context=context)
+    transport = thrift_sasl.TSaslClientTransport(
+        lambda: SASLClient(host, mechanism="PLAIN", username=user or "kappa", password=password or "x"),
+        "PLAIN", sock)
+    return hive.connect(thrift_transport=transport, database=database, configuration=configuration)
 
 
 def beeline_path() -> str:
@@ -229,9 +307,10 @@ def status(settings: Settings) -> ServeStatus:
     paths = _paths(settings)
     return ServeStatus(
         up=pid is not None and bool(state.get("ready")) and state.get("pid") == pid,
-        host=host, port=port, jdbc_url=jdbc_url(host, port), pid=pid, state_dir=str(paths["dir"]),
-        log_file=str(paths["log"]), registry_version=state.get("registry_version"), tables=state.get("tables"),
-        auth=state.get("auth", "NONE"), password_file=state.get("password_file"),
+        host=host, port=port, jdbc_url=jdbc_url(host, port, bool(state.get("tls"))), pid=pid,
+        state_dir=str(paths["dir"]), log_file=str(paths["log"]), registry_version=state.get("registry_version"),
+        tables=state.get("tables"), auth=state.get("auth", "NONE"), password_file=state.get("password_file"),
+        tls=bool(state.get("tls")),
     )
 
 
@@ -250,6 +329,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
         password_file = Path(password_file).resolve()
         read_password_file(password_file)
         auth_jar(settings)
+    tls_keystore(settings)  # a missing keystore or password file fails here, naming the variable
     paths = _paths(settings)
     pid = running_pid(settings)
     if pid is not None:
@@ -266,6 +346,11 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     env.pop("KAPPA_SERVE_PASSWORD_FILE", None)
     if password_file is not None:
         env["KAPPA_SERVE_PASSWORD_FILE"] = str(password_file)
+    for name, value in (("KAPPA_SERVE_TLS_KEYSTORE", settings.serve_tls_keystore),
+                        ("KAPPA_SERVE_TLS_PASSWORD_FILE", settings.serve_tls_password_file)):
+        env.pop(name, None)
+        if value is not None:
+            env[name] = str(Path(value).resolve())
     # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
     proc = processes.spawn([sys.executable, "-m", "kappa.services.serve", "--host", host, "--port", str(port)],
                            paths["log"], paths["pid"], env=env)
@@ -389,6 +474,9 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     resolve the session catalog (``DeltaCatalog``) through the application class loader, which
     ``spark.jars`` does not reach.
 
+    With ``settings.serve_tls_keystore``: ``hive.server2.use.SSL`` with that keystore (its password
+    is not in this dict, see :data:`KEYSTORE_PASSWORD_KEY`).
+
     With ``settings.serve_password_file``: ``hive.server2.authentication=CUSTOM`` with
     :data:`AUTH_CLASS` (its jar on the driver's class path). Hive instantiates the provider from a
     fresh ``HiveConf``, which reads JVM system properties but not Spark's ``spark.hadoop.*``, so the
@@ -409,6 +497,11 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
         conf["spark.hadoop.hive.server2.custom.authentication.class"] = AUTH_CLASS
         conf["spark.driver.extraJavaOptions"] = (conf.get("spark.driver.extraJavaOptions", "")
                                                  + f" -Dhive.server2.custom.authentication.class={AUTH_CLASS}").strip()
+    if settings.serve_tls_keystore is not None:
+        # HiveServer2 SSL (binary transport); the keystore's password is set in the driver's
+        # Hadoop configuration by serve_forever (KEYSTORE_PASSWORD_KEY), not here.
+        conf["spark.hadoop.hive.server2.use.SSL"] = "true"
+        conf["spark.hadoop.hive.server2.keystore.path"] = str(Path(settings.serve_tls_keystore).resolve())
     conf.update({
         "spark.app.name": "kappa-serve",
         "spark.driver.extraClassPath": os.pathsep.join(class_path),
@@ -467,6 +560,7 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     check_exposure(host, settings.serve_password_file)
     if settings.serve_password_file is not None:
         read_password_file(settings.serve_password_file)  # fail now, naming the file, not at the first login
+    keystore = tls_keystore(settings)
     _paths(settings)["dir"].mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -475,6 +569,8 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if keystore is not None:  # read by the Thrift server's HiveConf, built from this configuration
+        spark.sparkContext._jsc.hadoopConfiguration().set(KEYSTORE_PASSWORD_KEY, keystore[1])
     # This session keeps the catalog in step; every client session is a new one, under the policy.
     spark.sparkContext._jvm.dev.kappa.serve.ReadOnlySqlGuard.trust(spark._jsparkSession)
 
@@ -491,9 +587,9 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     password_file = settings.serve_password_file
     state = {"pid": os.getpid(), "host": host, "port": port, "ready": True, "registry_version": version,
              "tables": applied, "auth": "CUSTOM" if password_file else "NONE",
-             "password_file": str(password_file) if password_file else None}
+             "password_file": str(password_file) if password_file else None, "tls": keystore is not None}
     _write_state(settings, state)
-    print(f"kappa serve: {jdbc_url(host, port)} ({state['auth']} authentication) serving "
+    print(f"kappa serve: {jdbc_url(host, port, state['tls'])} ({state['auth']} authentication) serving "
           f"{', '.join(served_names(applied)) or 'nothing yet'}", flush=True)
     try:
         while not stopping:
@@ -546,8 +642,8 @@ def remote(settings: Settings, port: int | None = None, timeout_s: float = 5.0) 
     except OSError as exc:
         raise ServeError(f"the SQL endpoint at {host}:{port} (KAPPA_SERVE_HOST, KAPPA_SERVE_PORT) does not answer "
                          f"within {timeout_s:g} s: {exc}") from exc
-    return ServeStatus(up=True, host=host, port=port, jdbc_url=jdbc_url(host, port), pid=None,
-                       state_dir="", log_file="", auth="CUSTOM")
+    return ServeStatus(up=True, host=host, port=port, jdbc_url=jdbc_url(host, port, settings.serve_tls), pid=None,
+                       state_dir="", log_file="", auth="CUSTOM", tls=settings.serve_tls)
 
 
 def ensure_running(settings: Settings, timeout_s: float = 180.0, port: int | None = None) -> ServeStatus:
