@@ -111,6 +111,7 @@ def test_a_promoted_cut_agrees_through_serve_and_tables_and_advance_moves_it(ser
     _, suffix = analysts_state
     registry = Registry(settings)
     catalog = load_catalog(settings.assets_dir)
+    took, t0 = {}, time.monotonic()
     # the promoted versions run (earlier tests left newer, rolled-back versions behind them)
     versions = {a: registry.promoted(a) for a in LINEAGE[:3]}
     versions["flights_weather"] = registry.create_version(
@@ -149,24 +150,36 @@ def test_a_promoted_cut_agrees_through_serve_and_tables_and_advance_moves_it(ser
     before = DeltaTable(versions["flights"].table_path).version()  # flights' table before the new chunks
     runner = LocalRunner(settings, spark=spark)
     producer = threading.Thread(target=ingest_continuously, daemon=True)
+    took["prepare"], t0 = time.monotonic() - t0, time.monotonic()
     try:
         for name in LINEAGE:
             runner.start(catalog[name], versions[name], bounded=False)
         producer.start()
+        took["start"], t0 = time.monotonic() - t0, time.monotonic()
         # both readers of flights have read some new chunks: then the cut, while chunks still arrive
         deadline = time.monotonic() + 180
         while not all(_read_past(settings, versions[d], before) for d in ("departures_hourly", "flights_weather")):
             assert time.monotonic() < deadline, "the readers of flights did not read the new chunks within 180 s"
             time.sleep(1)
+        took["read new chunks"], t0 = time.monotonic() - t0, time.monotonic()
         commit_promotion(settings, {"flights_weather": versions["flights_weather"].version}, reason="test")
         assert not published.is_set(), "ingestion ended before the cut: the test would not show a live cut"
         first = assert_the_cut_holds(settings, port, f"flights_{suffix}")
         assert_an_unpromoted_name_fails_in_one_line(settings, port, spark, unpromoted)
+        took["cut and checks"], t0 = time.monotonic() - t0, time.monotonic()
 
-        time.sleep(3 * PAUSE_S)  # more chunks arrive and are read
+        # more chunks arrive and both readers of flights read past the first cut's flights snapshot
+        # (what lets the advance move both): polled, bounded
+        deadline = time.monotonic() + 180
+        while not all(_read_past(settings, versions[d], first["flights"]["snapshot"])
+                      for d in ("departures_hourly", "flights_weather")):
+            assert time.monotonic() < deadline, "the readers of flights did not read past the first cut within 180 s"
+            time.sleep(1)
+        took["more chunks"], t0 = time.monotonic() - t0, time.monotonic()
         advanced = kappa(settings, "advance", "--format", "json")
         assert advanced.returncode == 0, advanced.stdout + advanced.stderr
         moved = json.loads(advanced.stdout)["moved"]
+        took["advance"], t0 = time.monotonic() - t0, time.monotonic()
         second = assert_the_cut_holds(settings, port, f"flights_{suffix}")
         assert second["flights"]["snapshot"] > first["flights"]["snapshot"] and "flights" in moved
         assert second["departures_hourly"]["snapshot"] > first["departures_hourly"]["snapshot"]
@@ -175,11 +188,14 @@ def test_a_promoted_cut_agrees_through_serve_and_tables_and_advance_moves_it(ser
         assert promoted["snapshot"] == second["departures_hourly"]["snapshot"]
         assert promoted["cut"] == second["flights"]["offsets"]
         assert not published.is_set(), "ingestion ended before the advance: the test would not show a live cut"
+        took["checks again"], t0 = time.monotonic() - t0, time.monotonic()
     finally:
         enough.set()
         for name in LINEAGE:
             runner.stop(name, versions[name].version)
         producer.join(timeout=CHUNKS * PAUSE_S + 60)
+    took["stop"] = time.monotonic() - t0
+    print("\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in took.items()))
 
 
 def _read_past(settings, version, flights_version: int) -> bool:
