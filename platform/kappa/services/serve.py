@@ -161,8 +161,8 @@ def connect(host: str, port: int, user: str | None = None, password: str | None 
             configuration: dict[str, str] | None = None):
     """A DB-API connection (PyHive) to the endpoint at ``host``:``port``: SASL PLAIN, with
     ``user``/``password`` when given (the endpoint's CUSTOM authentication) or any user name
-    otherwise; ``configuration``: HiveServer2 session settings (PyHive's). With ``tls`` the socket is TLS and the endpoint's certificate is verified, host name
-    included, against ``ca_file`` (PEM; default the system's certificate authorities). Raises
+    otherwise; ``configuration``: HiveServer2 session settings (PyHive's). With ``tls`` the socket
+    is TLS and the endpoint's certificate is verified, host name included, against ``ca_file`` (PEM; default the system's certificate authorities). Raises
     PyHive's/Thrift's errors (``TTransportException``) when the connection or the login fails;
     :class:`ServeError` when the TLS handshake fails (a certificate that does not verify, an
     endpoint without TLS), naming the reason."""
@@ -172,13 +172,12 @@ def connect(host: str, port: int, user: str | None = None, password: str | None 
         return hive.connect(host=host, port=port, username=user or "kappa", password=password,
                             auth="CUSTOM" if password is not None else "NONE", database=database,
                             configuration=configuration)
+    import socket
     import ssl
 
     import thrift_sasl
     from pyhive.sasl_compat import PureSASLClient as SASLClient
     from thrift.transport.TSSLSocket import TSSLSocket
-
-    import socket
 
     context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
     # Thrift's TSSLSocket logs a failed handshake and then fails on a closed handle: shake hands
