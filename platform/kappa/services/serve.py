@@ -186,10 +186,12 @@ def connect(host: str, port: int, user: str | None = None, password: str | None 
         with socket.create_connection((host, port), timeout=30) as raw, \
                 context.wrap_socket(raw, server_hostname=host):
             pass
-    except (ssl.SSLError, OSError) as exc:
+    except ssl.SSLError as exc:
         trust = f"the certificates of {ca_file}" if ca_file else "the system's certificate authorities"
         raise ServeError(f"TLS with the SQL endpoint at {host}:{port} failed ({exc}); its certificate is "
                          f"checked against {trust}") from exc
+    except OSError as exc:
+        raise ServeError(f"the SQL endpoint at {host}:{port} does not answer: {exc}") from exc
     sock = TSSLSocket(host, port, ssl_context=context)
     transport = thrift_sasl.TSaslClientTransport(
         lambda: SASLClient(host, mechanism="PLAIN", username=user or "kappa", password=password or "x"),
