@@ -210,6 +210,17 @@ class MicroBatchWriter:
         finally:
             spark.conf.unset(key)
 
+    def no_new_input(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id`` reads up to the same offsets as the batch before it (a
+        no-data batch: Spark runs one after new data only to advance the watermark), from the
+        write-ahead log (:func:`kappa.streaming.checkpoint.batch_sources`); False when either entry
+        is missing."""
+        from kappa.streaming.checkpoint import batch_sources
+
+        cp = self.version.checkpoint_path
+        now = batch_sources(cp, batch_id, self.settings)
+        return bool(now) and now == batch_sources(cp, batch_id - 1, self.settings)
+
     def committed(self, path: str, side: str | None = None) -> int | None:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
         return committed_txn_version(path, self.writer_id(side))
@@ -265,6 +276,25 @@ class UpsertWriter(MicroBatchWriter):
             # 0"). Run the batch into the noop sink: the state is committed, nothing is written.
             run_for_state(batch)
             return
+        if batch_id > 0 and self.no_new_input(batch_id):
+            # A no-data micro-batch (Spark runs one to advance the watermark: it evicts state and
+            # may close windows). When it emits nothing, its MERGE would be an empty commit costing
+            # seconds; the state is committed by running the batch, and the table's last commit
+            # already names what it read (the same offsets).
+            batch = batch.persist()
+            try:
+                if batch.count() == 0:
+                    return
+                self._merge(spark, path, batch, batch_id)
+            finally:
+                batch.unpersist()
+        else:
+            self._merge(spark, path, batch, batch_id)
+        self.at("after_table_commit", batch_id)
+
+    def _merge(self, spark: SparkSession, path: str, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
 
         def merge() -> None:
@@ -276,7 +306,6 @@ class UpsertWriter(MicroBatchWriter):
                  .execute())
 
         self.dml(merge, batch_id, spark)
-        self.at("after_table_commit", batch_id)
 
 
 def frame_sink(spark: SparkSession, out: DataFrame, spec: AssetSpec, version: Version,
