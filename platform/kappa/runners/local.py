@@ -259,8 +259,15 @@ class LocalRunner:
             return not bounded and remaining(read_checkpoint(version.checkpoint_path, self.settings),
                                              target, start_offsets) == 0
 
+        def wait(seconds: float) -> None:
+            # Between looks: the query's end wakes the wait at once (a bounded query is done then).
+            try:
+                running.query.awaitTermination(seconds)
+            except Exception:  # it failed: done() sees it and the loop below names the error
+                pass
+
         for attempt in range(CONNECT_BACK_RESTARTS + 1):
-            finished = poll_until(done, timeout_s=timeout_s, poll_s=self.poll_s)
+            finished = poll_until(done, timeout_s=timeout_s, poll_s=self.poll_s, sleep=wait)
             q = running.query
             exc = None if q.isActive else q.exception()
             if exc is None or not restartable(str(exc)) or attempt == CONNECT_BACK_RESTARTS:
