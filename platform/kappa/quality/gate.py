@@ -304,6 +304,29 @@ def late_events_of(spark, settings: Settings, asset: str, version: int) -> int:
     return spark.read.format("delta").load(str(path)).where(f"asset = '{asset}' AND version = {version}").count()
 
 
+def _keys_on_one_side(candidate_df, promoted_df, keys: list[str], examples: int = 5) -> dict:
+    """The distinct ``keys`` present in one frame only, in one Spark job: their count per side and
+    up to ``examples`` of them per side (the first by key order). Nulls compare equal, as in SQL's
+    set operations (``EXCEPT``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    tagged = (candidate_df.select(*keys).withColumn("_side", F.lit("candidate"))
+              .unionByName(promoted_df.select(*keys).withColumn("_side", F.lit("promoted"))))
+    one_side = (tagged.groupBy(*keys).agg(F.min("_side").alias("_side"), F.countDistinct("_side").alias("_sides"))
+                .where("_sides = 1").drop("_sides"))
+    side = Window.partitionBy("_side")
+    rows = (one_side.withColumn("_n", F.count(F.lit(1)).over(side))
+            .withColumn("_i", F.row_number().over(side.orderBy(*[F.col(k).asc_nulls_first() for k in keys])))
+            .where(F.col("_i") <= examples).collect())
+    out: dict = {}
+    for name in ("candidate", "promoted"):
+        mine = sorted((r for r in rows if r["_side"] == name), key=lambda r: r["_i"])
+        out[f"keys_only_in_{name}"] = mine[0]["_n"] if mine else 0
+        out[f"examples_only_in_{name}"] = [{k: r[k] for k in keys} for r in mine]
+    return out
+
+
 def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: int, promoted: int | None) -> CheckResult:
     """Compare the candidate with the promoted version: row counts, keys on one side only (with up
     to five examples), and the relative difference of every numeric column's sum."""
@@ -314,20 +337,16 @@ def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: in
         return CheckResult(name=SHADOW_CHECK, passed=True, blocking=spec.shadow_diff_blocking,
                            observed="no promoted version to compare with", expected="no difference")
     keys = spec.merge_keys
-    summary: dict = {"candidate": candidate, "promoted": promoted,
-                     "rows_candidate": candidate_df.count(), "rows_promoted": promoted_df.count()}
-    if keys:
-        ck, pk = candidate_df.select(*keys).distinct(), promoted_df.select(*keys).distinct()
-        only_c, only_p = ck.exceptAll(pk), pk.exceptAll(ck)
-        summary["keys_only_in_candidate"] = only_c.count()
-        summary["keys_only_in_promoted"] = only_p.count()
-        summary["examples_only_in_candidate"] = [r.asDict() for r in only_c.limit(5).collect()]
-        summary["examples_only_in_promoted"] = [r.asDict() for r in only_p.limit(5).collect()]
     numeric = [f.name for f in candidate_df.schema.fields
                if isinstance(f.dataType, T.NumericType) and f.name in promoted_df.columns and f.name not in keys]
+    # One job per side for its row count and column sums, one for the keys on one side only.
+    cs, ps = (df.agg(F.count(F.lit(1)).alias("_rows"), *[F.sum(c).alias(c) for c in numeric]).first().asDict()
+              for df in (candidate_df, promoted_df))
+    summary: dict = {"candidate": candidate, "promoted": promoted,
+                     "rows_candidate": cs["_rows"], "rows_promoted": ps["_rows"]}
+    if keys:
+        summary.update(_keys_on_one_side(candidate_df, promoted_df, keys))
     if numeric:
-        cs = candidate_df.agg(*[F.sum(c).alias(c) for c in numeric]).first().asDict()
-        ps = promoted_df.agg(*[F.sum(c).alias(c) for c in numeric]).first().asDict()
         diffs = {}
         for c in numeric:
             a, b = cs[c] or 0, ps[c] or 0
