@@ -105,29 +105,6 @@ def test_bad_sql_prints_sparks_message_not_a_traceback(tmp_path):
     assert "TABLE_OR_VIEW_NOT_FOUND" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_continuous_run_stops_cleanly_on_sigint(make_env):
-    from .helpers import ingest
-
-    settings, suffix = make_env()
-    ingest(settings, suffix, limit=500)
-    proc = subprocess.Popen([KAPPA, "run", "flights", "--continuous"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, **env_for(settings), "COLUMNS": "200"}, cwd=REPO)
-    try:
-        deadline = time.monotonic() + 180
-        table = Path(settings.warehouse) / "flights" / "v1" / "_delta_log"
-        while not any(table.glob("*1.json")):  # the first batch has been committed
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "no batch committed"
-            time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out
-    assert "SIGINT: stopping the queries" in out and "stopped: flights_v1" in out and "Traceback" not in out
-
-
 # Lines only Spark's side writes: log4j2 (resources/log4j2.properties: "HH:mm:ss LEVEL Class: …"),
 # the JVM launcher, the TransformWithStateInPandas driver worker's prints, py4j's logging and
 # librdkafka's default log line ("%4|<ts>|GETPID|rdkafka#producer-1| …").
@@ -135,19 +112,37 @@ NOT_KAPPA = re.compile(r"^\d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR) |^WARNING
                        r"|py4j|^%\d\|", re.MULTILINE)
 
 
-def test_run_keeps_sparks_logs_off_the_console(make_env):
-    """`kappa run` of a stateful asset (pattern: transformWithStateInPandas, whose Python worker
-    prints its start-up) shows Kappa's progress only; Spark's JVM, its Python worker and the
-    libraries log to <KAPPA_HOME>/logs/kappa-<pid>.log."""
+def test_a_continuous_run_shows_kappas_progress_only_and_stops_cleanly_on_sigint(make_env):
+    """`kappa run --continuous` of silver and a stateful asset (pattern: transformWithStateInPandas,
+    whose Python worker prints its start-up) shows Kappa's progress only; Spark's JVM, its Python
+    worker and the libraries log to <KAPPA_HOME>/logs/kappa-<pid>.log. SIGINT, once the pattern has
+    run a micro-batch, stops both queries between micro-batches and exits 0."""
     from .helpers import ingest
 
     settings, suffix = make_env()
     ingest(settings, suffix, limit=300)
-    # Spark, two queries and a Python worker: 52 s here on 2 cores at load 2-3, 195 s at load 15.
-    result = kappa("run", "flights", "delay_streaks", "--until-caught-up", env=env_for(settings), timeout=600)
-    console = result.stdout + result.stderr
-    assert result.returncode == 0, console
-    assert "flights: batch 0 300 records" in console and "caught up in" in console
+    proc = subprocess.Popen([KAPPA, "run", "flights", "delay_streaks", "--continuous"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, **env_for(settings), "COLUMNS": "200"},
+                            cwd=REPO)
+    try:
+        # Spark, two queries and a Python worker: ~50 s on 2 cores at load 2-3, minutes at load 15.
+        deadline = time.monotonic() + 420
+        silver = Path(settings.warehouse) / "flights" / "v1" / "_delta_log"
+        pattern = Path(settings.checkpoints) / "delay_streaks" / "v1" / "commits"
+        while not (any(silver.glob("*1.json")) and (pattern / "0").exists()):  # both ran a batch
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.monotonic() < deadline, "no batch committed"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        console, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, console
+    assert "SIGINT: stopping the queries" in console and "Traceback" not in console
+    [stopped] = re.findall(r"^stopped: (.*)$", console, re.MULTILINE)
+    assert sorted(stopped.split(", ")) == ["delay_streaks_v1", "flights_v1"], stopped
+    assert "flights: batch 0 300 records" in console
     assert NOT_KAPPA.findall(console) == [], console
     [log] = (settings.home / "logs").glob("kappa-*.log")
     text = log.read_text()
