@@ -53,7 +53,7 @@ from .test_fault_points import _kappa_run
 
 pytestmark = pytest.mark.integration
 
-SLICE = 20_000  # the first 20,000 flights (to 2013-01-24): 10 matches
+SLICE = 10_000  # the first 10,000 flights (to 2013-01-13): 5 matches
 ASSETS = ["flights", "delay_streaks"]
 CUT = pd.Timestamp("2013-01-02T18:00Z")  # event time at which the slice's log is cut in two
 SPANNING = {"N13975", "N18557"}  # their streaks are two events in before the cut, one after
