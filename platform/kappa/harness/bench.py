@@ -34,8 +34,8 @@ ports (the user's ``.kappa`` and broker are never touched):
    (``scaling.growth``: the largest size's rate over the smallest's).
 5. **sustained**: a second, live topic and the same silver query running continuously with a
    processing-time trigger while a producer publishes at a fixed rate; the rate is doubled while the
-   backlog (log end offsets - the query's processed offsets) stays flat for a step (60 s; 10 s with
-   ``--quick``), then bisected. "Flat" (:func:`judge_flat`): the backlog a micro-batch stream
+   backlog (log end offsets - the query's processed offsets) stays flat for a step (60 s; with
+   ``--quick`` one step of 10 s), then bisected. "Flat" (:func:`judge_flat`): the backlog a micro-batch stream
    leaves is a saw-tooth (records pile up between batches, each commit drops them); the step is
    flat only when the troughs — the backlog left after each micro-batch — do not grow: the
    least-squares slope through them is at most 1 % of the offered rate. (Comparing the start and
@@ -771,7 +771,7 @@ class BenchOptions:
         field that is not None."""
         base = dict(quick=True, events=5_000, flights_limit=5_000, scaling=(1_000, 2_000, 4_000),
                     step_s=10.0, warmup_s=2.0, latency_s=10.0,
-                    start_rate=250.0, bisections=0, sustained_budget_s=30.0, u2_validating=False, drain_s=60.0)
+                    start_rate=250.0, bisections=0, sustained_budget_s=10.0, u2_validating=False, drain_s=60.0)
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(**base)
 
