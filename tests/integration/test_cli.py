@@ -151,6 +151,24 @@ def test_a_continuous_run_shows_kappas_progress_only_and_stops_cleanly_on_sigint
     assert re.search(r"^\d\d:\d\d:\d\d WARN \w+: ", text, re.MULTILINE), text  # log4j2 (SparkStringUtils)
 
 
+def test_run_until_caught_up_prints_each_batch_the_results_and_the_time(make_env, spark):
+    """`kappa run --until-caught-up` to its end, in this process (the session's Spark: a new driver
+    would only add its start-up; the console of a subprocess run is the test above)."""
+    from typer.testing import CliRunner
+
+    from kappa.cli.app import app
+
+    from .helpers import ingest
+
+    settings, suffix = make_env()
+    ingest(settings, suffix, limit=300)
+    done = CliRunner().invoke(app, ["run", "flights", "--until-caught-up"], env={**env_for(settings), "COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    assert "flights: batch 0 300 records" in done.output
+    assert re.search(r"flights\W+v1\W+300\W+300\W", done.output), done.output  # the results table: rows, read
+    assert re.search(r"^caught up in \d+\.\d s$", done.output, re.MULTILINE), done.output
+
+
 def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     result = kappa("--verbose", "sql", "SELECT 1 AS one", env={"KAPPA_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr
