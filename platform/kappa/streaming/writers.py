@@ -150,6 +150,7 @@ class MicroBatchWriter:
         self.fault = settings.fault
         self._provenance: tuple[int | None, str] = (None, "")  # (batch id, its userMetadata)
         self._upstream_ids: dict | None = None  # Delta table id -> upstream (asset, version)
+        self._sources: dict[int, list[dict]] = {}  # the last two batches' write-ahead log entries
 
     def writer_id(self, side: str | None = None) -> str:
         """The ``txnAppId`` of this version's writes to its table (``side`` None) or to a side
@@ -172,10 +173,9 @@ class MicroBatchWriter:
         the batch reads up to (:func:`kappa.streaming.provenance.describe_sources` of its
         write-ahead log entry). Read back by :func:`kappa.streaming.provenance.covered`."""
         if self._provenance[0] != batch_id:
-            from kappa.streaming.checkpoint import batch_sources
             from kappa.streaming.provenance import describe_sources, upstream_table_ids
 
-            sources = batch_sources(self.version.checkpoint_path, batch_id, self.settings)
+            sources = self.sources(batch_id)
             if any("reservoirId" in src for src in sources) and not self._upstream_ids:
                 # Looked up once per query (the registry and the upstream tables are read), not per batch.
                 self._upstream_ids = upstream_table_ids(self.settings, self.version)
@@ -215,11 +215,21 @@ class MicroBatchWriter:
         no-data batch: Spark runs one after new data only to advance the watermark), from the
         write-ahead log (:func:`kappa.streaming.checkpoint.batch_sources`); False when either entry
         is missing."""
-        from kappa.streaming.checkpoint import batch_sources
+        now = self.sources(batch_id)
+        return bool(now) and now == self.sources(batch_id - 1)
 
-        cp = self.version.checkpoint_path
-        now = batch_sources(cp, batch_id, self.settings)
-        return bool(now) and now == batch_sources(cp, batch_id - 1, self.settings)
+    def sources(self, batch_id: int) -> list[dict]:
+        """What micro-batch ``batch_id`` reads up to (:func:`kappa.streaming.checkpoint.batch_sources`),
+        each write-ahead log entry read once: the last two are kept (a batch and the one before it)."""
+        if batch_id not in self._sources:
+            from kappa.streaming.checkpoint import batch_sources
+
+            found = batch_sources(self.version.checkpoint_path, batch_id, self.settings)
+            if not found:
+                return found  # not planned yet: read again next time
+            self._sources = {b: v for b, v in self._sources.items() if b >= batch_id - 1}
+            self._sources[batch_id] = found
+        return self._sources[batch_id]
 
     def committed(self, path: str, side: str | None = None) -> int | None:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
