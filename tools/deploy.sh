@@ -87,22 +87,24 @@ fi
 
 echo "== 5/5 Dagster $DAGSTER_VERSION"
 if reachable dagster "$DAGSTER_REPO" "$DAGSTER_VERSION"; then
-  # The chart gives both webservers one replica count; the post-renderer turns the writable one off
-  # (0 replicas) and leaves the read-only one up. Helm 4 takes a post-renderer plugin by name
-  # (found through HELM_PLUGINS, for this command only), Helm 3 the script's path.
-  writable_off=(--post-renderer kappa-dagster-writable-off)
+  # The post-renderer (helm/postrender/kappa-dagster-webservers) gives the read-only webserver its own
+  # account with no token, and turns the writable one off: the chart gives both webservers one
+  # replica count and the daemon's account. Helm 4 takes a post-renderer plugin by name (found
+  # through HELM_PLUGINS, for this command only), Helm 3 the script's path; both pass it this
+  # environment.
+  webservers=(--post-renderer kappa-dagster-webservers)
   plugins=(env "HELM_PLUGINS=$PWD/helm/postrender")
   if [ "$("$HELM" version --template '{{.Version}}' 2>/dev/null | cut -c1-2)" = v3 ]; then
-    writable_off=(--post-renderer helm/postrender/kappa-dagster-writable-off/writable-off.sh)
-    plugins=()
+    webservers=(--post-renderer helm/postrender/kappa-dagster-webservers/webservers.sh)
+    plugins=(env)
   fi
   if [ "${DAGSTER_WRITABLE_WEBSERVER:-0}" = 1 ]; then
     echo "DAGSTER_WRITABLE_WEBSERVER=1: the writable webserver runs too; serve it only through an"
     echo "         authenticating proxy (helm/README.md, \"Dagster UI\")."
-    writable_off=()
+    plugins+=(KAPPA_DAGSTER_WRITABLE_WEBSERVER=1)
   fi
   run "${plugins[@]}" "$HELM" upgrade --install dagster dagster --repo "$DAGSTER_REPO" --version "$DAGSTER_VERSION" \
-    --namespace "$NAMESPACE" -f helm/values/dagster.yaml "${writable_off[@]}" --wait
+    --namespace "$NAMESPACE" -f helm/values/dagster.yaml "${webservers[@]}" --wait
   echo "Done. Dagster UI (read-only): kubectl -n $NAMESPACE port-forward svc/dagster-dagster-webserver-read-only 8080:80"
 else
   echo "SKIPPED: the Dagster chart cannot be fetched from $DAGSTER_REPO (offline?); Dagster is not installed."

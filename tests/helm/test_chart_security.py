@@ -396,9 +396,13 @@ def test_the_webserver_and_daemon_may_launch_run_jobs_but_not_create_pods(render
                      ("", "pods"): {"get", "list", "watch"}, ("", "pods/log"): {"get"}}
 
 
-def test_the_chart_creates_the_run_and_code_location_accounts(rendered):
-    names = {s["metadata"]["name"] for s in kinds(rendered, "ServiceAccount")}
-    assert names == {"kappa-dagster-run", "kappa-dagster-code-location"}
+def test_the_chart_creates_the_run_code_location_and_read_only_webserver_accounts(rendered):
+    accounts = {s["metadata"]["name"]: s for s in kinds(rendered, "ServiceAccount")}
+    assert set(accounts) == {"kappa-dagster-run", "kappa-dagster-code-location", "kappa-dagster-webserver"}
+    # the read-only webserver's: no token mounted by default, and no Role binds it
+    assert accounts["kappa-dagster-webserver"]["automountServiceAccountToken"] is False
+    bound = {s["name"] for b in kinds(rendered, "RoleBinding") for s in b["subjects"]}
+    assert "kappa-dagster-webserver" not in bound and "kappa-dagster-run" in bound
 
 
 def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_image(rendered):

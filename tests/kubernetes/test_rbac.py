@@ -1,7 +1,8 @@
-"""RBAC on a real API server: Dagster's three identities (the kappa chart's ServiceAccounts, Roles
+"""RBAC on a real API server: Dagster's four identities (the kappa chart's ServiceAccounts, Roles
 and RoleBindings, issue 23 item 3). Only the run pods' account may create SparkApplications; the
-webserver's and daemon's account launches run Jobs and nothing else; the code location's only reads
-SparkApplications. None of them may create pods, read Secrets or touch RBAC.
+daemon's (and the writable webserver's) account launches run Jobs and nothing else; the code
+location's only reads SparkApplications; the read-only webserver's may do nothing at all. None of
+them may create pods, read Secrets or touch RBAC.
 
 Checked twice: with SubjectAccessReviews (the authorizer's answer for each verb), and with real
 requests made with a token the API server issued for the run account (TokenRequest)."""
@@ -18,6 +19,7 @@ from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 RUNS = "kappa-dagster-run"  # values.yaml dagster.runServiceAccount
 WEBSERVER = "kappa-dagster"  # dagster.serviceAccount: the webserver's and the daemon's (one in the Dagster chart)
 CODE_LOCATION = "kappa-dagster-code-location"  # dagster.codeLocationServiceAccount
+READ_ONLY_WEBSERVER = "kappa-dagster-webserver"  # dagster.webserverServiceAccount (helm/postrender/kappa-dagster-webservers)
 
 
 @pytest.fixture
@@ -67,6 +69,20 @@ def test_dagster_runs_may_not_touch_other_namespaces(api_client, dagster_ns, ver
 def test_the_webserver_and_the_code_location_cannot_create_pods_read_secrets_or_start_applications(
         api_client, dagster_ns, sa, verb, resource, group):
     assert not _allowed(api_client, dagster_ns, verb, resource, group, sa=sa)
+
+
+@pytest.mark.parametrize("verb,resource,group", [
+    ("get", "pods", ""), ("list", "pods", ""), ("get", "pods/log", ""), ("create", "jobs", "batch"),
+    ("delete", "jobs", "batch"), ("get", PLURAL, GROUP), ("list", "secrets", ""), ("list", "configmaps", ""),
+])
+def test_the_read_only_webservers_account_may_do_nothing(api_client, dagster_ns, verb, resource, group):
+    assert not _allowed(api_client, dagster_ns, verb, resource, group, sa=READ_ONLY_WEBSERVER)
+
+
+def test_the_chart_creates_the_read_only_webservers_account_without_a_token(dagster_ns, kubectl):
+    account = kubectl("get", "serviceaccount", READ_ONLY_WEBSERVER, "-n", dagster_ns, "-o",
+                      "jsonpath={.automountServiceAccountToken}")
+    assert account.stdout.strip() == "false"
 
 
 def test_the_daemon_launches_run_jobs_and_the_code_location_reads_applications(api_client, dagster_ns):
