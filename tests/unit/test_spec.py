@@ -256,3 +256,15 @@ def test_a_materialized_view_reads_current_state_tables_only(tmp_path):
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(SpecError, match=r"source.asset must be one of transform.materialized_view.tables"):
         load_catalog(dest)
+
+
+def test_upstream_first_orders_readers_after_what_they_read_and_names_a_cycle():
+    from kappa.spec import upstream_first
+
+    # names outside the mapping are ignored; ties broken by name
+    order = upstream_first({"gold": ["silver", "weather"], "silver": ["bronze"], "bronze": [], "weather": [],
+                            "join": {"silver": 1, "weather": 1}})
+    assert order == ["bronze", "weather", "silver", "gold", "join"]
+    assert upstream_first({}) == []
+    with pytest.raises(SpecError, match=r"cycle among assets: \['a', 'b', 'c'\]"):
+        upstream_first({"a": ["b"], "b": ["a"], "c": ["a"], "d": []})

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
 from kappa.errors import KappaError
+from kappa.spec import upstream_first
 from kappa.streaming.provenance import BatchCommit, batch_commits
 
 #: How many of a table's latest commits the cut looks at for a micro-batch to pin.
@@ -186,7 +187,7 @@ def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrai
     (:attr:`CutTable.table_sides`); an upstream whose own pin is not verified."""
     no_table = no_table or {}
     pins: dict[str, dict] = {}
-    for asset in _upstream_first(tables):
+    for asset in upstream_first({a: t.ups for a, t in tables.items()}):
         t, i = tables[asset], choice[asset]
         commit = t.commits[i] if i >= 0 else None
         reads = {u: tables[u].snapshot(choice[u]) for u in t.ups}
@@ -284,15 +285,6 @@ def _req_at(tables: dict[str, CutTable], reader: str, upstream: str, i: int) -> 
     t = tables[reader]
     through, _ = t.commits[i].reads(upstream, t.version.upstream[upstream])
     return tables[upstream].batch_at(through)
-
-
-def _upstream_first(tables: dict[str, CutTable]) -> list[str]:
-    order: list[str] = []
-    while len(order) < len(tables):
-        for a, t in tables.items():
-            if a not in order and all(u in order for u in t.ups):
-                order.append(a)
-    return order
 
 
 def plan_cut_waiting(settings: Settings, versions: dict[str, int], registry: Registry | None = None,

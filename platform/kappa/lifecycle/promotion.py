@@ -28,6 +28,7 @@ from kappa.quality.gate import GateReport
 from kappa.runners.base import AssetRunResult
 from kappa.kafka.topics import start_offsets
 from kappa.delta.declarations import catalog as catalog_of, provenance
+from kappa.spec import upstream_first
 from kappa.streaming.kinds import kind_of
 
 if TYPE_CHECKING:
@@ -360,10 +361,7 @@ def _resume(settings: Settings, runner: "Runner | None", targets: dict[str, int]
     versions = {n: registry.version(n, v) for n, v in targets.items()}
     catalog = catalog_of(settings) if any(v.declaration is None for v in versions.values()) else None
     # upstream first: a downstream driver reads its upstream version's table
-    order: list[str] = []
-    while len(order) < len(versions):
-        order += [n for n in versions if n not in order and set(versions[n].upstream) & set(versions) <= set(order)]
-    for name in order:
+    for name in upstream_first({n: v.upstream for n, v in versions.items()}):
         version = versions[name]
         spec = recorded_spec(settings, version, None if catalog is None else catalog.assets.get(name))
         status = runner.start(spec, version)

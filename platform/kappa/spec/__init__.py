@@ -52,7 +52,15 @@ names below are the package's public face; import them from ``kappa.spec``.
 
 from kappa.spec.asset import AssetResources, AssetSpec, Resources, Sink, Trigger
 from kappa.spec.base import SpecError, interval_seconds
-from kappa.spec.catalog import Catalog, TopicSpec, declaration_label, load_asset, load_catalog, parse_declaration
+from kappa.spec.catalog import (
+    Catalog,
+    TopicSpec,
+    declaration_label,
+    load_asset,
+    load_catalog,
+    parse_declaration,
+    upstream_first,
+)
 from kappa.spec.transforms import (
     ChangelogTransform,
     FieldSpec,
@@ -65,5 +73,5 @@ from kappa.spec.transforms import (
 __all__ = [
     "AssetResources", "AssetSpec", "Catalog", "ChangelogTransform", "FieldSpec", "ParseTransform", "Resources",
     "Sink", "Source", "SpecError", "TopicSpec", "Transform", "Trigger", "Watermark", "interval_seconds",
-    "declaration_label", "load_asset", "load_catalog", "parse_declaration",
+    "declaration_label", "load_asset", "load_catalog", "parse_declaration", "upstream_first",
 ]

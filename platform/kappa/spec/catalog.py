@@ -3,7 +3,7 @@ validated together (:func:`load_catalog`, :func:`load_asset`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
@@ -11,6 +11,21 @@ from pydantic import Field, ValidationError
 
 from kappa.spec.asset import AssetSpec
 from kappa.spec.base import SpecError, StrictModel
+
+def upstream_first(upstream: Mapping[str, Iterable[str]]) -> list[str]:
+    """The keys of ``upstream`` (name -> the names it reads) ordered so every name comes after
+    those it reads among the keys (names outside the keys are ignored); ties broken by name.
+    Raises :class:`SpecError` naming the names on a cycle (and those behind it)."""
+    wanted = set(upstream)
+    done: list[str] = []
+    while len(done) < len(wanted):
+        placed = set(done)
+        ready = sorted(n for n in wanted - placed if all(u in placed or u not in wanted for u in upstream[n]))
+        if not ready:
+            raise SpecError(f"cycle among assets: {sorted(wanted - placed)}")
+        done.extend(ready)
+    return done
+
 
 class TopicSpec(StrictModel):
     """A source topic. Retention must cover every replay, so the default keeps the log forever
@@ -95,18 +110,9 @@ class Catalog:
         return [n for n in self.topological() if n in out]
 
     def topological(self, names: list[str] | None = None) -> list[str]:
-        """Asset names, upstream before downstream (ties broken by name)."""
-        wanted = set(names if names is not None else self.assets)
-        done: list[str] = []
-        while len(done) < len(wanted):
-            ready = sorted(
-                n for n in wanted - set(done)
-                if all(u in done or u not in wanted for u in self.assets[n].upstream)
-            )
-            if not ready:
-                raise SpecError(f"cycle among assets: {sorted(wanted - set(done))}")
-            done.extend(ready)
-        return done
+        """Asset names, upstream before downstream (ties broken by name; :func:`upstream_first`)."""
+        wanted = names if names is not None else list(self.assets)
+        return upstream_first({n: self.assets[n].upstream for n in wanted})
 
     def levels(self, names: list[str]) -> list[list[str]]:
         """``names`` grouped so every asset's upstream (among ``names``) is in an earlier group."""
