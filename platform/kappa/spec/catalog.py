@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError
 from kappa.spec.asset import AssetSpec
 from kappa.spec.base import SpecError, StrictModel
 
+
 def upstream_first(upstream: Mapping[str, Iterable[str]]) -> list[str]:
     """The keys of ``upstream`` (name -> the names it reads) ordered so every name comes after
     those it reads among the keys (names outside the keys are ignored); ties broken by name.
