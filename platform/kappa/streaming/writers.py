@@ -35,6 +35,11 @@ from kappa.streaming.parse import late_events_schema, quarantine_schema
 
 _log = logging.getLogger(__name__)
 
+#: Rows a micro-batch's append puts in one Parquet file, at most (:func:`files_for`). A live
+#: micro-batch of a few thousand rows is one file, not one per partition of the frame; a replay's
+#: batch of hundreds of thousands keeps the frame's partitions (its write parallelism).
+ROWS_PER_FILE = 50_000
+
 #: Attempts of one micro-batch's MERGE/UPDATE/DELETE when a concurrent commit conflicts with it
 #: (:meth:`MicroBatchWriter.dml`); the last conflict fails the query like any other error.
 DML_ATTEMPTS = 4
@@ -141,6 +146,15 @@ def run_dml(run: Callable[[], None], what: str) -> None:
                          what, type(exc).__name__, attempt, DML_ATTEMPTS - 1)
 
 
+def files_for(rows: int, rows_per_file: int = ROWS_PER_FILE) -> int:
+    """How many files (write tasks) an append of ``rows`` rows needs: ``ceil(rows / rows_per_file)``,
+    at least 1. The append coalesces its frame to that many partitions (``DataFrame.coalesce``: no
+    shuffle, and never more partitions than the frame has), so a small micro-batch writes one
+    file instead of one per shuffle or Kafka partition (Delta docs, "Optimizations" -> "Optimized
+    write" names the small-file cost; open-source Delta's optimized write is a shuffle, this is not)."""
+    return max(1, -(-rows // rows_per_file))
+
+
 class MicroBatchWriter:
     """A ``foreachBatch`` body of one asset version (see the module docstring). Subclasses
     implement :meth:`write`; calling the writer runs it, then the ``after_batch`` fault point."""
@@ -185,10 +199,14 @@ class MicroBatchWriter:
                 separators=(",", ":"), sort_keys=True))
         return self._provenance[1]
 
-    def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None) -> None:
+    def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None,
+               rows: int | None = None) -> None:
         """Append ``df`` to the Delta table at ``path`` once per (:meth:`writer_id` of ``side``,
         ``batch_id``): Delta skips a write whose pair it has already committed (Delta docs,
-        "Idempotent table writes in foreachBatch"). The commit carries :meth:`provenance`."""
+        "Idempotent table writes in foreachBatch"). The commit carries :meth:`provenance`.
+        ``rows``, when the caller has counted them: written in :func:`files_for` files."""
+        if rows is not None:
+            df = df.coalesce(files_for(rows))
         (df.write.format("delta").mode("append")
          .option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
          .option("userMetadata", self.provenance(batch_id))

@@ -176,7 +176,7 @@ class ParseWriter(MicroBatchWriter):
             if stats["bad"]:  # an empty append would still cost a Delta commit
                 bad = frame.where(on_state & ~is_good).select(
                     *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
-                self.append(bad, self.quarantine, batch_id, side="quarantine")
+                self.append(bad, self.quarantine, batch_id, side="quarantine", rows=stats["bad"])
                 self.at("after_quarantine_commit", batch_id)
             n_late, n_new, late = stats["late"], stats["fresh"], []
             if n_late:  # new events behind W that the state store passed: their bytes from the lender rows
@@ -192,14 +192,15 @@ class ParseWriter(MicroBatchWriter):
                 self.append(rows.select(
                     *self.owner_columns(), F.col(f"r.{eid}").alias("event_id"), et.alias("event_time"),
                     watermark.cast("timestamp").alias("watermark"),
-                    *record_columns(), F.current_timestamp().alias("arrived_at")), self.late, batch_id, side="late")
+                    *record_columns(), F.current_timestamp().alias("arrived_at")), self.late, batch_id, side="late",
+                    rows=n_late)
                 self.at("after_late_commit", batch_id)
             if n_new:  # nothing new (every record a duplicate, bad or late): no empty commit
                 rows = frame.where(fresh)
                 if new is not None:
                     rows = rows.unionByName(new.where(~behind_now))
                 self.append(rows.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields]),
-                            self.version.table_path, batch_id)
+                            self.version.table_path, batch_id, rows=n_new)
                 self.at("after_table_commit", batch_id)
         finally:
             if new is not None:
