@@ -17,10 +17,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 
 # requirements.lock pins every transitive version with its hashes (--require-hashes: a file that is
-# not the one locked fails the install); the project itself is installed editable on top.
-$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+# not the one locked fails the install); the project itself is installed editable on top. uv installs
+# them (itself pinned with its hashes in tools/uv.lock and installed by pip): the same hash checks as
+# pip's, ~40 s instead of pip's ~160 s on 2 cores with warm caches.
+$(VENV)/.installed: requirements.lock pyproject.toml tools/uv.lock | $(BIN)/python
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r tools/uv.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --require-hashes -r requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
 	touch $@
 
 # JVM dependencies are resolved by Maven into build/jars (never by Ivy at run time).
