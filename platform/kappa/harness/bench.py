@@ -191,10 +191,11 @@ def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: di
 
     from kappa.streaming.parse import parse_columns, row_schema
     from kappa.streaming.parse import KAFKA_COLUMNS
+    from kappa.streaming.sources import kafka_options
 
     t = time.monotonic()
     df = (spark.read.format("kafka")
-          .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+          .options(**kafka_options(settings))  # the options the product's queries read with
           .option("subscribe", topic)
           .option("startingOffsets", _offsets_json(start, topic))
           .option("endingOffsets", _offsets_json(end, topic))

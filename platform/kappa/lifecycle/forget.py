@@ -204,11 +204,10 @@ def step_summary(step: str, details: dict) -> str:
 
 def _topic_records(spark, settings: Settings, topic: str):
     """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns)."""
-    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
-              .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest"))
-    for k, v in settings.kafka_client_options().items():
-        reader = reader.option(f"kafka.{k}", v)
-    return reader.load()
+    from kappa.streaming.sources import kafka_options
+
+    return (spark.read.format("kafka").options(**kafka_options(settings)).option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
 
 
 def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:

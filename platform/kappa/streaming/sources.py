@@ -23,6 +23,25 @@ from kappa.delta.forgotten import forgotten_condition
 from kappa.delta.registry import Registry, Version
 from kappa.spec import AssetSpec
 
+#: How long the broker may hold a fetch that finds no new data (the consumer's ``fetch.max.wait.ms``,
+#: Kafka's default 500 ms; Kafka consumer configs). Spark's Kafka source reads offset ranges that
+#: already exist, so a hold is pure loss: measured on a new version's replay of 2,000 events (3
+#: partitions, ranges ending at the log end), each Kafka task ran ~500 ms longer than its CPU time at
+#: the default; at 10 ms the batch's Kafka stage took 0.54 s instead of 1.48 s and the whole
+#: available-now run 2.9 s instead of 5.5 s.
+FETCH_MAX_WAIT_MS = 10
+
+
+def kafka_options(settings: Settings) -> dict[str, str]:
+    """The options of every Spark read of a Kafka topic (streaming or batch), besides what to read:
+    ``kafka.bootstrap.servers``, the client's security properties
+    (:meth:`~kappa.config.Settings.kafka_client_options`) and ``kafka.fetch.max.wait.ms``
+    (:data:`FETCH_MAX_WAIT_MS`), each with Spark's ``kafka.`` prefix."""
+    return {"kafka.bootstrap.servers": settings.bootstrap_servers,
+            "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+            **{f"kafka.{k}": v for k, v in settings.kafka_client_options().items()}}
+
+
 #: ``available_now``: process what the log holds at start, then stop (Spark's
 #: ``Trigger.AvailableNow``); ``continuous``: a micro-batch every ``trigger.processing_time``.
 TriggerMode = Literal["available_now", "continuous"]
@@ -39,7 +58,7 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         src = spec.source.kafka
         reader = (
             spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+            .options(**kafka_options(settings))
             .option("subscribe", ",".join(src.topics))
             # Every version reads the whole retained log; a gap in it must fail, not be skipped.
             .option("startingOffsets", "earliest")
@@ -47,8 +66,6 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
             .option("includeHeaders", "true")
             .option("groupIdPrefix", settings.kafka_group_id_prefix or f"kappa-{spec.name}-v{version.version}-")
         )
-        for key, value in settings.kafka_client_options().items():
-            reader = reader.option(f"kafka.{key}", value)
         limit = settings.kafka_batch_limit(src.max_offsets_per_trigger, continuous=mode == "continuous")
         if limit is not None:
             reader = reader.option("maxOffsetsPerTrigger", limit)
