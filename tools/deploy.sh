@@ -7,7 +7,8 @@
 #      config), then waits for Kafka;
 #   5. Dagster with Kappa's code location    (helm/values/dagster.yaml).
 # Prerequisites: kubectl pointing at the cluster, helm 3.18+ or 4 (or `make tools`), and in the
-# Kappa namespace the Secrets named in the values: the object-store keys (`kappa-object-store`),
+# Kappa namespace the Secrets named in the values: the object-store keys (`kappa-object-store`), the
+# SQL endpoint's own read-only object-store keys (`kappa-serve-object-store`),
 # Dagster's PostgreSQL password (`kappa-dagster-postgresql`), the SQL endpoint's password file
 # (`kappa-serve-users`) and Debezium's database user (`kappa-ops-database`).
 #

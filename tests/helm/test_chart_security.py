@@ -520,8 +520,10 @@ def test_sql_endpoint_runs_kappa_serve_with_password_file_authentication(rendere
     assert volume["secret"]["defaultMode"] == 0o440
     assert pod["securityContext"]["runAsUser"] == 185 and pod["securityContext"]["fsGroup"] == 185
     assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env)
+    # its own object-store identity (issue 23 item 1), never the read-write keys every writer uses
     (cm,) = kinds(rendered, "ConfigMap")
-    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]
+    keys = {env[k]["valueFrom"]["secretKeyRef"]["name"] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    assert keys == {"kappa-serve-object-store"} != {cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]}
     assert {"configMapRef": {"name": "kappa-config"}} in ctr["envFrom"]
     assert pod["automountServiceAccountToken"] is False
     # the Service selects exactly the endpoint's pods, on its port
@@ -562,6 +564,9 @@ def test_values_refuse_an_empty_sql_client_label_or_no_password_secret():
     # an empty podSelector would admit every pod of the namespace
     assert "serveClientPodLabels" in render_fails("networkPolicy.serveClientPodLabels=null")
     assert "existingSecret" in render_fails("serve.auth.existingSecret=")
+    # and no endpoint without its own object-store identity, nor with the writers' one
+    assert "serve.objectStore.existingSecret is required" in render_fails("serve.objectStore.existingSecret=")
+    assert "must not be objectStore.existingSecret" in render_fails("serve.objectStore.existingSecret=kappa-object-store")
 
 
 def test_should_not_render_the_sql_endpoint_when_disabled():

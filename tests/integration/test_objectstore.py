@@ -157,6 +157,108 @@ def test_spark_writes_and_reads_a_delta_table_at_s3a(store):
     assert got["ids"] == list(range(8))
     assert "00000000000000000001.json" in got["log"]
 
+    # With the SQL endpoint's keys (serve_env, issue 23 item 1) the same Spark configuration reads
+    # the table and writes a Delta table in dbt's location, but cannot append to the table.
+    out = python("""
+        import json
+        from kappa.config import load_settings
+        from kappa.core import storage
+        from kappa.streaming.session import spark_session
+
+        settings = load_settings(spark_master="local[1]", spark_driver_memory="1g")
+        spark = spark_session(settings)
+        path = storage.join(settings.warehouse, "spark_table")
+        ids = sorted(r.id for r in spark.read.format("delta").load(path).collect())
+        try:
+            spark.range(8, 9).write.format("delta").mode("append").save(path)
+            append = "allowed"
+        except Exception as err:
+            append = "AccessDenied" if "AccessDenied" in str(err) else str(err)[:300]
+        mart = storage.join(settings.warehouse, "_dbt", "a_mart")
+        spark.range(3).write.format("delta").save(mart)
+        mart_rows = spark.read.format("delta").load(mart).count()
+        spark.stop()
+        print(json.dumps({"ids": ids, "append": append, "mart_rows": mart_rows}))
+    """, {**base, **st["serve_env"]}, timeout=240)
+    assert json.loads(out.strip().splitlines()[-1]) == {"ids": list(range(8)), "append": "AccessDenied", "mart_rows": 3}
+
+
+def test_the_sql_endpoints_identity_reads_the_warehouse_and_writes_only_dbts_location(store):
+    """Issue 23 item 1: the keys in ``serve_env`` (the SQL endpoint's account) read every object
+    under the warehouse and write only under ``warehouse/_dbt/``; the registry, the tables and the
+    checkpoints refuse them (the server answers AccessDenied), whatever statement reached the store."""
+    base, st = store
+    env, serve = st["env"], st["serve_env"]
+    assert serve["AWS_ACCESS_KEY_ID"] != env["AWS_ACCESS_KEY_ID"]
+    assert {k: v for k, v in serve.items() if not k.startswith("AWS_")} == \
+        {k: v for k, v in env.items() if not k.startswith("AWS_")}
+    creds = Path(st["credentials_file"]).with_name("serve-credentials")
+    assert stat.S_IMODE(creds.stat().st_mode) == 0o600 and serve["AWS_SECRET_ACCESS_KEY"] in creds.read_text()
+    out = python("""
+        import json, os
+        import pyarrow.fs as pafs
+
+        def fs(prefix):
+            return pafs.S3FileSystem(access_key=os.environ[prefix + "AWS_ACCESS_KEY_ID"],
+                                     secret_key=os.environ[prefix + "AWS_SECRET_ACCESS_KEY"], region="us-east-1",
+                                     endpoint_override=os.environ["AWS_ENDPOINT_URL"][len("http://"):], scheme="http",
+                                     allow_bucket_creation=True)
+
+        root, serve, b = fs("ROOT_"), fs(""), "kappa-test"
+        log = f"{b}/warehouse/_kappa/registry/_delta_log/00000000000000000000.json"
+        table = f"{b}/warehouse/flights/v1/part-0.parquet"
+        offsets = f"{b}/checkpoints/flights/v1/offsets/0"
+        for key in (log, table, offsets):
+            with root.open_output_stream(key) as f:
+                f.write(b"root's")
+
+        def attempt(f):
+            try:
+                f()
+                return "allowed"
+            except OSError as err:
+                return "AccessDenied" if "ACCESS_DENIED" in str(err) else str(err)[:200]
+
+        def write(key):
+            with serve.open_output_stream(key) as f:
+                f.write(b"endpoint's")
+
+        def read(key):
+            with serve.open_input_stream(key) as f:
+                assert f.read() in (b"root's", b"endpoint's")
+
+        dbt = f"{b}/warehouse/_dbt/departures_by_carrier/part-0.parquet"
+        got = {
+            "read the registry": attempt(lambda: read(log)),
+            "read a table": attempt(lambda: read(table)),
+            "list the warehouse": attempt(lambda: serve.get_file_info(pafs.FileSelector(f"{b}/warehouse", recursive=True))),
+            "append to the registry": attempt(lambda: write(log.replace("0.json", "1.json"))),
+            "overwrite the registry": attempt(lambda: write(log)),
+            "delete the registry": attempt(lambda: serve.delete_file(log)),
+            "overwrite a table": attempt(lambda: write(table)),
+            "delete a table": attempt(lambda: serve.delete_file(table)),
+            "read a checkpoint": attempt(lambda: read(offsets)),
+            "write a checkpoint": attempt(lambda: write(offsets)),
+            "create a bucket": attempt(lambda: serve.create_dir("another-bucket")),
+            "write dbt's location": attempt(lambda: write(dbt)),
+            "read dbt's location": attempt(lambda: read(dbt)),
+            "delete in dbt's location": attempt(lambda: serve.delete_file(dbt)),
+        }
+        with root.open_input_stream(log) as f:
+            got["registry after"] = f.read().decode()
+        print(json.dumps(got))
+    """, {**base, **serve, "ROOT_AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+          "ROOT_AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]})
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {
+        "read the registry": "allowed", "read a table": "allowed", "list the warehouse": "allowed",
+        "append to the registry": "AccessDenied", "overwrite the registry": "AccessDenied",
+        "delete the registry": "AccessDenied", "overwrite a table": "AccessDenied", "delete a table": "AccessDenied",
+        "read a checkpoint": "AccessDenied", "write a checkpoint": "AccessDenied", "create a bucket": "AccessDenied",
+        "write dbt's location": "allowed", "read dbt's location": "allowed", "delete in dbt's location": "allowed",
+        "registry after": "root's",
+    }, got
+
 
 @pytest.mark.heavy  # a broker and two `kappa run`s: 140 s on 2 busy cores
 def test_assets_run_with_tables_checkpoints_and_registry_on_the_object_store(store, tmp_path):

@@ -61,6 +61,12 @@ policies all use this one reference. */}}
 {{- if not .Values.objectStore.existingSecret -}}
 {{- fail "objectStore.existingSecret is required: the name of an existing Secret with the object-store keys (credentials never go into values)" -}}
 {{- end -}}
+{{- if and .Values.serve.enabled (not .Values.serve.objectStore.existingSecret) -}}
+{{- fail "serve.objectStore.existingSecret is required: the SQL endpoint's own object-store keys (read the warehouse, write only <warehouse>/_dbt/), never the read-write ones" -}}
+{{- end -}}
+{{- if and .Values.serve.enabled (eq .Values.serve.objectStore.existingSecret .Values.objectStore.existingSecret) -}}
+{{- fail "serve.objectStore.existingSecret must not be objectStore.existingSecret: the SQL endpoint gets an identity that cannot write the tables, the checkpoints or the registry" -}}
+{{- end -}}
 {{- range list .Values.objectStore.warehouse .Values.objectStore.checkpoints -}}
 {{- if not (hasPrefix "s3a://" .) -}}
 {{- fail (printf "objectStore.warehouse and objectStore.checkpoints must be s3a:// URIs, got %q" .) -}}

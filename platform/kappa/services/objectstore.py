@@ -22,9 +22,24 @@ set at start, else random ones generated at the first start; either way they are
 ``<state>/credentials`` (mode 0600, ``KEY=value`` lines) and handed to the server through its
 environment (``ROOT_ACCESS_KEY_ID``/``ROOT_SECRET_ACCESS_KEY``), never on its command line.
 
+**The SQL endpoint's identity.** The server keeps accounts (versitygw's internal IAM,
+``--iam-dir <state>/iam``). At start, Kappa creates one more account, of role ``user`` (no bucket of
+its own, nothing by default), with random keys kept in ``<state>/serve-credentials`` (0600), and
+sets the bucket's policy (:func:`serve_policy`): that account may list the bucket, read every object
+under ``warehouse/`` and write and delete only under ``warehouse/_dbt/`` (dbt's marts,
+:func:`kappa.services.serve.dbt_location`). ``serve_env`` in the status is ``env`` with those keys:
+``kappa serve`` started with it reads every promoted table and cannot change a table, a checkpoint
+or the registry, even through a statement its SQL guard let pass. The account is created through
+versitygw's admin API (``PATCH /create-user``) and the policy with S3's ``PutBucketPolicy``, both
+signed with AWS Signature Version 4 by botocore.
+
 Sources: versitygw's ``cmd/versitygw/main.go`` and ``cmd/internal/gwcli/posix.go`` (flags and their
-environment variables); AWS S3 API reference, "PutObject" (``If-None-Match: *``, 412 Precondition
-Failed), which versitygw's POSIX backend implements (``checkPutPreconditions``).
+environment variables), ``cmd/internal/gwcli/admin.go`` (``create-user``: an ``Account`` as XML,
+SigV4 with service ``s3``) and ``auth/bucket_policy*.go`` (the policy grammar it evaluates); AWS S3
+API reference, "PutObject" (``If-None-Match: *``, 412 Precondition Failed), which versitygw's POSIX
+backend implements (``checkPutPreconditions``), and "PutBucketPolicy"; IAM, "Policies and
+permissions in Amazon S3" (actions ``s3:ListBucket``, ``s3:GetObject``, ``s3:PutObject``,
+``s3:DeleteObject``, resources ``arn:aws:s3:::<bucket>/<prefix>*``).
 """
 
 from __future__ import annotations
@@ -32,6 +47,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import xml.sax.saxutils
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -66,6 +82,9 @@ class ObjectStoreStatus:
     region: str
     bucket: str
     env: dict[str, str]
+    #: ``env`` with the SQL endpoint's keys (read the warehouse, write only dbt's location); empty
+    #: until the first start.
+    serve_env: dict[str, str]
     pid: int | None
     server: str
     state_dir: str
@@ -90,7 +109,7 @@ class ObjectStoreStatus:
 def _paths(settings: Settings) -> dict[str, Path]:
     d = settings.objectstore_dir
     return {"dir": d, "data": d / "data", "pid": d / "objectstore.pid", "log": d / "objectstore.log",
-            "credentials": d / "credentials"}
+            "credentials": d / "credentials", "serve_credentials": d / "serve-credentials", "iam": d / "iam"}
 
 
 def binary(settings: Settings) -> Path:
@@ -106,14 +125,33 @@ def endpoint(settings: Settings) -> str:
     return f"http://{HOST}:{settings.objectstore_port}"
 
 
-def read_credentials(settings: Settings) -> dict[str, str]:
-    """The ``KEY=value`` lines of ``<state>/credentials`` ({} when there is none yet)."""
+def read_credentials(settings: Settings, which: str = "credentials") -> dict[str, str]:
+    """The ``KEY=value`` lines of ``<state>/credentials`` (the root's), or of
+    ``<state>/serve-credentials`` with ``which="serve_credentials"`` ({} when there is none yet)."""
     try:
-        text = _paths(settings)["credentials"].read_text()
+        text = _paths(settings)[which].read_text()
     except OSError:
         return {}
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _random_keys(prefix: str) -> dict[str, str]:
+    # versitygw, like S3, takes any printable access key; these match AWS's lengths (20, 40).
+    return {"AWS_ACCESS_KEY_ID": (prefix + secrets.token_hex(10).upper())[:20],
+            "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)[:40]}
+
+
+def _write_private(path: Path, comment: str, pairs: dict[str, str]) -> None:
+    """``KEY=value`` lines under a comment, created 0600 (never readable by others, not even for
+    an instant), then renamed into place."""
+    tmp = path.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"# {comment}\n")
+        f.writelines(f"{k}={v}\n" for k, v in pairs.items())
+    os.replace(tmp, path)
 
 
 def _write_credentials(settings: Settings) -> dict[str, str]:
@@ -123,24 +161,82 @@ def _write_credentials(settings: Settings) -> dict[str, str]:
     if "AWS_ACCESS_KEY_ID" in env and "AWS_SECRET_ACCESS_KEY" in env:
         creds = env
     else:
-        creds = read_credentials(settings) or {
-            # versitygw, like S3, takes any printable access key; these match AWS's lengths (20, 40).
-            "AWS_ACCESS_KEY_ID": "KAPPA" + secrets.token_hex(8).upper()[:15],
-            "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30)[:40],
-        }
+        creds = read_credentials(settings) or _random_keys("KAPPA")
     creds = {"AWS_ACCESS_KEY_ID": creds["AWS_ACCESS_KEY_ID"],
              "AWS_SECRET_ACCESS_KEY": creds["AWS_SECRET_ACCESS_KEY"],
              "AWS_REGION": env.get("AWS_REGION") or creds.get("AWS_REGION") or DEFAULT_REGION}
-    path = _paths(settings)["credentials"]
-    tmp = path.with_suffix(".tmp")
-    tmp.unlink(missing_ok=True)
-    # created 0600 (never readable by others, not even for an instant), then renamed into place
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("# kappa objectstore: the local server's root credentials (keep private)\n")
-        f.writelines(f"{k}={v}\n" for k, v in creds.items())
-    os.replace(tmp, path)
+    _write_private(_paths(settings)["credentials"], "kappa objectstore: the local server's root credentials "
+                   "(keep private)", creds)
     return creds
+
+
+def _serve_credentials(settings: Settings, region: str) -> dict[str, str]:
+    """The SQL endpoint's keys: ``<state>/serve-credentials``, made random at the first start."""
+    creds = read_credentials(settings, "serve_credentials") or _random_keys("KAPPASERVE")
+    creds = {"AWS_ACCESS_KEY_ID": creds["AWS_ACCESS_KEY_ID"],
+             "AWS_SECRET_ACCESS_KEY": creds["AWS_SECRET_ACCESS_KEY"], "AWS_REGION": region}
+    _write_private(_paths(settings)["serve_credentials"], "kappa objectstore: the SQL endpoint's credentials "
+                   "(read the warehouse, write only dbt's location; keep private)", creds)
+    return creds
+
+
+def serve_policy(bucket: str, access_key: str) -> dict:
+    """The bucket policy (IAM policy grammar, version 2012-10-17) that gives the account
+    ``access_key`` what the SQL endpoint needs and nothing more: ``s3:ListBucket`` on the bucket,
+    ``s3:GetObject`` under ``warehouse/``, and ``s3:PutObject``, ``s3:DeleteObject`` and the
+    multipart-upload actions only under ``warehouse/_dbt/`` (where dbt writes its marts). The
+    checkpoints and every table, the registry included, stay read-only or unreachable to it."""
+    arn = f"arn:aws:s3:::{bucket}"
+    who = {"AWS": [access_key]}
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "EndpointListsTheBucket", "Effect": "Allow", "Principal": who,
+         "Action": ["s3:ListBucket"], "Resource": [arn]},
+        {"Sid": "EndpointReadsTheWarehouse", "Effect": "Allow", "Principal": who,
+         "Action": ["s3:GetObject"], "Resource": [f"{arn}/warehouse/*"]},
+        {"Sid": "EndpointWritesOnlyDbtsLocation", "Effect": "Allow", "Principal": who,
+         "Action": ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+         "Resource": [f"{arn}/warehouse/_dbt/*"]},
+    ]}
+
+
+def _signed(settings: Settings, creds: dict[str, str], method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One request to the server (S3 API or versitygw's admin API), signed with AWS Signature
+    Version 4 for service ``s3`` by botocore; (HTTP status, body)."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method=method, url=endpoint(settings) + path, data=body)
+    S3SigV4Auth(Credentials(creds["AWS_ACCESS_KEY_ID"], creds["AWS_SECRET_ACCESS_KEY"]), "s3",
+                creds.get("AWS_REGION", DEFAULT_REGION)).add_auth(request)
+    prepared = request.prepare()
+    req = urllib.request.Request(prepared.url, data=body if body else None, method=method,
+                                 headers=dict(prepared.headers.items()))
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def _ensure_serve_identity(settings: Settings, root: dict[str, str]) -> dict[str, str]:
+    """The SQL endpoint's account (created unless it exists) and the bucket's policy for it (set
+    at every start). Raises :class:`ObjectStoreError` with the server's answer when either fails."""
+    serve = _serve_credentials(settings, root["AWS_REGION"])
+    esc = xml.sax.saxutils.escape
+    account = (f"<Account><Access>{esc(serve['AWS_ACCESS_KEY_ID'])}</Access><Secret>{esc(serve['AWS_SECRET_ACCESS_KEY'])}"
+               "</Secret><Role>user</Role><UserID>0</UserID><GroupID>0</GroupID><ProjectID>0</ProjectID></Account>")
+    code, body = _signed(settings, root, "PATCH", "/create-user", account.encode())
+    if code >= 300 and b"XAdminUserExists" not in body:  # 409 when a restart finds it
+        raise ObjectStoreError(f"creating the SQL endpoint's account at {endpoint(settings)} failed "
+                               f"(HTTP {code}): {body.decode(errors='replace')[:500]}")
+    bucket = settings.objectstore_bucket
+    policy = json.dumps(serve_policy(bucket, serve["AWS_ACCESS_KEY_ID"])).encode()
+    code, body = _signed(settings, root, "PUT", f"/{bucket}?policy", policy)
+    if code >= 300:
+        raise ObjectStoreError(f"setting the policy of bucket {bucket} at {endpoint(settings)} failed "
+                               f"(HTTP {code}): {body.decode(errors='replace')[:500]}")
+    return serve
 
 
 def client_env(settings: Settings, creds: dict[str, str]) -> dict[str, str]:
@@ -179,10 +275,12 @@ def status(settings: Settings) -> ObjectStoreStatus:
     paths = _paths(settings)
     pid = running_pid(settings)
     creds = read_credentials(settings)
+    serve = read_credentials(settings, "serve_credentials")
     return ObjectStoreStatus(
         up=pid is not None and _healthy(settings), endpoint=endpoint(settings),
         region=creds.get("AWS_REGION", DEFAULT_REGION), bucket=settings.objectstore_bucket,
-        env=client_env(settings, creds) if creds else {}, pid=pid, server=BINARY, state_dir=str(paths["dir"]),
+        env=client_env(settings, creds) if creds else {},
+        serve_env=client_env(settings, serve) if creds and serve else {}, pid=pid, server=BINARY, state_dir=str(paths["dir"]),
         data_dir=str(paths["data"]), log_file=str(paths["log"]), credentials_file=str(paths["credentials"]),
     )
 
@@ -220,12 +318,14 @@ def start(settings: Settings, timeout_s: float = 30.0) -> ObjectStoreStatus:
     creds = _write_credentials(settings)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", str(paths["dir"])),
            "ROOT_ACCESS_KEY_ID": creds["AWS_ACCESS_KEY_ID"], "ROOT_SECRET_ACCESS_KEY": creds["AWS_SECRET_ACCESS_KEY"]}
+    paths["iam"].mkdir(mode=0o700, exist_ok=True)
     cmd = [str(exe), "--port", f"{HOST}:{settings.objectstore_port}", "--region", creds["AWS_REGION"],
-           "--health", HEALTH_PATH, "--quiet", "posix", str(paths["data"])]
+           "--health", HEALTH_PATH, "--quiet", "--iam-dir", str(paths["iam"]), "posix", str(paths["data"])]
     proc = processes.spawn(cmd, paths["log"], paths["pid"], env=env)
     processes.wait_ready(proc, lambda: _healthy(settings), what="the object store (versitygw)", log=paths["log"],
                          timeout_s=timeout_s, error=ObjectStoreError, pid_file=paths["pid"], poll_s=0.2)
     _ensure_bucket(settings, creds)
+    _ensure_serve_identity(settings, creds)
     return status(settings)
 
 
