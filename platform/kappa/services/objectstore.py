@@ -103,6 +103,9 @@ class ObjectStoreStatus:
         if self.env:
             lines.append(f"use it: export the `env` of `kappa objectstore status --format json` "
                          f"(warehouse {self.env.get('KAPPA_WAREHOUSE')}; credentials in {self.credentials_file})")
+        if self.serve_env:
+            lines.append("`kappa serve`: start it with `serve_env` instead, its own keys (read the warehouse, "
+                         "write only its _dbt/)")
         return lines
 
 
