@@ -44,6 +44,10 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_TLS_PASSWORD_FILE`` a file holding that keystore's password       required with it
 ``KAPPA_SERVE_TLS``            clients of ``KAPPA_SERVE_HOST``'s endpoint use   ``false``
                                TLS (a local endpoint says so in its state)
+``KAPPA_SERVE_AWS_ACCESS_KEY_ID`` the object-store keys a local ``kappa serve``   none (the caller's
+``KAPPA_SERVE_AWS_SECRET_ACCESS_KEY`` runs with (its ``AWS_*``): read the         ``AWS_*``)
+                               warehouse, write only ``<warehouse>/_dbt``
+                               (``kappa objectstore``'s ``env`` sets them)
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
 ``KAPPA_OBJECTSTORE_PORT``     the local object store's S3 port                 ``59000``
@@ -272,6 +276,12 @@ class Settings(BaseSettings):
     serve_tls_password_file: Path | None = None
     #: ``KAPPA_SERVE_TLS``: the endpoint at ``serve_host`` speaks TLS (a local one records it).
     serve_tls: bool = False
+    #: The object-store keys a local ``kappa serve`` is started with (as its ``AWS_ACCESS_KEY_ID``/
+    #: ``AWS_SECRET_ACCESS_KEY``): an identity that reads the warehouse and writes only
+    #: ``<warehouse>/_dbt`` (``kappa objectstore`` makes one and puts it in its ``env``). None: the
+    #: endpoint inherits the caller's keys. On Kubernetes the chart gives the endpoint its own Secret.
+    serve_aws_access_key_id: str | None = None
+    serve_aws_secret_access_key: str | None = None
 
     #: ``KAPPA_DAGSTER_URL``: the Dagster webserver that ``add_asset``, ``edit_asset`` and
     #: ``retire_asset`` ask to reload the code location ``dagster_location`` (``make dagster``'s).

@@ -27,9 +27,10 @@ environment (``ROOT_ACCESS_KEY_ID``/``ROOT_SECRET_ACCESS_KEY``), never on its co
 its own, nothing by default), with random keys kept in ``<state>/serve-credentials`` (0600), and
 sets the bucket's policy (:func:`serve_policy`): that account may list the bucket, read every object
 under ``warehouse/`` and write and delete only under ``warehouse/_dbt/`` (dbt's marts,
-:func:`kappa.services.serve.dbt_location`). ``serve_env`` in the status is ``env`` with those keys:
-``kappa serve`` started with it reads every promoted table and cannot change a table, a checkpoint
-or the registry, even through a statement its SQL guard let pass. The account is created through
+:func:`kappa.services.serve.dbt_location`). The status's ``env`` carries those keys as
+``KAPPA_SERVE_AWS_ACCESS_KEY_ID``/``KAPPA_SERVE_AWS_SECRET_ACCESS_KEY``, which ``kappa serve`` starts
+the endpoint with: it reads every promoted table and cannot change a table, a checkpoint or the
+registry, even through a statement its SQL guard let pass. The account is created through
 versitygw's admin API (``PATCH /create-user``) and the policy with S3's ``PutBucketPolicy``, both
 signed with AWS Signature Version 4 by botocore.
 
@@ -82,9 +83,6 @@ class ObjectStoreStatus:
     region: str
     bucket: str
     env: dict[str, str]
-    #: ``env`` with the SQL endpoint's keys (read the warehouse, write only dbt's location); empty
-    #: until the first start.
-    serve_env: dict[str, str]
     pid: int | None
     server: str
     state_dir: str
@@ -103,9 +101,9 @@ class ObjectStoreStatus:
         if self.env:
             lines.append(f"use it: export the `env` of `kappa objectstore status --format json` "
                          f"(warehouse {self.env.get('KAPPA_WAREHOUSE')}; credentials in {self.credentials_file})")
-        if self.serve_env:
-            lines.append("`kappa serve`: start it with `serve_env` instead, its own keys (read the warehouse, "
-                         "write only its _dbt/)")
+        if self.env.get("KAPPA_SERVE_AWS_ACCESS_KEY_ID"):
+            lines.append("`kappa serve` started with that env uses its own keys (reads the warehouse, writes only "
+                         "its _dbt/)")
         return lines
 
 
@@ -242,9 +240,12 @@ def _ensure_serve_identity(settings: Settings, root: dict[str, str]) -> dict[str
     return serve
 
 
-def client_env(settings: Settings, creds: dict[str, str]) -> dict[str, str]:
-    """The variables that point Kappa, Spark, delta-rs and pyarrow at the server with ``creds``."""
+def client_env(settings: Settings, creds: dict[str, str], serve: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that point Kappa, Spark, delta-rs and pyarrow at the server with ``creds``,
+    and ``kappa serve`` with ``serve``'s keys (the endpoint's account) when given."""
     url, bucket = endpoint(settings), settings.objectstore_bucket
+    endpoint_keys = {"KAPPA_SERVE_AWS_ACCESS_KEY_ID": serve["AWS_ACCESS_KEY_ID"],
+                     "KAPPA_SERVE_AWS_SECRET_ACCESS_KEY": serve["AWS_SECRET_ACCESS_KEY"]} if serve else {}
     return {
         "KAPPA_WAREHOUSE": f"s3a://{bucket}/warehouse",
         "KAPPA_CHECKPOINTS": f"s3a://{bucket}/checkpoints",
@@ -257,6 +258,7 @@ def client_env(settings: Settings, creds: dict[str, str]) -> dict[str, str]:
         # HTTP unless told (the server listens on loopback only).
         "AWS_ENDPOINT_URL": url,
         "AWS_ALLOW_HTTP": "true",
+        **endpoint_keys,
     }
 
 
@@ -282,8 +284,7 @@ def status(settings: Settings) -> ObjectStoreStatus:
     return ObjectStoreStatus(
         up=pid is not None and _healthy(settings), endpoint=endpoint(settings),
         region=creds.get("AWS_REGION", DEFAULT_REGION), bucket=settings.objectstore_bucket,
-        env=client_env(settings, creds) if creds else {},
-        serve_env=client_env(settings, serve) if creds and serve else {}, pid=pid, server=BINARY, state_dir=str(paths["dir"]),
+        env=client_env(settings, creds, serve) if creds else {}, pid=pid, server=BINARY, state_dir=str(paths["dir"]),
         data_dir=str(paths["data"]), log_file=str(paths["log"]), credentials_file=str(paths["credentials"]),
     )
 

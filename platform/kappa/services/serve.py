@@ -44,6 +44,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -340,10 +341,28 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
         raise ServeError(f"port {port} is already in use on {host}; choose another with `kappa serve --port P`")
     paths["dir"].mkdir(parents=True, exist_ok=True)
     paths["state"].unlink(missing_ok=True)
-    env = {**os.environ, "KAPPA_PROJECT_DIR": str(settings.project_dir), "KAPPA_HOME": str(settings.home),
+    env = endpoint_env(settings, os.environ, password_file)
+    # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
+    proc = processes.spawn([sys.executable, "-m", "kappa.services.serve", "--host", host, "--port", str(port)],
+                           paths["log"], paths["pid"], env=env)
+    processes.wait_ready(proc, lambda: status(settings).up, what="kappa serve", log=paths["log"],
+                         timeout_s=timeout_s, error=ServeError, pid_file=paths["pid"], poll_s=0.3, grace_s=10)
+    return status(settings)
+
+
+def endpoint_env(settings: Settings, base: Mapping[str, str], password_file: Path | str | None) -> dict[str, str]:
+    """The environment of the endpoint process :func:`start` spawns: ``base`` (the caller's) with
+    this state dir's ``KAPPA_*`` paths, the password file and TLS keystore as given, and, when
+    ``settings.serve_aws_access_key_id``/``serve_aws_secret_access_key`` are set, those keys as
+    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: the endpoint's own object-store identity (read
+    the warehouse, write only ``<warehouse>/_dbt``; :func:`kappa.services.objectstore.serve_policy`)."""
+    env = {**base, "KAPPA_PROJECT_DIR": str(settings.project_dir), "KAPPA_HOME": str(settings.home),
            "KAPPA_WAREHOUSE": str(settings.warehouse), "KAPPA_CHECKPOINTS": str(settings.checkpoints),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_JARS_DIR": str(settings.jars_dir),
            "KAPPA_SPARK_DRIVER_MEMORY": settings.spark_driver_memory}
+    if settings.serve_aws_access_key_id and settings.serve_aws_secret_access_key:
+        env.update(AWS_ACCESS_KEY_ID=settings.serve_aws_access_key_id,
+                   AWS_SECRET_ACCESS_KEY=settings.serve_aws_secret_access_key)
     env.pop("KAPPA_SERVE_PASSWORD_FILE", None)
     if password_file is not None:
         env["KAPPA_SERVE_PASSWORD_FILE"] = str(password_file)
@@ -352,12 +371,7 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
         env.pop(name, None)
         if value is not None:
             env[name] = str(Path(value).resolve())
-    # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
-    proc = processes.spawn([sys.executable, "-m", "kappa.services.serve", "--host", host, "--port", str(port)],
-                           paths["log"], paths["pid"], env=env)
-    processes.wait_ready(proc, lambda: status(settings).up, what="kappa serve", log=paths["log"],
-                         timeout_s=timeout_s, error=ServeError, pid_file=paths["pid"], poll_s=0.3, grace_s=10)
-    return status(settings)
+    return env
 
 
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
