@@ -25,13 +25,15 @@ $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION): tools/go/kubernetes/go.mod tools
 	@command -v $(GO) >/dev/null || { echo "Go is required to build kube-apiserver (go not found)"; exit 1; }
 	@grep -q 'k8s.io/kubernetes $(KUBERNETES_VERSION)$$' tools/go/kubernetes/go.mod || \
 		{ echo "tools/go/kubernetes/go.mod does not require k8s.io/kubernetes $(KUBERNETES_VERSION) (tools/versions.env)"; exit 1; }
-	mkdir -p $(K8S_TOOLBIN)
-	cd tools/go/kubernetes && $(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install -ldflags '$(K8S_VERSION_LDFLAGS)' ./cmd/...
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
+	cd tools/go/kubernetes && $(CLUSTER_GO_ENV) GOBIN=$(GO_BIN_CACHE) $(GO) install -ldflags '$(K8S_VERSION_LDFLAGS)' ./cmd/...
+	cd $(GO_BIN_CACHE) && cp -p $(notdir $(wildcard tools/go/kubernetes/cmd/*)) $(K8S_TOOLBIN)/
 	touch $@
 
 $(K8S_TOOLS)/.kine-$(KINE_VERSION):
-	mkdir -p $(K8S_TOOLBIN)
-	$(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install github.com/k3s-io/kine@$(KINE_VERSION)
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
+	$(CLUSTER_GO_ENV) GOBIN=$(GO_BIN_CACHE) $(GO) install github.com/k3s-io/kine@$(KINE_VERSION)
+	cp -p $(GO_BIN_CACHE)/kine $(K8S_TOOLBIN)/
 	touch $@
 
 # kwok does nothing without Stages: its module's "fast" node and pod stages and the node heartbeat
@@ -39,8 +41,9 @@ $(K8S_TOOLS)/.kine-$(KINE_VERSION):
 KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
 	pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 $(K8S_TOOLS)/.kwok-$(KWOK_VERSION):
-	mkdir -p $(K8S_TOOLBIN)
-	$(CLUSTER_GO_ENV) GOBIN=$(K8S_TOOLBIN) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
+	$(CLUSTER_GO_ENV) GOBIN=$(GO_BIN_CACHE) $(GO) install sigs.k8s.io/kwok/cmd/kwok@$(KWOK_VERSION)
+	cp -p $(GO_BIN_CACHE)/kwok $(K8S_TOOLBIN)/
 	dir=$$($(CLUSTER_GO_ENV) $(GO) mod download -json sigs.k8s.io/kwok@$(KWOK_VERSION) \
 		| python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
 	rm -rf $(K8S_TOOLS)/kwok-stages && mkdir -p $(K8S_TOOLS)/kwok-stages && \
@@ -52,8 +55,9 @@ $(K8S_TOOLS)/.kwok-$(KWOK_VERSION):
 $(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION): tools/go/spark-operator/go.mod tools/go/spark-operator/go.sum
 	@grep -qE 'github.com/kubeflow/spark-operator/v2 v$(SPARK_OPERATOR_VERSION)( // indirect)?$$' tools/go/spark-operator/go.mod || \
 		{ echo "tools/go/spark-operator/go.mod does not require spark-operator v$(SPARK_OPERATOR_VERSION) (helm/upstream.env)"; exit 1; }
-	mkdir -p $(K8S_TOOLBIN)
-	cd tools/go/spark-operator && $(CLUSTER_GO_ENV) $(GO) build -o $(K8S_TOOLBIN)/spark-operator github.com/kubeflow/spark-operator/v2/cmd/operator
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
+	cd tools/go/spark-operator && $(CLUSTER_GO_ENV) $(GO) build -o $(GO_BIN_CACHE)/spark-operator github.com/kubeflow/spark-operator/v2/cmd/operator
+	cp -p $(GO_BIN_CACHE)/spark-operator $(K8S_TOOLBIN)/
 	dir=$$(cd tools/go/spark-operator && $(CLUSTER_GO_ENV) $(GO) list -m -f '{{.Dir}}' github.com/kubeflow/spark-operator/v2) && \
 	rm -rf $(SPARK_OP_DIR)/crds $(SPARK_OP_DIR)/chart && mkdir -p $(SPARK_OP_DIR)/crds && \
 	cp $$dir/config/crd/bases/*.yaml $(SPARK_OP_DIR)/crds/ && \

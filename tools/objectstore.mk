@@ -11,16 +11,17 @@
 # honour `If-None-Match: *` on PutObject (412 when the key exists), which Delta's conditional commits
 # need. See the README, "Object store".
 
-OBJECTSTORE_GO_ENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$(K8S_TOOLBIN)
+OBJECTSTORE_GO_ENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 GOBIN=$(GO_BIN_CACHE)
 
 .PHONY: objectstore-tools
 
 # -X sets what `versitygw --version` prints, as versitygw's own Makefile does.
 $(K8S_TOOLS)/.versitygw-$(VERSITYGW_VERSION):
 	@command -v $(GO) >/dev/null || { echo "Go is required to build versitygw (go not found)"; exit 1; }
-	mkdir -p $(K8S_TOOLBIN)
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
 	$(OBJECTSTORE_GO_ENV) $(GO) install -ldflags "-X=main.Version=$(VERSITYGW_VERSION)" \
 		github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
+	cp -p $(GO_BIN_CACHE)/versitygw $(K8S_TOOLBIN)/
 	touch $@
 
 objectstore-tools: $(K8S_TOOLS)/.versitygw-$(VERSITYGW_VERSION)
