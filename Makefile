@@ -55,7 +55,8 @@ $(LOG_STORE_JAR): jvm/delta-logstore/pom.xml $(shell find jvm/delta-logstore/src
 
 install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR) $(LOG_STORE_JAR)
 
-demo: install
+# KAPPA_OBJECT_STORE=1 make demo: the demo on the local object store (versitygw built first).
+demo: install $(if $(KAPPA_OBJECT_STORE),objectstore-tools)
 	$(BIN)/kappa demo
 
 test: install k8s-validate chromium cluster-tools objectstore-tools
