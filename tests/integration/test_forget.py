@@ -43,7 +43,6 @@ def _scan(spark, settings, needles: list[str]) -> tuple[dict, dict]:
     return raw, state
 
 
-@pytest.mark.heavy  # 493 s at load 17 before; over CI's 90 minutes with the rest on the 2026-11-26 machine (README, Tests)
 def test_forgetting_a_tailnum_removes_it_from_every_version_and_keeps_it_out_of_replays(make_env, spark):
     settings, suffix = make_env()
     flights = [e for e in renamed(load_events(limit=SLICE), suffix) if e.topic.startswith("flights")]
