@@ -40,8 +40,7 @@ def resolve(name: str, settings: Settings | None = None) -> tuple[str, int | Non
     the latest), or a dbt mart (``<warehouse>/_dbt/<model>``, latest). Raises
     :class:`RegistryError` in one line: for an asset without a promoted version, naming its versions
     and how to promote one; else naming the promoted names."""
-    from pathlib import Path
-
+    from kappa.core import storage
     from kappa.delta.registry import not_promoted_message
     from kappa.services.serve import marts_root
 
@@ -51,9 +50,9 @@ def resolve(name: str, settings: Settings | None = None) -> tuple[str, int | Non
     version = registry.promoted(name, events)
     if version is not None:
         return version.table_path, version.snapshot
-    mart = Path(marts_root(settings)) / name
-    if (mart / "_delta_log").is_dir():
-        return str(mart), None
+    mart = storage.join(marts_root(settings), name)
+    if storage.exists(storage.join(mart, "_delta_log"), settings):  # a local folder or an object store
+        return mart, None
     versions = registry.versions(name, events)
     if versions:
         raise RegistryError(not_promoted_message(name, versions))

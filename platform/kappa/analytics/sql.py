@@ -10,9 +10,9 @@ rollback or ``kappa advance`` changes what a name reads the next time views are 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from kappa.config import Settings
+from kappa.core import storage
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.errors import KappaError
 
@@ -38,7 +38,7 @@ def register_views(spark, settings: Settings) -> dict[str, str]:
     for asset, message in registry.unpromoted().items():
         spark.sql(not_promoted_sql(message)).createOrReplaceTempView(asset)
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
-        if (Path(path) / "_delta_log").is_dir():
+        if storage.exists(storage.join(str(path), "_delta_log"), settings):  # a local folder or an object store
             spark.read.format("delta").load(str(path)).createOrReplaceTempView(name)
             views[name] = str(path)
     return views

@@ -27,7 +27,7 @@ environment (``ROOT_ACCESS_KEY_ID``/``ROOT_SECRET_ACCESS_KEY``), never on its co
 its own, nothing by default), with random keys kept in ``<state>/serve-credentials`` (0600), and
 sets the bucket's policy (:func:`serve_policy`): that account may list the bucket, read every object
 under ``warehouse/`` and write and delete only under ``warehouse/_dbt/`` (dbt's marts,
-:func:`kappa.services.serve.dbt_location`). The status's ``env`` carries those keys as
+:func:`kappa.services.serve.marts_root`). The status's ``env`` carries those keys as
 ``KAPPA_SERVE_AWS_ACCESS_KEY_ID``/``KAPPA_SERVE_AWS_SECRET_ACCESS_KEY``, which ``kappa serve`` starts
 the endpoint with: it reads every promoted table and cannot change a table, a checkpoint or the
 registry, even through a statement its SQL guard let pass. The account is created through

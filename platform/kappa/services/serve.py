@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kappa.core import processes
+from kappa.core import processes, storage
 from kappa.config import Settings, join
 from kappa.core.service import LocalService
 from kappa.errors import KappaError
@@ -474,12 +474,12 @@ def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]
     for asset, message in registry.unpromoted(events).items():
         views[asset] = not_promoted_sql(message)
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
-        if (Path(path) / "_delta_log").is_dir():
+        if storage.exists(storage.join(path, "_delta_log"), settings):  # a local folder or an object store
             tables[f"{INTERNAL_SCHEMA}.{name}"] = str(path)
             views[name] = f"SELECT * FROM {_quoted(f'{INTERNAL_SCHEMA}.{name}')}"
-    root = Path(marts_root(settings))
-    if root.is_dir():
-        tables.update({f"{DBT_SCHEMA}.{p.name}": str(p) for p in sorted(root.iterdir()) if (p / "_delta_log").is_dir()})
+    root = marts_root(settings)
+    tables.update({f"{DBT_SCHEMA}.{name}": storage.join(root, name) for name in sorted(storage.list_names(root, settings))
+                   if storage.exists(storage.join(root, name, "_delta_log"), settings)})
     return views, tables
 
 
