@@ -56,6 +56,17 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
         assert pb["batches_counted"] >= 1 and pb["spark_jobs"] >= 1 and pb["delta_commits"] >= 1
         phases = pb["breakdown"]["phases"]
         assert phases["addBatch"]["median_ms"] > 0 and pb["breakdown"]["holding"] in phases
+        # inside addBatch, by writer step: silver evaluates its batch once and appends to its table;
+        # every Spark job of the query ran inside a step
+        steps = pb["steps"]
+        assert steps["evaluated"] and {"evaluate", "append table"} <= set(steps["steps"]), steps
+        assert "outside a step" not in steps["steps"], steps
+        assert sum(s["wall_ms"] for s in steps["steps"].values()) > 0 and steps["holding"] in steps["steps"], steps
+    # records read, by step: silver's evaluation reads the replayed log twice, once through the
+    # state store and once through its behind-the-watermark branch (the micro-batch reaches
+    # foreachBatch as an RDD, so no filter of the writer's can prune a branch), and nothing else
+    steps = result["replay"]["per_batch"]["steps"]["steps"]
+    assert steps["evaluate"]["input_records"] == 2 * result["input"]["events"], steps
     assert "replay per micro-batch" in proc.stderr + proc.stdout
     scaling = result["scaling"]  # a new version replays the whole log at each size, every event once
     assert [p["events"] for p in scaling["points"]] == [1_000, 2_000, 4_000]

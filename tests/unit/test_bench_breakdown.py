@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kappa.harness.bench import batch_breakdown, files_read_of, judge_targets, metric_value, new_jobs, per_batch
+from kappa.harness.bench import (DRIVER, add_batch_sum, batch_breakdown, files_read_of, judge_targets, metric_value,
+                                 new_jobs, per_batch, step_breakdown)
+from kappa.streaming.writers import STEP_MARK, job_step
 
 
 def progress(rows: int, **ms) -> dict:
@@ -20,7 +22,7 @@ def test_phases_are_shares_of_the_batches_with_input():
     ]
     b = batch_breakdown(reports)
     assert b["batches"] == 2
-    assert b["phases"]["addBatch"] == {"median_ms": 1600, "share": 0.8}
+    assert b["phases"]["addBatch"] == {"median_ms": 1600, "share": 0.8, "sum_ms": 3200}
     assert b["phases"]["walCommit"]["share"] == 0.1 and b["phases"]["triggerExecution"]["share"] == 1.0
     assert b["holding"] == "addBatch"
     assert b["other_share"] == pytest.approx(1 - 0.8 - 0.1 - 0.05 - 0.0125, abs=1e-3)
@@ -87,3 +89,55 @@ def test_files_read_are_not_evaluated_when_they_cannot_be_counted():
     assert files_read_of(older, {1}, retained=2) == 3
     assert files_read_of(older[1:] + [{"jobs": {2}, "files": ["1"]}], {1, 2}, retained=2) is None
     assert per_batch(3, 1, 1, {"batches": 1, "phases": {}})["files_read"] is None
+
+
+def stage(job, step, wall, run, cpu, tasks=2, job_wall=None):
+    return {"job": job, "job_wall_ms": wall if job_wall is None else job_wall, "step": step, "stage": job * 10,
+            "tasks": tasks, "wall_ms": wall, "run_ms": run, "cpu_ms": cpu}
+
+
+def test_add_batch_time_is_split_by_the_writer_step_its_jobs_ran_in_and_the_driver_takes_the_rest():
+    # job 1: two stages in one job of 7.2 s; job 2: one stage; job 3 ran outside any step
+    rows = [stage(1, "evaluate", 6_000, 11_000, 9_000, job_wall=7_200), stage(1, "evaluate", 1_000, 1_500, 1_000, job_wall=7_200),
+            stage(2, "append table", 2_500, 4_000, 1_000), stage(3, None, 300, 600, 500)]
+    b = step_breakdown(rows, batches=2, add_batch_ms=12_000)
+    assert list(b["steps"]) == ["evaluate", "append table", DRIVER, "outside a step"]
+    ev = b["steps"]["evaluate"]
+    assert (ev["jobs"], ev["stages"], ev["tasks"], ev["wall_ms"], ev["per_batch_ms"]) == (1, 2, 4, 7_200, 3_600)
+    assert (ev["run_ms"], ev["cpu_ms"], ev["share"]) == (12_500, 10_000, 0.6)
+    assert b["steps"][DRIVER]["wall_ms"] == 12_000 - 7_200 - 2_500 - 300 and b["steps"][DRIVER]["share"] == 0.167
+    assert b["holding"] == "evaluate"
+    # without addBatch's time, the shares are of the jobs' time and no driver step is made up
+    b = step_breakdown(rows, batches=2)
+    assert DRIVER not in b["steps"] and b["steps"]["evaluate"]["share"] == 0.72
+
+
+def test_steps_not_known_are_not_evaluated_and_no_stage_holds_nothing():
+    assert step_breakdown(None, 3) == {"evaluated": False}
+    assert step_breakdown([], 3) == {"evaluated": True, "steps": {}, "holding": None}
+
+
+def test_a_missed_target_held_by_add_batch_names_the_step_inside_it():
+    steps = step_breakdown([stage(1, "evaluate", 800, 900, 850), stage(2, "append table", 200, 300, 100)], 1)
+    slow = per_batch(3, 1, 1, batch_breakdown([progress(10, addBatch=900, walCommit=100, triggerExecution=1000)]),
+                     steps=steps)
+    judged = judge_targets({"replay_over_u2": 0.5, "replay": {"per_batch": slow}, "latency_ms": {}})[0]
+    assert judged == {"target": "replay >= 1.0 x U2", "value": 0.5, "met": False, "holding": "addBatch",
+                      "share": 0.9, "step": "evaluate", "step_share": 0.8, "step_cpu_ms": 850, "step_run_ms": 900}
+
+
+def test_the_state_store_s_time_is_read_from_the_progress_of_stateful_batches():
+    ops = [{"allUpdatesTimeMs": 40, "allRemovalsTimeMs": 1, "commitTimeMs": 300}, {"commitTimeMs": 100}]
+    b = batch_breakdown([{**progress(10, addBatch=900, triggerExecution=1000), "stateOperators": ops},
+                         {**progress(0, addBatch=5, triggerExecution=10), "stateOperators": ops}])
+    assert b["state_store"] == {"updates_median_ms": 40, "removals_median_ms": 1, "commit_median_ms": 400}
+    assert b["phases"]["addBatch"]["sum_ms"] == 900 and add_batch_sum(b) == 900
+    assert "state_store" not in batch_breakdown([progress(10, addBatch=900, triggerExecution=1000)])
+
+
+def test_a_job_description_names_its_step():
+    assert job_step(f"flights_v2 id = 1 batch = 3{STEP_MARK}append late") == "append late"
+    assert job_step("flights_v2 id = 1 batch = 3") is None and job_step(None) is None
+    # Delta appends its own description to the caller's; its numbers differ batch by batch
+    assert job_step(f"b = 3{STEP_MARK}append table: Compute snapshot for version: 12") == \
+        "append table: Compute snapshot for version: N"

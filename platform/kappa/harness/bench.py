@@ -53,7 +53,11 @@ ports (the user's ``.kappa`` and broker are never touched):
    the two methods place in different commits (0 when they agree).
 
 ``judged`` lists each target with its value and, where it is missed, the phase of the micro-batch
-that holds it (the largest share of the batch time of the query that sets it).
+that holds it (the largest share of the batch time of the query that sets it) and, when that is
+``addBatch``, the writer step inside it: the writers describe their Spark jobs by step
+(:meth:`kappa.streaming.writers.MicroBatchWriter.step`: ``evaluate``, ``append table``, ``merge``…)
+and ``per_batch.steps`` sums each step's stage times from Spark's status store
+(:func:`step_breakdown`), executor run and CPU time apart.
 
 These are benchmarks, not tests: the numbers depend on the machine and on what else runs on it (the
 JSON records the core count and the load average before and after).
@@ -248,8 +252,10 @@ def replay_rate(spark, settings: Settings, catalog, asset: str, expected: int) -
     breakdown = batch_breakdown(progress)
     jobs = spark_jobs(spark, running.query)
     counted = new_jobs(set(), jobs, retained_jobs(spark))
+    known = None if counted is None else jobs
     per = per_batch(counted, delta_commits(running, settings), breakdown["batches"], breakdown,
-                    files_read(spark, None if counted is None else jobs))
+                    files_read(spark, known), step_breakdown(stage_rows(spark, known), breakdown["batches"],
+                                                             add_batch_sum(breakdown)))
     rows = spark.read.format("delta").load(running.version.table_path).count()
     return {"per_batch": per, "events": expected, "rows": rows, "num_input_rows_reported": sum(p.get("numInputRows", 0) for p in progress),
             "batches": len([p for p in progress if p.get("numInputRows")]),
@@ -282,8 +288,11 @@ PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", 
 def batch_breakdown(progress: list[dict]) -> dict:
     """Where the time of a query's micro-batches with input went, from their progress reports
     (``durationMs``): ``batches``; per phase of :data:`PHASES` (and ``triggerExecution``) the median
-    ms per batch and its ``share`` of the summed ``triggerExecution``; ``other`` the share not in any
-    phase; ``holding``: the phase with the largest share (what a missed target waits on).
+    ms per batch, its ``sum_ms`` and its ``share`` of the summed ``triggerExecution``; ``other`` the
+    share not in any phase; ``holding``: the phase with the largest share (what a missed target
+    waits on); for a stateful query ``state_store``: the medians per batch of the state store's
+    update, removal and commit times (``allUpdatesTimeMs``, ``allRemovalsTimeMs``, ``commitTimeMs``
+    summed over its operators; task time, inside ``addBatch``).
     Empty batches (no input rows) are left out: they only move the watermark."""
     batches = [p.get("durationMs", {}) for p in progress if p.get("numInputRows")]
     total = sum(d.get("triggerExecution", 0) for d in batches)
@@ -292,7 +301,16 @@ def batch_breakdown(progress: list[dict]) -> dict:
         return out
     for phase in (*PHASES, "triggerExecution"):
         values = [d.get(phase, 0) for d in batches]
-        out["phases"][phase] = {"median_ms": statistics.median(values), "share": round(sum(values) / total, 3)}
+        out["phases"][phase] = {"median_ms": statistics.median(values), "share": round(sum(values) / total, 3),
+                                "sum_ms": sum(values)}
+    ops = [[op for op in p.get("stateOperators", [])] for p in progress if p.get("numInputRows")]
+    if any(ops):
+        # inside addBatch: the state store's time (Spark's StateOperatorProgress, summed over the
+        # batch's stateful operators and their partitions' tasks)
+        out["state_store"] = {k: statistics.median(sum(int(op.get(m, 0)) for op in batch) for batch in ops)
+                              for k, m in (("updates_median_ms", "allUpdatesTimeMs"),
+                                           ("removals_median_ms", "allRemovalsTimeMs"),
+                                           ("commit_median_ms", "commitTimeMs"))}
     shares = {ph: out["phases"][ph]["share"] for ph in PHASES}
     out["other_share"] = round(max(0.0, 1 - sum(shares.values())), 3)
     out["holding"] = max(shares, key=shares.get)
@@ -401,15 +419,115 @@ def files_read(spark, jobs: set[int] | None) -> int | None:
     return files_read_of(sql_executions(spark, jobs), jobs, retained)
 
 
-def per_batch(jobs: int | None, commits: int, batches: int, breakdown: dict, files: int | None = None) -> dict:
+def stage_rows(spark, jobs: set[int] | None) -> list[dict] | None:
+    """One row per stage that ran for the Spark jobs ``jobs`` (a query's, :func:`spark_jobs`), from
+    Spark's status store (its listener runs with the UI off too): ``job``, ``job_wall_ms`` (the
+    job's submission to completion), ``step`` (the writer step the job's description names,
+    :func:`kappa.streaming.writers.job_step`; None outside any step), ``stage``, ``tasks``,
+    ``wall_ms`` (the stage's submission to completion), ``run_ms`` (its tasks' summed
+    ``executorRunTime``), ``cpu_ms`` (their ``executorCpuTime``), ``gc_ms`` (``jvmGcTime``),
+    ``input_records`` and ``shuffle_write_bytes``. Stages Spark skipped (their
+    shuffle output reused) are left out. None ("not evaluated") when ``jobs`` is None or the store no
+    longer holds one of them (it keeps the last ``spark.ui.retainedJobs``)."""
+    from kappa.streaming.writers import job_step
+
+    if jobs is None:
+        return None
+    store = spark.sparkContext._jsc.sc().statusStore()
+    conv = spark._jvm.scala.jdk.javaapi.CollectionConverters
+
+    def ms(start, end) -> int | None:  # two Option[Date]
+        return None if start.isEmpty() or end.isEmpty() else int(end.get().getTime() - start.get().getTime())
+
+    rows = []
+    for j in sorted(jobs):
+        try:
+            job = store.job(j)
+        except Exception:  # py4j's error for Spark's NoSuchElementException: evicted
+            return None
+        described = job.description()
+        step = job_step(described.get() if described.isDefined() else None)
+        job_ms = ms(job.submissionTime(), job.completionTime())
+        if job_ms is None:
+            continue  # still running
+        for sid in conv.asJava(job.stageIds()):
+            try:
+                st = store.lastStageAttempt(int(sid))
+            except Exception:
+                return None
+            wall = ms(st.submissionTime(), st.completionTime())
+            if wall is None:
+                continue  # skipped: its shuffle output was reused
+            rows.append({"job": j, "job_wall_ms": job_ms, "step": step, "stage": int(sid), "tasks": int(st.numTasks()),
+                         "wall_ms": wall, "run_ms": int(st.executorRunTime()),
+                         "cpu_ms": round(int(st.executorCpuTime()) / 1e6), "gc_ms": int(st.jvmGcTime()),
+                         "input_records": int(st.inputRecords()), "shuffle_write_bytes": int(st.shuffleWriteBytes())})
+    return rows
+
+
+#: :func:`step_breakdown`'s name for the part of ``addBatch`` in which no Spark job of the query ran:
+#: the driver's own work (planning, Delta's commit protocol, the writer's Python, py4j calls).
+DRIVER = "driver, no Spark job"
+
+
+def step_breakdown(rows: list[dict] | None, batches: int, add_batch_ms: float | None = None) -> dict:
+    """Where a query's ``addBatch`` time went, by writer step: per step (a job outside any step
+    counts as ``"outside a step"``) its ``jobs``, ``stages``, ``tasks``, ``wall_ms`` (its jobs'
+    summed wall time: a writer runs its jobs one after another), ``per_batch_ms`` (``wall_ms`` /
+    ``batches``), ``run_ms``, ``cpu_ms`` and ``gc_ms`` (the tasks' executor run, CPU and GC time: run
+    far above CPU and GC is time spent waiting, on I/O or for the other core), ``input_records`` (read
+    by its stages from their sources: the topic, a table) and ``share`` of ``add_batch_ms`` (the
+    batches' summed ``addBatch``; without it, of all steps' wall time). With ``add_batch_ms``, the
+    rest of it is the step :data:`DRIVER` (``wall_ms`` only). ``holding``: the step with the
+    largest share. ``rows``: :func:`stage_rows`; None gives ``{"evaluated": False}``."""
+    if rows is None:
+        return {"evaluated": False}
+    steps: dict[str, dict] = {}
+    jobs_seen: set[int] = set()
+    for r in rows:
+        s = steps.setdefault(r["step"] or "outside a step",
+                             {"jobs": 0, "stages": 0, "tasks": 0, "wall_ms": 0, "run_ms": 0, "cpu_ms": 0, "gc_ms": 0,
+                              "input_records": 0})
+        if r["job"] not in jobs_seen:
+            jobs_seen.add(r["job"])
+            s["jobs"] += 1
+            s["wall_ms"] += r["job_wall_ms"]
+        s["stages"] += 1
+        for k in ("tasks", "run_ms", "cpu_ms", "gc_ms", "input_records"):
+            s[k] += r.get(k, 0)
+    in_jobs = sum(s["wall_ms"] for s in steps.values())
+    if add_batch_ms is not None and add_batch_ms > in_jobs:
+        steps[DRIVER] = {"jobs": 0, "stages": 0, "tasks": 0, "wall_ms": round(add_batch_ms - in_jobs),
+                         "run_ms": 0, "cpu_ms": 0, "gc_ms": 0, "input_records": 0}
+    total = max(add_batch_ms or 0, in_jobs)
+    for s in steps.values():
+        s["per_batch_ms"] = round(s["wall_ms"] / batches) if batches else None
+        s["share"] = round(s["wall_ms"] / total, 3) if total else None
+    out: dict = {"evaluated": True, "steps": dict(sorted(steps.items(), key=lambda kv: -kv[1]["wall_ms"]))}
+    out["holding"] = next(iter(out["steps"]), None) if total else None
+    return out
+
+
+def add_batch_sum(breakdown: dict, all_batches: list[dict] | None = None) -> float | None:
+    """The summed ``addBatch`` ms of the batches :func:`batch_breakdown` read (those with input), or,
+    with ``all_batches`` (progress reports), of all of them: a batch without input may still run
+    jobs (a no-data batch). None when there were none."""
+    if all_batches is not None:
+        return sum(p.get("durationMs", {}).get("addBatch", 0) for p in all_batches) or None
+    return ((breakdown.get("phases") or {}).get("addBatch") or {}).get("sum_ms")
+
+
+def per_batch(jobs: int | None, commits: int, batches: int, breakdown: dict, files: int | None = None,
+              steps: dict | None = None) -> dict:
     """Spark jobs, Delta commits and files read per micro-batch (means over ``batches``; jobs or
     files None: not counted, see :func:`new_jobs` and :func:`files_read_of`), with the phase
-    breakdown of :func:`batch_breakdown` (its own ``batches``: the progress reports it read)."""
+    breakdown of :func:`batch_breakdown` (its own ``batches``: the progress reports it read) and the
+    writer steps inside ``addBatch`` (:func:`step_breakdown`)."""
     return {"spark_jobs": round(jobs / batches, 2) if batches and jobs is not None else None,
             "delta_commits": round(commits / batches, 2) if batches else None,
             "files_read": round(files / batches, 2) if batches and files is not None else None,
             "spark_jobs_total": jobs, "delta_commits_total": commits, "files_read_total": files,
-            "batches_counted": batches, "breakdown": breakdown}
+            "batches_counted": batches, "breakdown": breakdown, "steps": steps or {"evaluated": False}}
 
 
 def describe_per_batch(what: str, pb: dict) -> str:
@@ -419,8 +537,18 @@ def describe_per_batch(what: str, pb: dict) -> str:
     parts = ", ".join(f"{k} {share:.0%}" for share, k in top)
     median = (phases.get("triggerExecution") or {}).get("median_ms")
     files = "not evaluated" if pb.get("files_read") is None else pb["files_read"]
+    steps = pb.get("steps") or {}
+    inside = ("; inside it, by step: " + ", ".join(
+        f"{name} {v['share']:.0%} ({v['per_batch_ms']} ms/batch, CPU {v['cpu_ms'] / v['run_ms']:.0%} of run)"
+        if v["run_ms"] else f"{name} {v['share']:.0%}" for name, v in list(steps["steps"].items())[:3])
+              if steps.get("evaluated") and steps.get("holding") else "")
+    store = pb["breakdown"].get("state_store")
+    if store:
+        inside += (f"; state store per batch (task time): updates {store['updates_median_ms']} ms, "
+                   f"commit {store['commit_median_ms']} ms")
     return (f"{what} per micro-batch ({pb['batches_counted']}): {pb['spark_jobs']} Spark jobs, "
-            f"{pb.get('delta_commits')} Delta commits, {files} files read, median {median} ms: {parts or 'no batches'}")
+            f"{pb.get('delta_commits')} Delta commits, {files} files read, median {median} ms: {parts or 'no batches'}"
+            f"{inside}")
 
 
 def scaling_curve(spark, settings: Settings, catalog, sizes: tuple, say: Callable[[str], None]) -> dict:
@@ -945,8 +1073,15 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
             # from the progress reports of those batches Spark still keeps (its last 100).
             step = [p for p in _progress(live.query) if before[2] < p.get("batchId", -1) <= after[2]]
             counted = new_jobs(before[0], after[0], retained_jobs(spark))
-            result["live_per_batch"] = per_batch(counted, after[1] - before[1], after[2] - before[2], batch_breakdown(step),
-                                                 files_read(spark, None if counted is None else after[0] - before[0]))
+            known = None if counted is None else after[0] - before[0]
+            phases = batch_breakdown(step)
+            # the steps are the latency step's jobs; its add_batch_sum only when Spark kept the
+            # progress of every one of those batches (it keeps 100)
+            whole = len(step) == after[2] - before[2]
+            result["live_per_batch"] = per_batch(
+                counted, after[1] - before[1], after[2] - before[2], phases, files_read(spark, known),
+                step_breakdown(stage_rows(spark, known), after[2] - before[2],
+                               add_batch_sum(phases, all_batches=step) if whole else None))
             say(describe_per_batch(f"live query at {lat_rate:,.0f} ev/s", result["live_per_batch"]))
             result["latency"] = lat
             say(f"latency at {lat_rate:,.0f} ev/s: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")
@@ -992,11 +1127,22 @@ def judge_targets(r: dict) -> list[dict]:
     """Each target of a bench result: ``target``, ``value``, ``met`` (None: not measured) and, when
     missed, ``holding``: the micro-batch phase with the largest share of the time of the query that
     sets it (the replay's for the replay target, the live query's for sustained and latency; see
-    :func:`batch_breakdown`) with that ``share``."""
+    :func:`batch_breakdown`) with that ``share``; when that phase is ``addBatch``, also ``step``:
+    the writer step inside it with the most Spark time (:func:`step_breakdown`), its ``step_share``
+    and its tasks' ``step_run_ms`` and ``step_cpu_ms``."""
     def holder(pb: dict | None) -> dict:
         b = (pb or {}).get("breakdown") or {}
         phase = b.get("holding")
-        return {"holding": phase, "share": b["phases"][phase]["share"]} if phase else {"holding": None}
+        if not phase:
+            return {"holding": None}
+        out = {"holding": phase, "share": b["phases"][phase]["share"]}
+        steps = (pb or {}).get("steps") or {}
+        if phase == "addBatch" and steps.get("holding"):
+            # inside addBatch: the writer step with the most Spark time
+            step = steps["steps"][steps["holding"]]
+            out.update(step=steps["holding"], step_share=step["share"], step_cpu_ms=step["cpu_ms"],
+                       step_run_ms=step["run_ms"])
+        return out
 
     lat = r.get("latency_ms") or {}
     rows = [("replay >= %.1f x U2" % REPLAY_OVER_U2, r.get("replay_over_u2"),
@@ -1067,7 +1213,8 @@ def bench_table(r: dict):
                       f"{(ph.get('triggerExecution') or {}).get('median_ms')} ms", "")
     for j in r.get("judged", []):
         if j["met"] is False and j.get("holding"):
-            t.add_row(f"  missed: {j['target']}", "", f"held by {j['holding']} ({j['share']:.0%} of the batch time)", "")
+            inside = f"; inside it {j['step']} ({j['step_share']:.0%} of the Spark time)" if j.get("step") else ""
+            t.add_row(f"  missed: {j['target']}", "", f"held by {j['holding']} ({j['share']:.0%} of the batch time){inside}", "")
     cc = r["latency"].get("cross_check")
     if cc and cc["p50"] is not None:
         t.add_row("  the same rows, from the change data feed", "",

@@ -40,6 +40,25 @@ _log = logging.getLogger(__name__)
 #: batch of hundreds of thousands keeps the frame's partitions (its write parallelism).
 ROWS_PER_FILE = 50_000
 
+#: What :meth:`MicroBatchWriter.step` puts between Spark's description of a micro-batch's jobs and
+#: the step's name, in the local property Spark describes a job by (``spark.job.description``: the
+#: Spark UI's and status store's job description); :func:`job_step` reads it back.
+STEP_MARK = " | kappa step: "
+JOB_DESCRIPTION = "spark.job.description"
+
+
+def job_step(description: str | None) -> str | None:
+    """The writer step (:meth:`MicroBatchWriter.step`) a Spark job's description names, with what
+    Delta appended to it (``append table: Compute snapshot for version: N``: Delta describes its own
+    jobs after the caller's description; numbers become ``N``, so every batch's jobs group alike);
+    None when the job ran outside any step."""
+    import re
+
+    if not description or STEP_MARK not in description:
+        return None
+    return re.sub(r"\d+", "N", description.split(STEP_MARK, 1)[1])
+
+
 #: Attempts of one micro-batch's MERGE/UPDATE/DELETE when a concurrent commit conflicts with it
 #: (:meth:`MicroBatchWriter.dml`); the last conflict fails the query like any other error.
 DML_ATTEMPTS = 4
@@ -199,6 +218,22 @@ class MicroBatchWriter:
                 separators=(",", ":"), sort_keys=True))
         return self._provenance[1]
 
+    @contextmanager
+    def step(self, spark: SparkSession, name: str):
+        """A block whose Spark jobs are described as ``<Spark's description of the micro-batch> |
+        kappa step: <name>`` (:data:`STEP_MARK`), in the Spark UI and status store alike, so the
+        time of a micro-batch's ``addBatch`` can be split by what the writer was doing
+        (``kappa bench``'s steps, :func:`job_step`). The description is a property of the calling
+        thread (the query's, in ``foreachBatch``); the one before the block is restored after it."""
+        sc = spark.sparkContext
+        before = sc.getLocalProperty(JOB_DESCRIPTION)
+        outer = before.split(STEP_MARK, 1)[0] if before else self.version.name  # a step inside a step replaces it
+        sc.setLocalProperty(JOB_DESCRIPTION, f"{outer}{STEP_MARK}{name}")
+        try:
+            yield
+        finally:
+            sc.setLocalProperty(JOB_DESCRIPTION, before)  # type: ignore[arg-type]  # None unsets it
+
     def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None,
                rows: int | None = None) -> None:
         """Append ``df`` to the Delta table at ``path`` once per (:meth:`writer_id` of ``side``,
@@ -207,10 +242,12 @@ class MicroBatchWriter:
         ``rows``, when the caller has counted them: written in :func:`files_for` files."""
         if rows is not None:
             df = df.coalesce(files_for(rows))
-        (df.write.format("delta").mode("append")
-         .option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
-         .option("userMetadata", self.provenance(batch_id))
-         .save(path))
+        metadata = self.provenance(batch_id)
+        with self.step(df.sparkSession, f"append {side or 'table'}"):
+            (df.write.format("delta").mode("append")
+             .option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
+             .option("userMetadata", metadata)
+             .save(path))
 
     def transaction(self, spark: SparkSession, batch_id: int, side: str | None = None):
         """A block whose Delta DML carries this writer's transaction id (:func:`delta_txn`)."""
@@ -224,7 +261,8 @@ class MicroBatchWriter:
         key = "spark.databricks.delta.commitInfo.userMetadata"
         spark.conf.set(key, self.provenance(batch_id))
         try:
-            run_dml(run, f"{self.version.name} batch {batch_id}")
+            with self.step(spark, "merge"):
+                run_dml(run, f"{self.version.name} batch {batch_id}")
         finally:
             spark.conf.unset(key)
 
@@ -258,7 +296,8 @@ class MicroBatchWriter:
         raise NotImplementedError
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self.write(batch, batch_id)
+        with self.step(batch.sparkSession, "write"):  # a subclass names its own steps inside
+            self.write(batch, batch_id)
         # The batch function has returned; Spark has not yet written its commit log entry.
         self.at("after_batch", batch_id)
 

@@ -164,14 +164,16 @@ class ParseWriter(MicroBatchWriter):
         fresh = on_state & is_good & ~behind_now if self.stateful else F.lit(False)
         frame = frame.persist()
         new = None
+        spark = batch.sparkSession
         try:
-            stats = frame.agg(
-                F.count_if(on_state & ~is_good).alias("bad"),
-                F.count_if(on_state & is_good & behind_now).alias("late"),
-                F.count_if(fresh).alias("fresh"),
-                F.count_if(checked).alias("checked"),
-                F.min(F.when(checked, et)).alias("earliest"),
-            ).first()
+            with self.step(spark, "evaluate"):  # the Kafka read, parse and state store, persisted once
+                stats = frame.agg(
+                    F.count_if(on_state & ~is_good).alias("bad"),
+                    F.count_if(on_state & is_good & behind_now).alias("late"),
+                    F.count_if(fresh).alias("fresh"),
+                    F.count_if(checked).alias("checked"),
+                    F.min(F.when(checked, et)).alias("earliest"),
+                ).first()
             self.at("before_write", batch_id)
             if stats["bad"]:  # an empty append would still cost a Delta commit
                 bad = frame.where(on_state & ~is_good).select(
@@ -183,8 +185,9 @@ class ParseWriter(MicroBatchWriter):
                 late.append(frame.where(on_state & is_good & behind_now).drop("key", "value")
                             .join(frame.where(lender).select(*coords, "key", "value"), coords))
             if stats["checked"]:
-                new = self._new_events(frame.where(checked), stats["earliest"])
-                counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new")).first()
+                with self.step(spark, "check behind the watermark"):  # the anti-join against the table
+                    new = self._new_events(frame.where(checked), stats["earliest"])
+                    counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new")).first()
                 n_late, n_new = n_late + counts["late"], n_new + counts["new"]
                 late.append(new.where(behind_now))
             if n_late:
