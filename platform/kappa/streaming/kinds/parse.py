@@ -153,10 +153,12 @@ class ParseWriter(MicroBatchWriter):
             w_before, w_now = self.watermarks(batch_id)
             watermark, before = F.timestamp_millis(F.lit(w_now)), F.timestamp_millis(F.lit(w_before))
             behind_now = F.coalesce(et < watermark, F.lit(False))
-            # Pushed into the union's behind branch: only its records behind W are kept. Those at or
-            # behind W' are checked against the table; the others only lend their raw bytes to the
-            # state path's late rows (which carries a good record's parsed row, not its bytes).
-            frame = batch.where(on_state | (et < watermark))
+            # Pushed into the union's behind branch: only its records at or behind W are kept
+            # (Spark's state store drops a record at or behind W' <= W: its late-events predicate is
+            # event time <= watermark, WatermarkSupport.watermarkExpression). Those at or behind W'
+            # are checked against the table; the others only lend their raw bytes to the state
+            # path's late rows (which carries a good record's parsed row, not its bytes).
+            frame = batch.where(on_state | (et <= watermark))
             checked, lender = ~on_state & (et <= before), ~on_state & (et > before)
         else:  # nothing is late; every good record is checked against the table
             watermark, behind_now, frame = None, F.lit(False), batch
