@@ -112,6 +112,14 @@ def test_add_batch_time_is_split_by_the_writer_step_its_jobs_ran_in_and_the_driv
     assert DRIVER not in b["steps"] and b["steps"]["evaluate"]["share"] == 0.72
 
 
+def test_a_stage_the_status_store_dropped_is_counted_missing_and_its_job_still_timed():
+    gone = {**stage(2, "append table", 0, 0, 0, job_wall=900), "missing": True}
+    b = step_breakdown([stage(1, "evaluate", 500, 600, 400), gone], batches=1, add_batch_ms=1_500)
+    app = b["steps"]["append table"]
+    assert (app["wall_ms"], app["stages"], app["stages_missing"], app["run_ms"]) == (900, 0, 1, 0)
+    assert "stages_missing" not in b["steps"]["evaluate"] and b["steps"][DRIVER]["wall_ms"] == 100
+
+
 def test_steps_not_known_are_not_evaluated_and_no_stage_holds_nothing():
     assert step_breakdown(None, 3) == {"evaluated": False}
     assert step_breakdown([], 3) == {"evaluated": True, "steps": {}, "holding": None}

@@ -427,8 +427,11 @@ def stage_rows(spark, jobs: set[int] | None) -> list[dict] | None:
     ``wall_ms`` (the stage's submission to completion), ``run_ms`` (its tasks' summed
     ``executorRunTime``), ``cpu_ms`` (their ``executorCpuTime``), ``gc_ms`` (``jvmGcTime``),
     ``input_records`` and ``shuffle_write_bytes``. Stages Spark skipped (their
-    shuffle output reused) are left out. None ("not evaluated") when ``jobs`` is None or the store no
-    longer holds one of them (it keeps the last ``spark.ui.retainedJobs``)."""
+    shuffle output reused) are left out. A stage the store no longer holds (it keeps
+    ``spark.ui.retainedStages``, and evicts the stages without a completion time, the skipped ones,
+    first) is a row with ``missing`` true and no figures: its job's wall time still counts. None
+    ("not evaluated") when ``jobs`` is None or the store no longer holds one of them (it keeps the
+    last ``spark.ui.retainedJobs``)."""
     from kappa.streaming.writers import job_step
 
     if jobs is None:
@@ -453,8 +456,11 @@ def stage_rows(spark, jobs: set[int] | None) -> list[dict] | None:
         for sid in conv.asJava(job.stageIds()):
             try:
                 st = store.lastStageAttempt(int(sid))
-            except Exception:
-                return None
+            except Exception:  # evicted: the store drops stages without a completion time first
+                rows.append({"job": j, "job_wall_ms": job_ms, "step": step, "stage": int(sid), "missing": True,
+                             "tasks": 0, "wall_ms": 0, "run_ms": 0, "cpu_ms": 0, "gc_ms": 0,
+                             "input_records": 0, "shuffle_write_bytes": 0})
+                continue
             wall = ms(st.submissionTime(), st.completionTime())
             if wall is None:
                 continue  # skipped: its shuffle output was reused
@@ -476,7 +482,8 @@ def step_breakdown(rows: list[dict] | None, batches: int, add_batch_ms: float | 
     summed wall time: a writer runs its jobs one after another), ``per_batch_ms`` (``wall_ms`` /
     ``batches``), ``run_ms``, ``cpu_ms`` and ``gc_ms`` (the tasks' executor run, CPU and GC time: run
     far above CPU and GC is time spent waiting, on I/O or for the other core), ``input_records`` (read
-    by its stages from their sources: the topic, a table) and ``share`` of ``add_batch_ms`` (the
+    by its stages from their sources: the topic, a table), ``stages_missing`` when the status
+    store no longer held some of its stages (their figures are not in the sums) and ``share`` of ``add_batch_ms`` (the
     batches' summed ``addBatch``; without it, of all steps' wall time). With ``add_batch_ms``, the
     rest of it is the step :data:`DRIVER` (``wall_ms`` only). ``holding``: the step with the
     largest share. ``rows``: :func:`stage_rows`; None gives ``{"evaluated": False}``."""
@@ -492,6 +499,9 @@ def step_breakdown(rows: list[dict] | None, batches: int, add_batch_ms: float | 
             jobs_seen.add(r["job"])
             s["jobs"] += 1
             s["wall_ms"] += r["job_wall_ms"]
+        if r.get("missing"):
+            s["stages_missing"] = s.get("stages_missing", 0) + 1
+            continue
         s["stages"] += 1
         for k in ("tasks", "run_ms", "cpu_ms", "gc_ms", "input_records"):
             s[k] += r.get(k, 0)
