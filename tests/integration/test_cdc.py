@@ -372,6 +372,13 @@ def test_cdc_latency_measures_every_applied_change(cdc_settings, spark):
     # decides which; never "not evaluated" when changes were measured)
     assert [(j["value"], j["met"] is None) for j in report.judged] == [(report.overall["p50_s"], False),
                                                                         (report.overall["p99_s"], False)]
+    # what held them: each query's micro-batches meanwhile, split by phase and by writer step (the
+    # changelog writer's MERGE among them)
+    assert set(report.per_batch) == set(CURRENT)
+    for asset, pb in report.per_batch.items():
+        assert pb["batches_counted"] >= 1 and pb["breakdown"]["holding"] == "addBatch", (asset, pb)
+        steps = pb["steps"]
+        assert steps["evaluated"] and any(name.startswith("merge") for name in steps["steps"]), (asset, steps)
     print(f"\nchange-to-table latency (60 changes at 30/s): {report.overall}; {report.judged}")
 
 

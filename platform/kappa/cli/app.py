@@ -113,6 +113,10 @@ def cdc_latency(
             table.add_row(name, str(p["n"]), *(str(p.get(k, "not evaluated")) for k in ("p50_s", "p99_s", "max_s")))
         console.print(table)
         console.print(f"{changes} changes applied in {report.simulate_s} s; the last one visible {report.settle_s} s later")
+        from kappa.harness.bench import describe_per_batch
+
+        for asset, pb in report.per_batch.items():
+            console.print(describe_per_batch(asset, pb), highlight=False)
         for j in report.judged:
             verdict = "not evaluated" if j["met"] is None else ("[green]met[/]" if j["met"] else "[red]missed[/]")
             console.print(f"target {j['target']}: {j['value'] if j['value'] is not None else '-'} s, {verdict}")

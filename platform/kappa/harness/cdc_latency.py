@@ -17,6 +17,10 @@ Method:
    once (its latest change).
 5. The overall p50 and p99 are judged against the CDC targets, p50 <= 2 s and p99 <= 5 s
    (:func:`judge_cdc`; ``kappa cdc latency`` prints met, missed or not evaluated).
+6. What holds them: each query's micro-batches from step 2 to the final marker, broken down as
+   ``kappa bench`` breaks down its own (:func:`kappa.harness.bench.per_batch`: Spark jobs, the
+   table's commits, the phases of Spark's progress reports and the writer steps inside
+   ``addBatch``), in ``LatencyReport.per_batch``.
 
 Both clocks are this machine's. The micro-batch trigger bounds the latency from below: a change
 waits up to one trigger interval (``trigger.processing_time`` of the asset) before its batch starts.
@@ -42,7 +46,8 @@ CDC_P99_S = 5.0
 @dataclass
 class LatencyReport:
     """Per table and overall: changes measured, p50, p99 and max latency in seconds; ``judged``:
-    the overall figures against the targets (:func:`judge_cdc`)."""
+    the overall figures against the targets (:func:`judge_cdc`); ``per_batch``: where each query's
+    micro-batches spent their time meanwhile (what holds a missed target)."""
 
     changes: int
     rate: float | None
@@ -51,6 +56,9 @@ class LatencyReport:
     simulate_s: float = 0.0
     settle_s: float = 0.0
     judged: list[dict] = field(default_factory=list)
+    #: Per asset, its query's micro-batches from the first change to the last marker:
+    #: :func:`kappa.harness.bench.per_batch` (jobs, the table's commits, phases, writer steps).
+    per_batch: dict[str, dict] = field(default_factory=dict)
 
 
 def judge_cdc(overall: dict) -> list[dict]:
@@ -98,6 +106,40 @@ def _lsn_of(path: str, key_col: str, key) -> int | None:
 
     rows = dataset(path).to_table(columns=["_lsn"], filter=pc.field(key_col) == key).column("_lsn").to_pylist()
     return rows[0] if rows else None
+
+
+def _batch_marks(spark, versions: dict, assets) -> dict[str, tuple[object, set[int], int]]:
+    """Per asset whose query runs in ``spark``: (the query, its Spark jobs so far, its last batch id)."""
+    from kappa.harness.bench import spark_jobs
+    from kappa.streaming.query import query_name
+
+    by_name = {q.name: q for q in spark.streams.active}
+    out = {}
+    for asset in assets:
+        q = by_name.get(query_name(asset, versions[asset].version))
+        if q is not None:
+            out[asset] = (q, spark_jobs(spark, q), (q.lastProgress or {}).get("batchId", -1))
+    return out
+
+
+def _query_per_batch(spark, version, mark: tuple, commits: int) -> dict:
+    """The micro-batches a query ran since ``mark`` (:func:`_batch_marks`), as
+    :func:`kappa.harness.bench.per_batch` gives them: jobs, ``commits`` (its table's new Delta
+    versions), the phases and the writer steps inside ``addBatch``."""
+    from kappa.harness.bench import (_progress, add_batch_sum, batch_breakdown, new_jobs, per_batch,
+                                     retained_jobs, spark_jobs, stage_rows, step_breakdown)
+
+    q, jobs_before, batch_before = mark
+    jobs_after = spark_jobs(spark, q)
+    batch_after = (q.lastProgress or {}).get("batchId", -1)
+    window = [p for p in _progress(q) if batch_before < p.get("batchId", -1) <= batch_after]
+    counted = new_jobs(jobs_before, jobs_after, retained_jobs(spark))
+    known = None if counted is None else jobs_after - jobs_before
+    batches = batch_after - batch_before
+    whole = len(window) == batches  # Spark keeps the last 100 progress reports
+    return per_batch(counted, commits, batches, batch_breakdown(window), None,
+                     step_breakdown(stage_rows(spark, known), batches,
+                                    add_batch_sum({}, all_batches=window) if whole else None))
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -156,6 +198,9 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
 
         _wait(shown, timeout_s, f"the tables did not show the {what} marker change")
 
+    from kappa.streaming.session import spark_session
+
+    spark = spark or spark_session(settings)
     registry = Registry(settings)
     versions = resolve_versions(catalog, list(assets.values()), registry)
     paths = {table: versions[asset].table_path for table, asset in assets.items()}
@@ -165,16 +210,21 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
         say(f"running {', '.join(assets.values())} continuously; catching up with the changelogs")
         marker_round("catch-up")
         start = {t: DeltaTable(p).version() for t, p in paths.items()}
+        marks = _batch_marks(spark, versions, assets.values())
         say(f"applying {changes} changes" + (f" at {rate:g}/s" if rate else ""))
         t0 = time.monotonic()
         simulate(settings, changes, seed=seed, rate=rate)
         simulate_s = time.monotonic() - t0
         marker_round("final")
         settle_s = time.monotonic() - t0 - simulate_s
+        per_batch = {asset: _query_per_batch(spark, versions[asset], marks[asset],
+                                             DeltaTable(paths[table]).version() - start[table])
+                     for table, asset in assets.items() if asset in marks}
     finally:
         stop.set()
         thread.join(120)
-    report = LatencyReport(changes=changes, rate=rate, simulate_s=round(simulate_s, 1), settle_s=round(settle_s, 1))
+    report = LatencyReport(changes=changes, rate=rate, simulate_s=round(simulate_s, 1), settle_s=round(settle_s, 1),
+                           per_batch=per_batch)
     every: list[float] = []
     for table, path in paths.items():
         feed = DeltaTable(path).load_cdf(starting_version=start[table] + 1).read_all()
