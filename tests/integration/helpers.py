@@ -23,6 +23,16 @@ def renamed(events: list[Events], suffix: str) -> list[Events]:
     return [dataclasses.replace(e, topic=f"{e.topic}_{suffix}") for e in events]
 
 
+def flights_topic(settings: Settings, suffix: str) -> str:
+    """The test's private ``flights`` topic (``flights_<suffix>``), created as its ``topics.yaml`` declares it."""
+    from kappa.kafka.topics import ensure_topics
+    from kappa.spec import load_catalog
+
+    topic = f"flights_{suffix}"
+    ensure_topics(settings, {topic: load_catalog(settings.assets_dir).topics[topic]})
+    return topic
+
+
 def ingest(settings: Settings, suffix: str, limit: int | None = None, disorder_minutes: float = 0.0):
     return publish(settings, renamed(load_events(limit=limit, disorder_minutes=disorder_minutes), suffix))
 

@@ -11,11 +11,9 @@ from deltalake import DeltaTable
 from kappa.delta.registry import late_events_path
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
-from kappa.kafka.topics import ensure_topics
 from kappa.runners import run_until_caught_up
-from kappa.spec import load_catalog
 
-from .helpers import quarantine, table
+from .helpers import flights_topic, quarantine, table
 
 pytestmark = pytest.mark.integration
 
@@ -50,9 +48,7 @@ def _corpus(good_value: bytes) -> list[tuple[bytes | None, bytes | None, str]]:
 @pytest.mark.heavy  # 6 min on the 2026-11-26 machine; over CI's 90 minutes with the rest on the 2026-11-26 machine (README, Tests)
 def test_bad_input_corpus_loses_nothing(make_env, spark):
     settings, suffix = make_env()
-    topic = f"flights_{suffix}"
-    catalog = load_catalog(settings.assets_dir)
-    ensure_topics(settings, {topic: catalog.topics[topic]})
+    topic = flights_topic(settings, suffix)
     good = nycflights13_events("flights", limit=2_000)
     head = list(zip(good.keys[:1000], good.values[:1000], good.timestamps_ms[:1000].tolist()))
     produce(settings, topic, head)

