@@ -123,19 +123,6 @@ def offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> l
         consumer.close()
 
 
-def partition_count(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> int:
-    """The number of partitions of ``topics`` together, from the cluster's metadata. Raises
-    :class:`TopicError` for a topic that does not exist."""
-    meta = admin(settings).list_topics(timeout=timeout_s)
-    total = 0
-    for topic in topics:
-        tmeta = meta.topics.get(topic)
-        if tmeta is None or tmeta.error is not None:
-            raise TopicError(f"topic {topic!r} does not exist at {settings.bootstrap_servers}")
-        total += len(tmeta.partitions)
-    return total
-
-
 _LEADER_LAG = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 

@@ -42,39 +42,6 @@ def kafka_options(settings: Settings) -> dict[str, str]:
             **{f"kafka.{k}": v for k, v in settings.kafka_client_options().items()}}
 
 
-def min_partitions(partitions: int, cores: int) -> int | None:
-    """Spark's Kafka ``minPartitions`` for a read of ``partitions`` topic partitions on ``cores``
-    cores (the session's ``defaultParallelism``), so that every wave of tasks fills every core.
-    Above the partition count Spark splits each offset range into ``round(its share of the records
-    * minPartitions)`` tasks (``KafkaOffsetRangeCalculator``; Spark's Kafka integration guide,
-    ``minPartitions``), so for ranges of equal size the count that comes out a multiple of the cores
-    is ``lcm(partitions, cores)``: 3 partitions on 2 cores -> 6 tasks in 3 full waves (4 would
-    round back to 3 tasks, whose second wave leaves a core idle); 3 on 8 -> 24. None (one task per
-    partition) when the partitions already fill every wave, or when more than one split per
-    partition would be needed and there are more partitions than cores (24 on 10: the last of 3
-    waves is 40 % busy, and 120 tasks would cost more than it saves)."""
-    import math
-
-    if partitions <= 0 or cores <= 0 or partitions % cores == 0:
-        return None
-    target = math.lcm(partitions, cores)
-    return target if partitions < cores or target <= 2 * partitions else None
-
-
-def _split_for_cores(spark: SparkSession, settings: Settings, topics: list[str]) -> int | None:
-    """:func:`min_partitions` for ``topics`` on the session's cores; None when the broker does not
-    answer within 10 s (the query then meets the broker's absence itself, as it always has)."""
-    from confluent_kafka import KafkaException
-
-    from kappa.kafka.topics import TopicError, partition_count
-
-    try:
-        partitions = partition_count(settings, topics, timeout_s=10.0)
-    except (KafkaException, TopicError):
-        return None
-    return min_partitions(partitions, spark.sparkContext.defaultParallelism)
-
-
 #: ``available_now``: process what the log holds at start, then stop (Spark's
 #: ``Trigger.AvailableNow``); ``continuous``: a micro-batch every ``trigger.processing_time``.
 TriggerMode = Literal["available_now", "continuous"]
@@ -84,8 +51,7 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
                 mode: TriggerMode) -> DataFrame:
     """The input stream of ``spec`` for a query run in ``mode``: the Kafka topics from their
     earliest offsets, at most :meth:`~kappa.config.Settings.kafka_batch_limit` records per
-    micro-batch, in tasks that fill the session's cores (:func:`min_partitions`), or the upstream
-    version's Delta table. Kafka columns: key, value (binary), topic,
+    micro-batch, or the upstream version's Delta table. Kafka columns: key, value (binary), topic,
     partition, offset, timestamp, timestampType, headers (Spark's Kafka integration guide, "Reading
     Data from Kafka")."""
     if spec.source.kafka is not None:
@@ -103,9 +69,6 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         limit = settings.kafka_batch_limit(src.max_offsets_per_trigger, continuous=mode == "continuous")
         if limit is not None:
             reader = reader.option("maxOffsetsPerTrigger", limit)
-        split = _split_for_cores(spark, settings, list(src.topics))
-        if split is not None:
-            reader = reader.option("minPartitions", split)
         records = reader.load()
         # Keys forgotten by `kappa forget` never enter a table again (read once per query start).
         forgotten = forgotten_condition(settings, list(src.topics))
