@@ -540,6 +540,28 @@ def per_batch(jobs: int | None, commits: int, batches: int, breakdown: dict, fil
             "batches_counted": batches, "breakdown": breakdown, "steps": steps or {"evaluated": False}}
 
 
+def mark_query(spark, query) -> tuple[set[int], int]:
+    """Where a running query stands: its Spark jobs so far (:func:`spark_jobs`) and its last batch id."""
+    return spark_jobs(spark, query), (query.lastProgress or {}).get("batchId", -1)
+
+
+def per_batch_between(spark, query, before: tuple[set[int], int], after: tuple[set[int], int],
+                      commits: int) -> dict:
+    """:func:`per_batch` of the micro-batches a running query ran between two :func:`mark_query`
+    marks, ``commits`` being the Delta commits it made meanwhile: its jobs, files read, the phases
+    from the progress reports Spark still keeps (its last 100) and the writer steps inside
+    ``addBatch`` (shares of the window's whole ``addBatch`` only when Spark kept all its reports)."""
+    (jobs_before, batch_before), (jobs_after, batch_after) = before, after
+    window = [p for p in _progress(query) if batch_before < p.get("batchId", -1) <= batch_after]
+    counted = new_jobs(jobs_before, jobs_after, retained_jobs(spark))
+    known = None if counted is None else jobs_after - jobs_before
+    batches = batch_after - batch_before
+    whole = len(window) == batches
+    return per_batch(counted, commits, batches, batch_breakdown(window), files_read(spark, known),
+                     step_breakdown(stage_rows(spark, known), batches,
+                                    add_batch_sum({}, all_batches=window) if whole else None))
+
+
 def describe_per_batch(what: str, pb: dict) -> str:
     """One console line: ``what``'s jobs and commits per micro-batch and its largest phases."""
     phases = pb["breakdown"].get("phases") or {}
@@ -1071,27 +1093,12 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
                                    "median_batch_ms": statistics.median(batch_ms) if batch_ms else None}
             lat_rate = max(sustained / 2, 100.0)
 
-            def mark() -> tuple[set[int], int, int]:
-                last = live.query.lastProgress
-                return spark_jobs(spark, live.query), delta_commits(live, settings), (last or {}).get("batchId", -1)
-
-            before = mark()
+            before = mark_query(spark, live.query), delta_commits(live, settings)
             lat = latency(settings, lag, source, live.version.table_path, lat_rate, opts.latency_s, opts.warmup_s,
                           sorted(end), check, drain_s=opts.drain_s)
-            after = mark()
-            # The latency step's micro-batches: jobs and commits between the two marks, the phases
-            # from the progress reports of those batches Spark still keeps (its last 100).
-            step = [p for p in _progress(live.query) if before[2] < p.get("batchId", -1) <= after[2]]
-            counted = new_jobs(before[0], after[0], retained_jobs(spark))
-            known = None if counted is None else after[0] - before[0]
-            phases = batch_breakdown(step)
-            # the steps are the latency step's jobs; its add_batch_sum only when Spark kept the
-            # progress of every one of those batches (it keeps 100)
-            whole = len(step) == after[2] - before[2]
-            result["live_per_batch"] = per_batch(
-                counted, after[1] - before[1], after[2] - before[2], phases, files_read(spark, known),
-                step_breakdown(stage_rows(spark, known), after[2] - before[2],
-                               add_batch_sum(phases, all_batches=step) if whole else None))
+            after = mark_query(spark, live.query), delta_commits(live, settings)
+            # The latency step's micro-batches: jobs and commits between the two marks
+            result["live_per_batch"] = per_batch_between(spark, live.query, before[0], after[0], after[1] - before[1])
             say(describe_per_batch(f"live query at {lat_rate:,.0f} ev/s", result["live_per_batch"]))
             result["latency"] = lat
             say(f"latency at {lat_rate:,.0f} ev/s: p50 {lat['p50']} ms, p95 {lat['p95']} ms, p99 {lat['p99']} ms")

@@ -108,38 +108,13 @@ def _lsn_of(path: str, key_col: str, key) -> int | None:
     return rows[0] if rows else None
 
 
-def _batch_marks(spark, versions: dict, assets) -> dict[str, tuple[object, set[int], int]]:
-    """Per asset whose query runs in ``spark``: (the query, its Spark jobs so far, its last batch id)."""
-    from kappa.harness.bench import spark_jobs
+def _running_queries(spark, versions: dict, assets) -> dict[str, object]:
+    """Per asset whose query runs in ``spark``: that query (named by :func:`kappa.streaming.query.query_name`)."""
     from kappa.streaming.query import query_name
 
     by_name = {q.name: q for q in spark.streams.active}
-    out = {}
-    for asset in assets:
-        q = by_name.get(query_name(asset, versions[asset].version))
-        if q is not None:
-            out[asset] = (q, spark_jobs(spark, q), (q.lastProgress or {}).get("batchId", -1))
-    return out
-
-
-def _query_per_batch(spark, version, mark: tuple, commits: int) -> dict:
-    """The micro-batches a query ran since ``mark`` (:func:`_batch_marks`), as
-    :func:`kappa.harness.bench.per_batch` gives them: jobs, ``commits`` (its table's new Delta
-    versions), the phases and the writer steps inside ``addBatch``."""
-    from kappa.harness.bench import (_progress, add_batch_sum, batch_breakdown, new_jobs, per_batch,
-                                     retained_jobs, spark_jobs, stage_rows, step_breakdown)
-
-    q, jobs_before, batch_before = mark
-    jobs_after = spark_jobs(spark, q)
-    batch_after = (q.lastProgress or {}).get("batchId", -1)
-    window = [p for p in _progress(q) if batch_before < p.get("batchId", -1) <= batch_after]
-    counted = new_jobs(jobs_before, jobs_after, retained_jobs(spark))
-    known = None if counted is None else jobs_after - jobs_before
-    batches = batch_after - batch_before
-    whole = len(window) == batches  # Spark keeps the last 100 progress reports
-    return per_batch(counted, commits, batches, batch_breakdown(window), None,
-                     step_breakdown(stage_rows(spark, known), batches,
-                                    add_batch_sum({}, all_batches=window) if whole else None))
+    return {a: by_name[query_name(a, versions[a].version)] for a in assets
+            if query_name(a, versions[a].version) in by_name}
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -198,6 +173,7 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
 
         _wait(shown, timeout_s, f"the tables did not show the {what} marker change")
 
+    from kappa.harness.bench import mark_query, per_batch_between
     from kappa.streaming.session import spark_session
 
     spark = spark or spark_session(settings)
@@ -210,16 +186,17 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
         say(f"running {', '.join(assets.values())} continuously; catching up with the changelogs")
         marker_round("catch-up")
         start = {t: DeltaTable(p).version() for t, p in paths.items()}
-        marks = _batch_marks(spark, versions, assets.values())
+        queries = _running_queries(spark, versions, assets.values())
+        marks = {asset: mark_query(spark, q) for asset, q in queries.items()}
         say(f"applying {changes} changes" + (f" at {rate:g}/s" if rate else ""))
         t0 = time.monotonic()
         simulate(settings, changes, seed=seed, rate=rate)
         simulate_s = time.monotonic() - t0
         marker_round("final")
         settle_s = time.monotonic() - t0 - simulate_s
-        per_batch = {asset: _query_per_batch(spark, versions[asset], marks[asset],
-                                             DeltaTable(paths[table]).version() - start[table])
-                     for table, asset in assets.items() if asset in marks}
+        per_batch = {asset: per_batch_between(spark, queries[asset], marks[asset], mark_query(spark, queries[asset]),
+                                              DeltaTable(paths[table]).version() - start[table])
+                     for table, asset in assets.items() if asset in queries}
     finally:
         stop.set()
         thread.join(120)
