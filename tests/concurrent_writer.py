@@ -5,7 +5,8 @@
 ENGINE is ``spark`` (a Spark application of its own: Kappa's
 :func:`kappa.streaming.session.spark_session`, ``local[1]``) or ``delta-rs`` (``write_deltalake``
 with :func:`kappa.core.storage.delta_rs_options`). MODE ``safe`` is Kappa's configuration as
-shipped; ``unsafe`` swaps in the setting it replaced: Delta's ``S3SingleDriverLogStore`` for Spark,
+shipped; ``unsafe`` swaps in the setting it replaced: Delta's ``S3SingleDriverLogStore`` over S3A's
+unconditional creates for Spark,
 or delta-rs without conditional puts (``conditional_put=disabled`` with
 ``AWS_S3_ALLOW_UNSAFE_RENAME=true``, which delta-rs 1.6 answers by refusing every commit). The
 object store comes from the environment (``KAPPA_S3_ENDPOINT``, ``AWS_*``).
@@ -26,8 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-#: The commit log store Kappa replaced (one driver per table; see kappa.streaming.session).
-UNSAFE_LOG_STORE = "io.delta.storage.S3SingleDriverLogStore"
+#: The setting Kappa replaced (see kappa.streaming.session): Delta's one-driver-per-table log store,
+#: and S3A's creates unconditional (its default). With S3A's conditional create on, that log store's
+#: ``create(overwrite=false)`` is a conditional PutObject too and cannot lose a commit either.
+UNSAFE_SPARK = {"spark.delta.logStore.s3a.impl": "io.delta.storage.S3SingleDriverLogStore",
+                "spark.hadoop.fs.s3a.create.conditional.enabled": "false"}
 #: delta-rs with put-if-absent turned off (0.x copied commits into place unconditionally; 1.x refuses).
 UNSAFE_DELTA_RS = {"conditional_put": "disabled", "AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
 #: Bounds: how long a writer waits to start, and for the whole run.
@@ -44,8 +48,7 @@ def spark_appender(table: str, mode: str):
 
     if mode == "unsafe":  # the same session with the log store Kappa replaced
         shipped = session.spark_conf
-        session.spark_conf = lambda settings, **kw: {**shipped(settings, **kw),
-                                                     "spark.delta.logStore.s3a.impl": UNSAFE_LOG_STORE}
+        session.spark_conf = lambda settings, **kw: {**shipped(settings, **kw), **UNSAFE_SPARK}
     spark = session.spark_session(load_settings(spark_master="local[1]", spark_driver_memory="512m",
                                                 shuffle_partitions=1))
     spark.sparkContext.setLogLevel("ERROR")

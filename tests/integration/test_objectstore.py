@@ -265,7 +265,6 @@ def test_the_sql_endpoints_identity_reads_the_warehouse_and_writes_only_dbts_loc
     }, got
 
 
-@pytest.mark.heavy  # a broker and two `kappa run`s: 140 s on 2 busy cores
 def test_assets_run_with_tables_checkpoints_and_registry_on_the_object_store(store, tmp_path):
     """Issue 20 item 2, Spark side: `kappa run` with the printed env keeps every table, checkpoint
     and the registry at s3a://<bucket>/…; a second run restarts from those checkpoints and adds
