@@ -17,6 +17,15 @@ variable                       meaning                                         d
 ``KAPPA_BOOTSTRAP_SERVERS``    Kafka bootstrap servers                          ``127.0.0.1:<port>``
 ``KAPPA_SPARK_MASTER``         Spark master URL                                 ``local[*]``
 ``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
+``KAPPA_SPARK_UI``             ``true``: the driver's web UI and REST API        ``false``
+``KAPPA_SPARK_UI_PORT``        their port (``spark.ui.port``)                   Spark's (``4040``,
+                                                                                the next free one)
+``KAPPA_SPARK_CLUSTER_PORT``   ``kappa spark``'s standalone master port          ``7077``
+``KAPPA_SPARK_CLUSTER_WEBUI_PORT`` its master's web UI (JSON at ``/json/``)      ``8080``
+``KAPPA_SPARK_WORKERS``        its workers (each one executor per application)  ``2``
+``KAPPA_SPARK_WORKER_CORES``   cores each worker offers                         ``1``
+``KAPPA_SPARK_WORKER_MEMORY``  memory each worker offers (≥ an executor's,      ``1g``
+                               ``spark.executor.memory``, 1g by default)
 ``KAPPA_SHUFFLE_PARTITIONS``   ``spark.sql.shuffle.partitions``                 ``2``
 ``KAPPA_RUNNER``               where queries run: ``local`` or ``kubernetes``   ``local``
 ``KAPPA_MAX_OFFSETS_PER_TRIGGER`` records per micro-batch of a continuous    ``500000``
@@ -216,6 +225,15 @@ class Settings(BaseSettings):
     #: ``spark.databricks.delta.snapshotPartitions``: tasks that rebuild a Delta snapshot.
     delta_snapshot_partitions: int = Field(2, ge=1)
     spark_ui: bool = False
+    #: ``spark.ui.port`` when set; else Spark's 4040 (or the next free port).
+    spark_ui_port: int | None = Field(None, ge=1, le=65535)
+    #: ``kappa spark`` (:mod:`kappa.services.spark_cluster`): the standalone master's ports, and the
+    #: workers it starts with their cores and memory.
+    spark_cluster_port: int = Field(7077, ge=1, le=65535)
+    spark_cluster_webui_port: int = Field(8080, ge=1, le=65535)
+    spark_workers: int = Field(2, ge=1)
+    spark_worker_cores: int = Field(1, ge=1)
+    spark_worker_memory: str = Field("1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
 
     runner: Literal["local", "kubernetes"] = "local"
 

@@ -39,9 +39,11 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
     assert [Path(j).name for j in session["spark.driver.extraClassPath"].split(":")] == [
         "delta.jar", "kappa-delta-logstore.jar"] and "spark.jars" not in session
     assert app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
-    # executors in other JVMs (a standalone cluster's) must fetch them: spark.jars
+    # executors in other JVMs (a standalone cluster's) load them from the same paths, not copies
     remote = spark_conf(load_settings(project_dir=ROOT, jars_dir=tmp_path, spark_master="spark://127.0.0.1:7077"))
-    assert remote["spark.jars"].endswith("/kappa-delta-logstore.jar") and "spark.driver.extraClassPath" not in remote
+    assert remote["spark.executor.extraClassPath"] == remote["spark.driver.extraClassPath"] == \
+        session["spark.driver.extraClassPath"] and "spark.jars" not in remote
+    assert "spark.executor.extraClassPath" not in session
     shared = set(session) & set(app) - MACHINE_PATHS
     assert {k: session[k] for k in shared} == {k: app[k] for k in shared}
     # paths: this machine's for the session, the image's for the application (never the renderer's)

@@ -52,6 +52,14 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (the OS picks it: bind to port 0). Another process may take
+    it before the caller binds it; callers start their server right away."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def running_pid(pid_file: Path) -> int | None:
     """The pid in ``pid_file`` if that process is alive, else None (a stale pid file is removed)."""
     try:

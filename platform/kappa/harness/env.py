@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,14 +14,7 @@ from typing import Callable
 import yaml
 
 from kappa.config import Settings, load_settings
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the OS picks it: bind to port 0). Another process may take
-    it before the caller binds it; callers start their server right away."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kappa.core.processes import free_port  # re-exported: the tests' free ports
 
 
 @dataclass

@@ -127,12 +127,6 @@ def spark_home() -> Path:
 # ------------------------------------------------------------------------------------- helpers
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _write_pki(pki: Path) -> None:
     """A CA, the API server's serving certificate (``127.0.0.1``, ``localhost``,
     ``kubernetes.default.svc`` and the service IP) signed by it, and the service-account signing key."""
@@ -276,7 +270,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     _write_pki(pki)
     token = os.urandom(16).hex()
     (d / "tokens.csv").write_text(f"{token},{ADMIN_USER},{ADMIN_USER},system:masters\n")
-    ports = {name: _free_port() for name in ("kine", "apiserver", "kwok", "operator-health")}
+    ports = {name: processes.free_port() for name in ("kine", "apiserver", "kwok", "operator-health")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     kubeconfig = d / "kubeconfig"
     kubeconfig.write_text(_kubeconfig(server, pki / "ca.crt", token))

@@ -75,6 +75,7 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.ui.enabled": str(settings.spark_ui).lower(),
+        **({"spark.ui.port": str(settings.spark_ui_port)} if settings.spark_ui_port else {}),
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -156,10 +157,14 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     else:
         conf["spark.master"] = settings.spark_master
         conf["spark.driver.memory"] = settings.spark_driver_memory
-        if settings.spark_master.startswith("local"):
-            conf["spark.driver.extraClassPath"] = os.pathsep.join(str(j) for j in spark_jars(settings))
-        else:  # executors in other JVMs (a standalone cluster's) fetch them from the driver
-            conf["spark.jars"] = ",".join(str(j) for j in spark_jars(settings))
+        classpath = os.pathsep.join(str(j) for j in spark_jars(settings))
+        conf["spark.driver.extraClassPath"] = classpath
+        if not settings.spark_master.startswith("local"):
+            # Executors in other JVMs (a standalone cluster's) load the jars from the same paths: the
+            # workers `kappa spark` starts share this machine's build/jars; other machines need it at
+            # the same path (kappa.services.spark_cluster). spark.jars would copy every jar, the
+            # 640 MB AWS SDK bundle included, into every executor's work folder.
+            conf["spark.executor.extraClassPath"] = classpath
     return conf
 
 
