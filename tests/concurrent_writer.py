@@ -3,8 +3,10 @@
     python -m tests.concurrent_writer ENGINE MODE WRITER TABLE SYNC_DIR COMMITS ROWS PERIOD
 
 ENGINE is ``spark`` (a Spark application of its own: Kappa's
-:func:`kappa.streaming.session.spark_session`, ``local[1]``) or ``delta-rs`` (``write_deltalake``
-with :func:`kappa.core.storage.delta_rs_options`). MODE ``safe`` is Kappa's configuration as
+:func:`kappa.streaming.session.spark_session`, ``local[1]``), ``delta-rs`` (``write_deltalake``
+with :func:`kappa.core.storage.delta_rs_options`) or ``log-store`` (the put-if-absent step of a
+Spark Delta commit alone, :func:`log_store_committer`: no data job before it, so writers that start
+a commit at the same moment reach the store within milliseconds of each other). MODE ``safe`` is Kappa's configuration as
 shipped; ``unsafe`` swaps in the setting it replaced: Delta's ``S3SingleDriverLogStore`` over S3A's
 unconditional creates for Spark,
 or delta-rs without conditional puts (``conditional_put=disabled`` with
@@ -22,6 +24,7 @@ counts as appended only when the write call returned.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -61,6 +64,38 @@ def spark_appender(table: str, mode: str):
     return append
 
 
+def log_store_committer(table: str, mode: str):
+    """The step of a Delta commit that decides whether it is lost: the log store's
+    ``write(<table>/_delta_log/<version>.json, actions, overwrite=false)``, called on the log store
+    class Kappa's session configures for ``s3a://`` (``unsafe``: the one it replaced, over S3A's
+    unconditional creates), with the session's Hadoop configuration. Commit ``k`` is version ``k``."""
+    import kappa.streaming.session as session
+    from kappa.config import load_settings
+
+    conf = session.spark_conf(load_settings(spark_master="local[1]", spark_driver_memory="512m"))
+    if mode == "unsafe":
+        conf.update(UNSAFE_SPARK)
+    spark = session.spark_session(load_settings(spark_master="local[1]", spark_driver_memory="512m", shuffle_partitions=1))
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm = spark._jvm
+    hadoop = spark._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        if key.startswith("spark.hadoop."):
+            hadoop.set(key[len("spark.hadoop."):], value)
+    name = "io.delta.storage.S3SingleDriverLogStore" if mode == "unsafe" else session.LOG_STORE_CLASS
+    log_store = functools.reduce(getattr, name.split("."), jvm)(hadoop)
+    first = jvm.org.apache.hadoop.fs.Path(f"{table}/_delta_log/{0:020d}.json")
+    first.getFileSystem(hadoop).exists(first)  # warm: the S3A client is up before the first commit
+
+    def commit(batch: list[dict]) -> None:
+        lines = jvm.java.util.ArrayList()
+        for r in batch:
+            lines.add(json.dumps(r))
+        path = jvm.org.apache.hadoop.fs.Path(f"{table}/_delta_log/{batch[0]['commit'] + 1:020d}.json")
+        log_store.write(path, lines.iterator(), False, hadoop)
+    return commit
+
+
 def delta_rs_appender(table: str, mode: str):
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -82,7 +117,7 @@ def delta_rs_appender(table: str, mode: str):
 def main(engine: str, mode: str, writer: str, table: str, sync_dir: str, commits: str, n_rows: str,
          period: str) -> None:
     sync = Path(sync_dir)
-    append = (spark_appender if engine == "spark" else delta_rs_appender)(table, mode)
+    append = {"spark": spark_appender, "delta-rs": delta_rs_appender, "log-store": log_store_committer}[engine](table, mode)
     (sync / f"{writer}.ready").touch()
     deadline = time.time() + WAIT_GO_S
     while not (sync / "go").exists():

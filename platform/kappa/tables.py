@@ -76,14 +76,11 @@ def open(name: str, settings: Settings | None = None, version: int | None = None
     a dbt mart at its latest); ``version`` reads another Delta version of the same table (time
     travel). Settings default to the ``KAPPA_*`` environment. Raises :class:`RegistryError` for an
     unknown or unpromoted name."""
-    from deltalake import DeltaTable
-
-    from kappa.core.storage import delta_rs_options, delta_rs_uri
+    from kappa.delta.tables import open_table
 
     settings = settings or load_settings()
     location, pinned = resolve(name, settings)
-    return DeltaTable(delta_rs_uri(location), version=pinned if version is None else version,
-                      storage_options=delta_rs_options(location, settings))
+    return open_table(str(location), settings, pinned if version is None else version)
 
 
 def dataset(name: str, settings: Settings | None = None, version: int | None = None):

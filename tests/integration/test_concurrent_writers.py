@@ -17,10 +17,13 @@ exactly once, with one table version per commit:
 - Spark (quarantine's kind): two Spark applications, each a SparkSession of Kappa's
   ``spark_session`` with Kappa's log store, beside two delta-rs writers (2026-11-27, quiet machine:
   12 Spark commits, 12 versions, 36 rows found of 36; 24 delta-rs commits, 24 versions; 90 s).
-- The setting Kappa replaced (heavy: a race, see ``UNSAFE_COMMITS``): Delta's
+- The log store alone (the step of a Delta commit that makes or loses it): two processes create
+  versions 1-8 of one log at the same moments. Kappa's: 8 created, 8 refused, none lost; the one it
+  replaced: both writers told they created 7 of the 8 (2026-11-27).
+- The setting Kappa replaced through whole Spark appends (heavy: a race, see ``UNSAFE_COMMITS``): Delta's
   ``S3SingleDriverLogStore`` over S3A's unconditional creates, which must lose a commit (its
   existence check and upload are separate requests, guarded only inside one JVM). 2026-11-27:
-  12 commits returned, 11 versions, 3 rows lost (64 s). With S3A's conditional create left on, the
+  12 commits returned, 11 versions, 3 rows lost (64 s); another run, 40 commits, 1 lost. With S3A's conditional create left on, the
   same log store lost nothing (12 of 12): its ``create(overwrite=false)`` is then a conditional
   PutObject as well, so the test switches both off, as they were before.
 """
@@ -36,13 +39,13 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, free_port
+from ..conftest import REPO
+from .helpers import object_store
 
 pytestmark = pytest.mark.integration
 #: The unsafe setting's demonstration (a race; see UNSAFE_COMMITS): `make test-heavy`.
 heavy = pytest.mark.heavy
 
-BINARY = REPO / "build" / "tools" / "bin" / "versitygw"
 #: Writers per table, commits per writer, rows per commit, seconds between a writer's commits.
 #: Spark's period leaves room for one small append on a busy 2-core machine.
 SPARK_WRITERS, DELTA_RS_WRITERS = 2, 2
@@ -51,6 +54,8 @@ SPARK_COMMITS, DELTA_RS_COMMITS, ROWS = 6, 12, 3
 #: inside one existence-check-then-upload window (1 of 12 on 2026-11-27).
 UNSAFE_COMMITS = 20
 SPARK_PERIOD, DELTA_RS_PERIOD = 2.0, 0.4
+#: The log-store race: versions each writer tries to create, and seconds between them.
+RACE_COMMITS, RACE_PERIOD = 8, 1.0
 #: Bounds: writers ready (Spark's JVMs started), then the whole run.
 READY_S, RUN_S = 180.0, 120.0
 
@@ -64,19 +69,8 @@ def kappa(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 def store_env(tmp_path_factory):
     """The environment of a private object store (started with the CLI on a free port, stopped
     afterwards): the base environment without AWS_*/KAPPA_* plus its status's ``env``."""
-    if not os.access(BINARY, os.X_OK):
-        pytest.fail(f"{BINARY} is missing: run `make objectstore-tools`")
-    home = tmp_path_factory.mktemp("objectstore")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KAPPA_"))}
-    base.update(KAPPA_HOME=str(home), KAPPA_PROJECT_DIR=str(REPO), KAPPA_OBJECTSTORE_PORT=str(free_port()),
-                KAPPA_OBJECTSTORE_BUCKET="writers")
-    started = kappa("objectstore", "start", env=base)
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
-        status = json.loads(kappa("objectstore", "status", "--format", "json", env=base).stdout)
+    with object_store(tmp_path_factory.mktemp("objectstore"), "writers") as (base, status):
         yield {**base, **status["env"]}
-    finally:
-        kappa("objectstore", "stop", env=base)
 
 
 def _create(table: str, env: dict[str, str]) -> None:
@@ -110,28 +104,15 @@ print(json.dumps({{"version": dt.version(), "ids": ids}}))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int = SPARK_WRITERS,
-                delta_rs_writers: int = DELTA_RS_WRITERS, spark_commits: int = SPARK_COMMITS) -> dict[str, dict]:
-    """Create the two shared tables under ``<warehouse>/<mode>/_kappa/``, run every writer in
-    ``mode``, and count per table: rows appended (by commits that returned), rows found, ids found
-    more than once or never appended, commits that returned, versions the table has after its
-    empty version 0, commits lost (a commit that returned but whose rows are not all there)."""
-    root = f"{env['KAPPA_WAREHOUSE']}/{mode}/_kappa"
-    tables = {"spark": f"{root}/quarantine", "delta-rs": f"{root}/registry"}
-    if not spark_writers:
-        del tables["spark"]
-    if not delta_rs_writers:
-        del tables["delta-rs"]
-    for table in tables.values():
-        _create(table, env)
+def _run(plan: list[tuple[str, str, str, int, float]], mode: str, env: dict[str, str], sync: Path) -> dict[str, dict]:
+    """Start every writer of ``plan`` ((engine, writer, table, commits, period) each, in ``mode``) as
+    its own process, wait until all are ready, give the go, and return writer -> its JSON report."""
     sync.mkdir()
-    plan = [("spark", f"spark-{i}", spark_commits, SPARK_PERIOD) for i in range(spark_writers)]
-    plan += [("delta-rs", f"rs-{i}", DELTA_RS_COMMITS, DELTA_RS_PERIOD) for i in range(delta_rs_writers)]
     procs = {
-        writer: subprocess.Popen([sys.executable, "-m", "tests.concurrent_writer", engine, mode, writer, tables[engine],
+        writer: subprocess.Popen([sys.executable, "-m", "tests.concurrent_writer", engine, mode, writer, table,
                                   str(sync), str(commits), str(ROWS), str(period)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-        for engine, writer, commits, period in plan}
+        for engine, writer, table, commits, period in plan}
     results: dict[str, dict] = {}
     try:
         deadline = time.monotonic() + READY_S
@@ -150,6 +131,60 @@ def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int =
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    return results
+
+
+def run_log_store_race(mode: str, env: dict[str, str], sync: Path, writers: int = 2,
+                       commits: int = RACE_COMMITS) -> dict:
+    """Every writer creates commit files 1..``commits`` of one fresh ``_delta_log`` with the log store
+    of ``mode`` (tests/concurrent_writer.py ``log-store``), all at the same moments; then count per
+    version whose content is there and how many writers were told they created it: ``created``
+    (writers told so, summed), ``versions``, ``lost`` (a writer told it created a version that holds
+    another writer's content), ``refused`` (FileAlreadyExistsException, the put-if-absent's answer),
+    ``other_failures``."""
+    table = f"{env['KAPPA_WAREHOUSE']}/{mode}/_kappa/race"
+    results = _run([("log-store", f"ls-{i}", table, commits, RACE_PERIOD) for i in range(writers)], mode, env, sync)
+    script = f"""
+import json
+from kappa.config import load_settings
+from kappa.core.storage import exists, read_text
+settings = load_settings()
+out = {{}}
+for k in range(1, {commits} + 1):
+    path = "{table}/_delta_log/" + f"{{k:020d}}.json"
+    out[k] = json.loads(read_text(path, settings).splitlines()[0])["writer"] if exists(path, settings) else None
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    holder = {int(k): w for k, w in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    told = {k: [w for w, r in results.items() if k - 1 in r["committed"]] for k in holder}
+    failures = [e for r in results.values() for e in r["failed"].values()]
+    return {"created": sum(len(t) for t in told.values()), "versions": sum(1 for w in holder.values() if w),
+            "lost": sum(len([w for w in t if w != holder[k]]) for k, t in told.items()),
+            "refused": sum(1 for e in failures if "FileAlreadyExistsException" in e),
+            "other_failures": [e for e in failures if "FileAlreadyExistsException" not in e],
+            "holders": holder, "told": told}
+
+
+def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int = SPARK_WRITERS,
+                delta_rs_writers: int = DELTA_RS_WRITERS, spark_commits: int = SPARK_COMMITS) -> dict[str, dict]:
+    """Create the two shared tables under ``<warehouse>/<mode>/_kappa/``, run every writer in
+    ``mode``, and count per table: rows appended (by commits that returned), rows found, ids found
+    more than once or never appended, commits that returned, versions the table has after its
+    empty version 0, commits lost (a commit that returned but whose rows are not all there)."""
+    root = f"{env['KAPPA_WAREHOUSE']}/{mode}/_kappa"
+    tables = {"spark": f"{root}/quarantine", "delta-rs": f"{root}/registry"}
+    if not spark_writers:
+        del tables["spark"]
+    if not delta_rs_writers:
+        del tables["delta-rs"]
+    for table in tables.values():
+        _create(table, env)
+    plan = [("spark", f"spark-{i}", spark_commits, SPARK_PERIOD) for i in range(spark_writers)]
+    plan += [("delta-rs", f"rs-{i}", DELTA_RS_COMMITS, DELTA_RS_PERIOD) for i in range(delta_rs_writers)]
+    results = _run([(engine, writer, tables[engine], commits, period) for engine, writer, commits, period in plan],
+                   mode, env, sync)
     counts = {}
     for engine, table in tables.items():
         mine = [r for r in results.values() if r["engine"] == engine]
@@ -200,6 +235,22 @@ def test_many_spark_and_delta_rs_writers_lose_no_commit(store_env, tmp_path):
     counts = run_writers("safe", store_env, tmp_path / "sync")
     print(f"\nsafe: {json.dumps(counts)} ({time.monotonic() - started:.0f} s)")
     _assert_none_lost(counts, {"spark": SPARK_WRITERS, "delta-rs": DELTA_RS_WRITERS})
+
+
+def test_the_log_store_refuses_the_second_of_two_simultaneous_commits(store_env, tmp_path):
+    # Kappa's log store: of two writers creating one version at the same moment, one is refused
+    race = run_log_store_race("safe", store_env, tmp_path / "sync")
+    print(f"\nlog store, safe: {json.dumps(race)}")
+    assert race["other_failures"] == [] and race["lost"] == 0, race
+    assert race["versions"] == race["created"] == RACE_COMMITS and race["refused"] == RACE_COMMITS, race
+
+
+def test_the_log_store_kappa_replaced_tells_both_writers_they_committed(store_env, tmp_path):
+    # the setting it replaced: both are told they created the version, one's commit is gone
+    race = run_log_store_race("unsafe", store_env, tmp_path / "sync")
+    print(f"\nlog store, unsafe: {json.dumps(race)}")
+    assert race["other_failures"] == [] and race["versions"] == RACE_COMMITS, race
+    assert race["lost"] > 0 and race["created"] == race["versions"] + race["lost"], race
 
 
 @heavy  # a race: lost 1 commit of 12 on 2026-11-27, so 3.3x the commits to make a loss near certain

@@ -232,7 +232,7 @@ def test_a_kill_after_the_pattern_committed_its_matches_writes_nothing_twice(mak
     assert done.returncode in (137, -9), f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
     assert "KAPPA_FAULT: delay_streaks batch 1 at after_table_commit" in done.stderr
     v = Registry(settings).latest("delay_streaks")
-    assert committed_txn_version(v.table_path, v.txn_app_id) == 1
+    assert committed_txn_version(v.table_path, v.txn_app_id, None) == 1
     assert not (Path(v.checkpoint_path) / "commits" / "1").exists()
     written = len(table(settings, "delay_streaks"))
     assert written > 0  # batch 1 did write matches before the kill

@@ -149,7 +149,7 @@ def _txn_version(settings, writer: str) -> int | None:
     assert v is not None
     path = {"": v.table_path, "quarantine": str(quarantine_path(settings)),
             "late": str(late_events_path(settings))}[kind]
-    return committed_txn_version(path, v.writer_id(kind or None))
+    return committed_txn_version(path, v.writer_id(kind or None), None)
 
 
 @pytest.mark.heavy  # the 2,400-flight sweep, minutes; over CI's 90 minutes with the rest on the 2026-11-26 machine (README, Tests)

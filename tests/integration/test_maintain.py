@@ -43,7 +43,7 @@ def _fast_trigger(name: str, doc: dict) -> None:
 
 
 def _rows(path: str) -> int:
-    return table_rows(path)[0]
+    return table_rows(path, None)[0]
 
 
 def _wait_rows(path: str, n: int, query, timeout_s: float = 120.0) -> None:

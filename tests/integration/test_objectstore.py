@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, free_port
+from .helpers import object_store
 
 pytestmark = pytest.mark.integration
 
-BINARY = REPO / "build" / "tools" / "bin" / "versitygw"
 
 
 def kappa(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
@@ -39,19 +39,8 @@ def python(script: str, env: dict[str, str], timeout: float = 60) -> str:
 def store(tmp_path):
     """(base env, status JSON) of a started object store in a private KAPPA_HOME on a free port;
     stopped afterwards. The base env carries no AWS_* variable, so credentials come from the store."""
-    if not os.access(BINARY, os.X_OK):
-        pytest.fail(f"{BINARY} is missing: run `make objectstore-tools`")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KAPPA_"))}
-    base.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO),
-                KAPPA_OBJECTSTORE_PORT=str(free_port()), KAPPA_OBJECTSTORE_BUCKET="kappa-test")
-    started = kappa("objectstore", "start", env=base)
-    assert started.returncode == 0, started.stdout + started.stderr
-    try:
-        status = kappa("objectstore", "status", "--format", "json", env=base)
-        assert status.returncode == 0, status.stderr
-        yield base, json.loads(status.stdout)
-    finally:
-        kappa("objectstore", "stop", env=base)
+    with object_store(tmp_path / "home", "kappa-test") as started:
+        yield started
 
 
 def test_start_status_delta_rs_pyarrow_if_none_match_stop(store, tmp_path):

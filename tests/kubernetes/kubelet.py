@@ -124,8 +124,10 @@ class KubeletWatcher:
     * a started pod that is gone or being deleted: its process group gets SIGTERM (the container
       stop), then SIGKILL after ``grace_s``.
 
-    ``started``: pod name -> its process (the record of what ran); ``stopped``: pods whose process
-    was stopped because the pod went away. Use as a context manager: leaving stops every process."""
+    ``started``: pod name -> its process (the record of what ran; a pod created again under the same
+    name, e.g. by a rollback, runs anew and the earlier process moves to ``earlier``); ``stopped``:
+    pods whose process was stopped because the pod went away. Use as a context manager: leaving
+    stops every process."""
 
     def __init__(self, api_client, namespace: str, workdir: Path, cwd: Path, base_env: dict[str, str],
                  *, skip: set[str] = frozenset(), every_s: float = 0.5, grace_s: float = 60.0):
@@ -136,6 +138,10 @@ class KubeletWatcher:
         self.stopped: list[str] = []
         self.errors: list[str] = []
         self._reported: set[str] = set()
+        #: pod name -> the uid of the pod its process in ``started`` runs
+        self._uids: dict[str, str] = {}
+        #: (pod name, process) of earlier pods of a name whose pod was created again
+        self.earlier: list[tuple[str, subprocess.Popen]] = []
         self._started_at: dict[str, str] = {}
         self._pods: dict[str, client.V1Pod] = {}
         self._halt = threading.Event()
@@ -166,12 +172,16 @@ class KubeletWatcher:
     def _tick(self) -> None:
         pods = {p.metadata.name: p for p in self.core.list_namespaced_pod(self.namespace).items}
         for name, pod in pods.items():
-            if (name.endswith("-driver") and name not in self.started and name not in self.skip
+            # a pod of a name whose earlier pod went away (an application created again) is new
+            fresh = self._uids.get(name) != pod.metadata.uid
+            if (name.endswith("-driver") and fresh and name not in self.skip
                     and pod.spec.node_name and pod.status.phase == "Running"
                     and pod.metadata.deletion_timestamp is None):
                 self._start(pod)
         for name, proc in list(self.started.items()):
             pod = pods.get(name)
+            if pod is not None and pod.metadata.uid != self._uids.get(name):
+                pod = None  # a new pod of the same name: the one this process ran is gone
             if pod is None or pod.metadata.deletion_timestamp is not None:
                 if proc.poll() is None:
                     self._stop(name)
@@ -186,6 +196,13 @@ class KubeletWatcher:
 
     def _start(self, pod: client.V1Pod) -> None:
         name = pod.metadata.name
+        if name in self.started:  # its earlier pod's run: stopped if need be, kept in the record
+            if self.started[name].poll() is None:
+                self._stop(name)
+                self.stopped.append(name)
+            self.earlier.append((name, self.started.pop(name)))
+            self._reported.discard(name)
+        self._uids[name] = pod.metadata.uid
         command, pod_env = local_command(pod)
         env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
         env.update({k: v for k, v in pod_env.items() if not k.startswith("SPARK_")})

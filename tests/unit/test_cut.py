@@ -99,10 +99,10 @@ def test_vacuum_leaves_a_table_alone_while_its_pinned_snapshot_may_name_files_ol
     path = str(tmp_path / "t")
     for i in range(3):
         write_deltalake(path, pa.table({"x": [i]}), mode="overwrite")  # versions 0, 1, 2
-    assert _pin_older_than(path, 2, None) is None and _pin_older_than(path, None, 1.0) is None
-    assert _pin_older_than(path, 0, None) is None  # the commit after it is seconds old: 7 days to go
+    assert _pin_older_than(path, 2, None, None) is None and _pin_older_than(path, None, 1.0, None) is None
+    assert _pin_older_than(path, 0, None, None) is None  # the commit after it is seconds old: 7 days to go
     time.sleep(0.05)
-    assert "pinned snapshot (Delta version 0)" in _pin_older_than(path, 0, 0.00001)  # 36 ms of retention
+    assert "pinned snapshot (Delta version 0)" in _pin_older_than(path, 0, 0.00001, None)  # 36 ms of retention
 
 
 # --- pins whose consistency was not evaluated are named, with why (never "consistent") -------------

@@ -102,7 +102,7 @@ def _run_long(options: LoadOptions, name: str, context, settings, kappa, duratio
             timer.cancel()
     version = Registry(settings).latest(name)
     assert version is not None
-    rows, delta_version = table_rows(version.table_path)
+    rows, delta_version = table_rows(version.table_path, settings)
     # The checkpoint, not the sampled progress reports, says where the query stopped: a batch
     # can start and commit between two samples.
     committed = read_checkpoint(version.checkpoint_path).offsets
@@ -146,7 +146,7 @@ def materialize(
                 from kappa.runners import run_until_caught_up
 
                 current = Registry(settings).latest(name)
-                rows_before = table_rows(current.table_path)[0] if current else 0
+                rows_before = table_rows(current.table_path, settings)[0] if current else 0
                 [result] = run_until_caught_up(settings, [name], runner=runner, on_progress=ProgressLog(context),
                                                timeout_s=kappa.catch_up_timeout_s)
                 version = Registry(settings).version(name, result.version)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 REGISTRY_SENSOR = "kappa_registry"
 
 
-def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterialization:
+def promotion_materialization(version: Version, event: dict, settings) -> dg.AssetMaterialization:
     """The materialization recording that ``event`` (a ``promoted`` registry event) pointed the
     stable name at ``version``, or (a ``pinned`` event) moved its snapshot: rows and Delta version
     of the pinned snapshot, and the cut (topic -> partition -> offset) it covers."""
@@ -44,7 +44,7 @@ def promotion_materialization(version: Version, event: dict) -> dg.AssetMaterial
 
     caught = version.last("caught_up") or {}
     details = event["details"]
-    rows, delta_version = table_rows(version.table_path, details.get("snapshot"))
+    rows, delta_version = table_rows(version.table_path, settings, details.get("snapshot"))
     reason = details.get("reason", "promote")
     md: dict[str, object] = {
         "version": version.version,
@@ -125,7 +125,7 @@ def registry_events_since(registry: Registry, cursor: str | None, declared: dict
             if asset not in declared:
                 continue
             promoted = [e for e in version.events if e["event"] == "promoted"]
-            out.append(promotion_materialization(version, promoted[-1]))
+            out.append(promotion_materialization(version, promoted[-1], registry.settings))
             out.extend(gate_evaluations(version, declared[asset]))
         return out, newest
     since = datetime.fromisoformat(cursor)
@@ -134,7 +134,7 @@ def registry_events_since(registry: Registry, cursor: str | None, declared: dict
             continue
         if e["event"] in ("promoted", "pinned"):
             version = registry.version(e["asset"], e["version"], events)
-            out.append(promotion_materialization(version, e))
+            out.append(promotion_materialization(version, e, registry.settings))
             out.extend(gate_evaluations(version, declared[e["asset"]]))
         elif e["event"] in ("gate_passed", "gate_failed"):
             promoted = registry.promoted(e["asset"], events)

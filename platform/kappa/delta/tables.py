@@ -18,17 +18,34 @@ from kappa.config import Settings
 _DELTA_ONLY = {"deletionVectors", "columnMapping"}
 
 
+def open_table(table_path: str, settings: Settings | None = None, version: int | None = None):
+    """``deltalake.DeltaTable`` of the table at ``table_path`` (Delta version ``version``, default the
+    latest) with Kappa's delta-rs options (:func:`kappa.core.storage.delta_rs_options`: the object
+    store's endpoint from ``settings``, ``s3a://`` as ``s3://``): THE way Kappa opens a table with
+    delta-rs. Raises deltalake's ``TableNotFoundError`` when there is no table."""
+    from deltalake import DeltaTable
+
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
+
+    return DeltaTable(delta_rs_uri(table_path), version=version, storage_options=delta_rs_options(table_path, settings))
+
+
+def is_table(table_path: str, settings: Settings | None = None) -> bool:
+    """Whether a Delta table (a ``_delta_log`` with a commit) is at ``table_path`` (options as
+    :func:`open_table`)."""
+    from deltalake import DeltaTable
+
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
+
+    return DeltaTable.is_deltatable(delta_rs_uri(table_path), delta_rs_options(table_path, settings))
+
+
 def dataset(table_path: str, settings: Settings | None = None, version: int | None = None):
     """The Delta table at ``table_path`` (plain path, ``file://``, ``s3://`` or ``s3a://``; Delta
     version ``version``, default the latest) as a ``pyarrow.dataset.Dataset`` over its active
     Parquet files, with the table's schema, through ``pyarrow.fs`` (:func:`kappa.core.storage.filesystem`).
     Raises deltalake's ``TableNotFoundError`` when there is no table."""
-    from deltalake import DeltaTable
-
-    from kappa.core.storage import delta_rs_options, delta_rs_uri
-
-    table = DeltaTable(delta_rs_uri(table_path), version=version, storage_options=delta_rs_options(table_path, settings))
-    return _files_dataset(table, settings)
+    return _files_dataset(open_table(table_path, settings, version), settings)
 
 
 def _files_dataset(table, settings: Settings | None = None):
@@ -46,26 +63,22 @@ def _files_dataset(table, settings: Settings | None = None):
     return pds.dataset(files, schema=pa.schema(table.schema().to_arrow()), format="parquet", filesystem=fs)
 
 
-def table_rows(table_path: str, version: int | None = None) -> tuple[int, int | None]:
+def table_rows(table_path: str, settings: Settings | None, version: int | None = None) -> tuple[int, int | None]:
     """(rows, Delta version) of a table at Delta version ``version`` (default: the latest); (0,
     None) when it has no commit yet. Row counts come from the Parquet footers, no data is scanned."""
-    from deltalake import DeltaTable
-
-    from kappa.core.storage import delta_rs_uri
-
     try:
-        table = DeltaTable(delta_rs_uri(table_path), version=version)
+        table = open_table(table_path, settings, version)
     except Exception:  # TableNotFoundError: the query committed nothing yet
         return 0, None
-    return _files_dataset(table).count_rows(), table.version()
+    return _files_dataset(table, settings).count_rows(), table.version()
 
 
-def count_of(table_path: str, asset: str, version: int) -> int:
+def count_of(table_path: str, asset: str, version: int, settings: Settings | None) -> int:
     """Rows of one asset version in a shared table (quarantine, late events); 0 when it does not exist."""
     import pyarrow.compute as pc
 
     try:
-        ds = dataset(table_path)
+        ds = dataset(table_path, settings)
     except Exception:
         return 0
     return ds.count_rows(filter=(pc.field("asset") == asset) & (pc.field("version") == version))

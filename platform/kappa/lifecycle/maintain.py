@@ -128,23 +128,19 @@ class _Snapshot:
     rows: int = 0
 
 
-def _snapshot(path: str) -> _Snapshot:
+def _snapshot(path: str, settings: Settings) -> _Snapshot:
     """Files, bytes and rows of the current snapshot of the Delta table at ``path`` (delta-rs reads
     the log; rows from each add's ``numRecords`` statistic, else the Parquet footers)."""
     import pyarrow as pa
-    from deltalake import DeltaTable
+    from kappa.delta.tables import is_table, open_table, table_rows
 
-    from kappa.core.storage import delta_rs_uri
-    from kappa.delta.tables import table_rows
-
-    uri = delta_rs_uri(path)
-    if not DeltaTable.is_deltatable(uri):
+    if not is_table(path, settings):
         return _Snapshot(None)
-    table = DeltaTable(uri)
+    table = open_table(path, settings)
     adds = pa.table(table.get_add_actions(flatten=True))
     sizes = adds["size_bytes"].to_pylist()
     records = adds["num_records"].to_pylist() if "num_records" in adds.column_names else [None]
-    rows = sum(records) if None not in records else table_rows(path)[0]
+    rows = sum(records) if None not in records else table_rows(path, settings)[0]
     return _Snapshot(table.version(), len(sizes), sum(sizes), rows)
 
 
@@ -190,7 +186,7 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
     report = MaintainReport(retention_hours=retention_hours)
     pinned = _recut(settings, say)
     for name, path, engine in targets(settings, assets):
-        before = _snapshot(path)
+        before = _snapshot(path, settings)
         t = TableReport(name, path, engine, files_before=before.files, bytes_before=before.bytes,
                         rows_before=before.rows, version_before=before.version)
         if before.version is None:
@@ -205,15 +201,15 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
                         from kappa.streaming.session import spark_session
 
                         spark = spark_session(settings)
-                    keep = _pin_older_than(path, pinned.get(path), retention_hours)
-                    t.compacted, t.vacuumed = _spark_table(spark, path, retention_hours, vacuum=keep is None)
+                    keep = _pin_older_than(path, pinned.get(path), retention_hours, settings)
+                    t.compacted, t.vacuumed = _spark_table(spark, path, retention_hours, settings, vacuum=keep is None)
                     t.skipped = keep
                 else:
                     t.compacted, t.vacuumed = _delta_rs_table(path, retention_hours, settings)
             except Exception as err:  # noqa: BLE001 - one table's failure must not stop the others
                 t.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             t.seconds = round(time.monotonic() - t0, 2)
-        after = _snapshot(path)
+        after = _snapshot(path, settings)
         t.files_after, t.bytes_after, t.rows_after, t.version_after = after.files, after.bytes, after.rows, after.version
         report.tables.append(t)
         if on_table is not None:
@@ -240,16 +236,14 @@ def _recut(settings: Settings, say: Callable[[str], None] | None) -> dict[str, i
 DEFAULT_RETENTION_HOURS = 168.0
 
 
-def _pin_older_than(path: str, snapshot: int | None, retention_hours: float | None) -> str | None:
+def _pin_older_than(path: str, snapshot: int | None, retention_hours: float | None, settings: Settings) -> str | None:
     """Why VACUUM must leave the table at ``path`` alone (its pinned ``snapshot``'s files may be
     older than the retention), or None when it may run."""
-    from deltalake import DeltaTable
-
-    from kappa.core.storage import delta_rs_uri
+    from kappa.delta.tables import open_table
 
     if snapshot is None:
         return None
-    table = DeltaTable(delta_rs_uri(path))
+    table = open_table(path, settings)
     if snapshot >= table.version():
         return None
     after = next((h for h in table.history() if h.get("version") == snapshot + 1), None)
@@ -260,11 +254,12 @@ def _pin_older_than(path: str, snapshot: int | None, retention_hours: float | No
     return None
 
 
-def _spark_table(spark, path: str, retention_hours: float | None, vacuum: bool = True) -> tuple[int, int]:
+def _spark_table(spark, path: str, retention_hours: float | None, settings: Settings,
+                 vacuum: bool = True) -> tuple[int, int]:
     """OPTIMIZE, checkpoint and (unless not ``vacuum``) VACUUM one table with Spark's Delta;
     returns (files the OPTIMIZE removed, files VACUUM deleted)."""
     removed = 0
-    if _snapshot(path).files > 1:  # one file or none: nothing to bin-pack, spare the Spark job
+    if _snapshot(path, settings).files > 1:  # one file or none: nothing to bin-pack, spare the Spark job
         metrics = spark.sql(f"OPTIMIZE delta.`{path}`").first()["metrics"]
         removed = int(metrics["numFilesRemoved"]) if metrics is not None else 0
     # Delta's Python API has no checkpoint call; DeltaLog's own (the one its writers call every

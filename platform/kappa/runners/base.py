@@ -187,7 +187,7 @@ def catch_up(
             up = spec.source.asset
             up_path = registry.upstream_of(version, up).table_path if up in version.upstream else None
             target = CatchUpTarget(end_offsets={t: ends.get(t, {}) for t in spec.topics},
-                                   upstream_version=_table_version(up_path))
+                                   upstream_version=_table_version(up_path, settings))
             try:
                 result = runner.wait_until_caught_up(spec, version, target, timeout_s=timeout_s,
                                                      on_progress=on_progress)
@@ -200,14 +200,14 @@ def catch_up(
     return results
 
 
-def _table_version(path: str | None) -> int | None:
+def _table_version(path: str | None, settings: "Settings") -> int | None:
     """The latest Delta version of the table at ``path`` (-1 when it has no commit yet), None without one."""
     if path is None:
         return None
-    from deltalake import DeltaTable
+    from kappa.delta.tables import open_table
 
     try:
-        return DeltaTable(path).version()
+        return open_table(path, settings).version()
     except Exception:  # no table yet: nothing to read
         return -1
 

@@ -167,13 +167,13 @@ def read_through(committed: dict) -> int | None:
 
 def _delta_behind(registry: Registry, version: Version, spec: AssetSpec, committed: dict) -> int | None:
     """Upstream Delta versions not yet read."""
-    from deltalake import DeltaTable
+    from kappa.delta.tables import open_table
 
     up = spec.source.asset
     if up is None or up not in version.upstream:
         return None
     try:
-        latest = DeltaTable(registry.upstream_of(version, up).table_path).version()
+        latest = open_table(registry.upstream_of(version, up).table_path, registry.settings).version()
     except Exception:  # upstream table not written yet
         return None
     done = read_through(committed)

@@ -416,7 +416,7 @@ def late_counts(settings: Settings, version: Version, names_itself: bool = False
     dropped = sum(int(d.get("dropped_by_watermark") or 0) for d in runs)
     named_drops = sum(int(d.get("dropped_named") or 0) for d in runs)
     try:
-        named = count_of(str(late_events_path(settings)), version.asset, version.version)
+        named = count_of(str(late_events_path(settings)), version.asset, version.version, settings)
     except Exception:  # no late-events table yet
         named = 0
     if names_itself:

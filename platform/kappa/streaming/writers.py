@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
-from kappa.core.storage import delta_rs_uri, local_path
+from kappa.core.storage import local_path
 from kappa.delta.registry import Version, late_events_path, quarantine_path
 from kappa.spec import AssetSpec
 from kappa.streaming.parse import late_events_schema, quarantine_schema
@@ -110,15 +110,14 @@ def delta_txn(spark: SparkSession, txn_app_id: str | None, batch_id: int):
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def committed_txn_version(table_path: str, txn_app_id: str) -> int | None:
+def committed_txn_version(table_path: str, txn_app_id: str, settings: Settings | None) -> int | None:
     """The latest ``txnVersion`` the Delta table at ``table_path`` recorded for ``txn_app_id``
     (its ``txn`` actions), or None (no table, or no such writer yet)."""
-    from deltalake import DeltaTable as RsTable
+    from kappa.delta.tables import is_table, open_table
 
-    uri = delta_rs_uri(table_path)
-    if not RsTable.is_deltatable(uri):
+    if not is_table(table_path, settings):
         return None
-    return RsTable(uri).transaction_version(txn_app_id)
+    return open_table(table_path, settings).transaction_version(txn_app_id)
 
 
 def run_for_state(batch: DataFrame) -> None:
@@ -289,7 +288,7 @@ class MicroBatchWriter:
 
     def committed(self, path: str, side: str | None = None) -> int | None:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
-        return committed_txn_version(path, self.writer_id(side))
+        return committed_txn_version(path, self.writer_id(side), self.settings)
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (``batch``: the query's output rows of batch ``batch_id``)."""

@@ -221,7 +221,7 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
     from kappa.delta.registry import late_events_path, quarantine_path
     from kappa.delta.tables import count_of, table_rows
 
-    rows, delta_version = table_rows(version.table_path)
+    rows, delta_version = table_rows(version.table_path, settings)
     start = (version.last("created") or {}).get("start_offsets") or {}
     kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
@@ -230,9 +230,9 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
 
     kind = kind_of(spec)
     if kind.quarantines:
-        quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version)
+        quarantined = count_of(str(quarantine_path(settings)), spec.name, version.version, settings)
     if kind.keeps_late_rows:
-        late = count_of(str(late_events_path(settings)), spec.name, version.version)
+        late = count_of(str(late_events_path(settings)), spec.name, version.version, settings)
     return AssetRunResult(
         asset=spec.name, version=version.version, rows=rows, input_rows=read if spec.topics else 0,
         # 0: the driver counts Spark's drops itself and records them as ``dropped`` events
