@@ -117,6 +117,31 @@ def test_a_consistent_lineage_is_verified_with_no_reason():
     assert pins["g"]["cut"] == pins["s"]["offsets"] == {"t": {"0": 300}}
 
 
+def test_a_reader_of_two_pins_that_read_one_topic_to_different_offsets_is_refused_naming_both():
+    from kappa.lifecycle.cut import build_pins
+
+    def reader_of(name: str, table_versions: list[int], step: int) -> CutTable:
+        commits = [BatchCommit(v, b, [{"kafka": {"t": {"0": step * (b + 1)}}}]) for b, v in enumerate(table_versions)]
+        return CutTable(version(name), table_versions[-1], commits)
+
+    def join(through_a: int, through_b: int) -> CutTable:
+        src = [{"delta": {"asset": a, "version": 1, "table_version": v, "complete": True}}
+               for a, v in (("a", through_a), ("b", through_b))]
+        return CutTable(version("j", {"a": 1, "b": 1}), 1, [BatchCommit(1, 0, src)], ["a", "b"])
+
+    # a and b read topic t in batches of different sizes: their last batches end at 200 and 300
+    tables = {"a": reader_of("a", [1, 2], 100), "b": reader_of("b", [1, 2, 3], 100), "j": join(2, 3)}
+    choice, unconstrained = solve(tables)
+    with pytest.raises(CutError, match=r"j/v1 reads topic t partition 0 through a/v1 batch 1 .*to offset 200.* "
+                                       r"b/v1 batch 2 .*to offset 300"):
+        build_pins(tables, choice, unconstrained)
+    # the same point on both: one watermark, verified
+    tables = {"a": reader_of("a", [1, 2], 150), "b": reader_of("b", [1, 2, 3], 100), "j": join(2, 3)}
+    choice, unconstrained = solve(tables)
+    pins = build_pins(tables, choice, unconstrained)
+    assert pins["j"]["cut"] == {"t": {"0": 300}} and pins["j"]["verified"], pins["j"]
+
+
 def test_a_streaming_sink_batch_whose_write_ahead_log_entry_is_purged_is_named_not_verified():
     """A raw (Delta streaming sink) table pinned at a batch older than the checkpoint's retained
     batches: nothing records its offsets, so the pin (and its reader's) says so."""

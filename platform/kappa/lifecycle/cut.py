@@ -25,7 +25,9 @@ The cut's **source-offset watermark** (``cut`` in a pin) is, per asset, the Kafk
 snapshot covers, its own sources merged with its upstreams' (topic -> partition -> offset,
 exclusive). Assets reading the same topic without a lineage between them (``flights_bronze`` and
 ``flights``) are separate cuts: each records its own offsets, and they agree only when both have
-read to the same point.
+read to the same point. Inside one lineage they must agree: an asset that reads a topic partition
+through two pins (or itself and a pin) covering different offsets has no single watermark, and
+the cut is refused (:class:`CutError`; ``kappa promote``/``advance`` wait and try again).
 
 What is not constrained, and says so (``verified`` false in the pin): a version without a table or
 without a micro-batch commit yet (nothing recorded to pin by); a version whose commits do not
@@ -178,6 +180,10 @@ def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrai
     """The pins of :func:`solve`'s ``choice`` over ``tables`` (upstream first): asset -> ``{"version",
     "snapshot", "batch_id", "reads", "offsets", "cut", "verified", "why_unverified"}``. Pure.
 
+    Raises :class:`CutError` when an asset reads one Kafka topic partition, itself or through its
+    upstream pins, to two different offsets (two readers of one topic in a lineage not at one
+    point: a cut with a single source-offset watermark does not exist there).
+
     ``verified`` is True only when the cut was evaluated for the asset and everything it reads:
     otherwise ``why_unverified`` says what was not evaluated (never that it is consistent): a
     version without a micro-batch commit; a pinned batch whose commit does not record what it read
@@ -193,9 +199,19 @@ def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrai
         reads = {u: tables[u].snapshot(choice[u]) for u in t.ups}
         offsets = commit.offsets if commit is not None else {}
         cut = {topic: dict(parts) for topic, parts in offsets.items()}
+        through = {topic: {p: t.describe(i) for p in parts} for topic, parts in offsets.items()}
         for u in t.ups:
             for topic, parts in pins[u]["cut"].items():
-                cut.setdefault(topic, {}).update(parts)
+                for part, offset in parts.items():
+                    had = cut.setdefault(topic, {}).get(part)
+                    if had is not None and had != offset:  # one topic read to two points: no cut
+                        raise CutError(
+                            f"no consistent cut: {t.version.name} reads topic {topic} partition {part} through "
+                            f"{through[topic][part]} (to offset {had}) and through {tables[u].describe(choice[u])} "
+                            f"(to offset {offset}); the assets reading {topic} have not read it to the same "
+                            "point. Let their queries catch up to the log end (or stop ingesting) and try again")
+                    cut[topic][part] = offset
+                    through.setdefault(topic, {}).setdefault(part, tables[u].describe(choice[u]))
         why = _why_unverified(t, commit, asset in unconstrained, no_table.get(asset, []), pins)
         pins[asset] = {"version": t.version.version, "snapshot": t.snapshot(i),
                        "batch_id": commit.batch_id if commit else None, "reads": reads, "offsets": offsets,
