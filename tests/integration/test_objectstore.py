@@ -129,6 +129,30 @@ def _as_endpoint(env: dict[str, str]) -> dict[str, str]:
             "AWS_SECRET_ACCESS_KEY": env["KAPPA_SERVE_AWS_SECRET_ACCESS_KEY"]}
 
 
+def test_delete_tree_removes_a_nested_folder_that_delete_dir_leaves_behind(store):
+    # a checkpoint's shape: files beside and under folders; `kappa forget` deletes whole checkpoints
+    base, st = store
+    out = python("""
+        import json
+        from kappa.config import load_settings
+        from kappa.core.storage import delete_tree, exists, filesystem
+        settings = load_settings()
+        root = load_settings().checkpoints + "/flights/v1"
+        fs, path = filesystem(root, settings)
+        keys = ["metadata", "sources/0/0"] + [f"{d}/{b}" for d in ("offsets", "commits") for b in range(40)]
+        keys += [f"state/0/{p}/{b}.changelog" for p in range(4) for b in range(1, 41)]
+        for d in ("sources", "state", "state/0", *(f"state/0/{p}" for p in range(4))):  # markers, as S3A's mkdirs
+            fs.create_dir(path + "/" + d)
+        for key in keys:
+            with fs.open_output_stream(path + "/" + key) as f:
+                f.write(b"x")
+        got = {"files": delete_tree(root, settings), "exists": exists(root, settings),
+               "again": delete_tree(root, settings)}
+        print(json.dumps(got))
+    """, {**base, **st["env"]})
+    assert json.loads(out.strip().splitlines()[-1]) == {"files": 242, "exists": False, "again": 0}
+
+
 def test_spark_writes_and_reads_a_delta_table_at_s3a(store):
     base, st = store
     out = python("""

@@ -112,6 +112,31 @@ def mtime(location: str | Path, settings: Settings | None = None) -> float | Non
     return None if info.mtime is None else info.mtime.timestamp()
 
 
+def delete_tree(location: str | Path, settings: Settings | None = None) -> int:
+    """Delete the folder at ``location`` and everything under it; returns how many files it held
+    (0, and nothing done, when there is no such folder). On an object store the files go first,
+    then the folder markers deepest first: ``pyarrow.fs``'s ``delete_dir`` sends them in one
+    DeleteObjects batch, and a server that keeps folders (versitygw's POSIX backend) refuses a
+    marker whose folder still holds a file of that same batch ("Directory object not empty")."""
+    fs, path = filesystem(location, settings)
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        return 0
+    if isinstance(fs, pafs.LocalFileSystem):
+        files = sum(1 for i in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if i.type == pafs.FileType.File)
+        fs.delete_dir(path)
+        return files
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    files = [i.path for i in infos if i.type == pafs.FileType.File]
+    for f in files:
+        fs.delete_file(f)
+    for d in sorted((i.path for i in infos if i.type == pafs.FileType.Directory), key=lambda p: -p.count("/")):
+        if fs.get_file_info(d).type == pafs.FileType.Directory:
+            fs.delete_dir(d)
+    if fs.get_file_info(path).type == pafs.FileType.Directory:
+        fs.delete_dir(path)
+    return len(files)
+
+
 def join(location: str | Path, *parts: str) -> str:
     """``location/part/…`` as a string, for a path or a URI."""
     return "/".join([str(location).rstrip("/"), *parts])

@@ -150,7 +150,7 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
     import uuid
 
     from kappa.config import join
-    from kappa.core.storage import filesystem
+    from kappa.core.storage import delete_tree
     from kappa.quality.gate import run_gate
     from kappa.runners import run_until_caught_up
 
@@ -192,11 +192,7 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
             checks=[{k: v for k, v in c.__dict__.items() if k != "details"} for c in report.checks],
             passed=report.passed, seconds=time.monotonic() - started)
     finally:
-        fs, path = filesystem(root, settings)
-        try:
-            fs.delete_dir(path)
-        except OSError:  # nothing was written, or already gone
-            pass
+        delete_tree(root, settings)  # nothing, when nothing was written
     return analysis
 
 

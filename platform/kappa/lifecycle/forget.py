@@ -364,9 +364,7 @@ def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names:
     gone is recorded with 0 files (a crash between the deletion and the record).
 
     Returns ``{"checkpoints": {"<asset>/v<N>": files deleted}, "stopped": ["<asset>/v<N>", …]}``."""
-    from pyarrow.fs import FileSelector, FileType
-
-    from kappa.core.storage import filesystem
+    from kappa.core.storage import delete_tree
     from kappa.delta.registry import Registry
     from kappa.runners import pick_runner
     from kappa.runners.local import stop_between_batches
@@ -391,11 +389,7 @@ def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names:
             stop_between_batches(running)
             if by_runner or running:
                 stopped.append(ver.name)
-            fs, path = filesystem(ver.checkpoint_path, settings)
-            files = 0
-            if fs.get_file_info(path).type == FileType.Directory:
-                files = sum(1 for i in fs.get_file_info(FileSelector(path, recursive=True)) if i.type == FileType.File)
-                fs.delete_dir(path)
+            files = delete_tree(ver.checkpoint_path, settings)
             registry.record(name, ver.version, "checkpoint_deleted", request_id=req.request_id, reason="forget",
                             files=files)
             deleted[ver.name] = files
