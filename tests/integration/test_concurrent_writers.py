@@ -142,7 +142,7 @@ def run_log_store_race(mode: str, env: dict[str, str], sync: Path, writers: int 
     (writers told so, summed), ``versions``, ``lost`` (a writer told it created a version that holds
     another writer's content), ``refused`` (FileAlreadyExistsException, the put-if-absent's answer),
     ``other_failures``."""
-    table = f"{env['KAPPA_WAREHOUSE']}/{mode}/_kappa/race"
+    table = f"{env['KAPPA_WAREHOUSE']}/{sync.parent.name}/{mode}/_kappa/race"
     results = _run([("log-store", f"ls-{i}", table, commits, RACE_PERIOD) for i in range(writers)], mode, env, sync)
     script = f"""
 import json
@@ -169,11 +169,12 @@ print(json.dumps(out))
 
 def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int = SPARK_WRITERS,
                 delta_rs_writers: int = DELTA_RS_WRITERS, spark_commits: int = SPARK_COMMITS) -> dict[str, dict]:
-    """Create the two shared tables under ``<warehouse>/<mode>/_kappa/``, run every writer in
+    """Create the two shared tables under ``<warehouse>/<test>/<mode>/_kappa/`` (``<test>``: the
+    folder holding ``sync``, one per test), run every writer in
     ``mode``, and count per table: rows appended (by commits that returned), rows found, ids found
     more than once or never appended, commits that returned, versions the table has after its
     empty version 0, commits lost (a commit that returned but whose rows are not all there)."""
-    root = f"{env['KAPPA_WAREHOUSE']}/{mode}/_kappa"
+    root = f"{env['KAPPA_WAREHOUSE']}/{sync.parent.name}/{mode}/_kappa"  # the store is the module's: a folder per test
     tables = {"spark": f"{root}/quarantine", "delta-rs": f"{root}/registry"}
     if not spark_writers:
         del tables["spark"]
