@@ -50,6 +50,7 @@ from kappa.core import processes
 from kappa.core.jvm import java_executable
 from kappa.core.service import LocalService
 from kappa.errors import KappaError
+from kappa.services.cluster import spark_home  # the pyspark package: its jars/ run the daemons and executors
 
 HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -107,13 +108,6 @@ def master_url(settings: Settings) -> str:
 def webui(settings: Settings) -> str:
     """The master's web UI (its JSON state at ``/json/``)."""
     return f"http://{HOST}:{settings.spark_cluster_webui_port}"
-
-
-def spark_home() -> Path:
-    """The pyspark package directory: its ``jars/`` are the Spark the daemons and executors run."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
 
 
 def _load_state(settings: Settings) -> dict:
