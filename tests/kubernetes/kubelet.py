@@ -11,8 +11,14 @@ kwok reports the pod Running without running anything. This stand-in takes the p
 (Secret references cannot be resolved here: the test passes their local equivalents), and writes
 ``Running``, then ``Succeeded``/``Failed`` with the container's exit code, as the kubelet would.
 
-What it does NOT prove: the image itself (its files, user 185, read-only paths), the Secrets'
-contents reaching the pod, networking to Kafka's TLS listener and the object store.
+The container's filesystem, as far as it can be stood in for: a driver container with
+``readOnlyRootFilesystem`` runs (:func:`contained`) in a private mount namespace whose root is
+this machine's, read-only, with a fresh tmpfs of the emptyDir's ``sizeLimit`` at ``/tmp`` and the
+local equivalent of the image's work directory (``KAPPA_HOME``) writable: a process that writes
+anywhere else fails here as it would in the pod.
+
+What it does NOT prove: the image itself (its files, user 185), the Secrets' contents reaching the
+pod, networking to Kafka's TLS listener and the object store.
 
 Two ways to use it: :meth:`KubeletStandIn.run` runs one named pod's command to its end (a driver
 that fails); :class:`KubeletWatcher` is the node's kubelet for a whole test: a background thread that
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -34,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes import client
+from kubernetes.utils import parse_quantity
 
 ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
 #: The image's two shims (see the Dockerfile) and the module each runs.
@@ -68,6 +76,62 @@ def local_command(pod: client.V1Pod) -> tuple[list[str], dict[str, str]]:
     return [sys.executable, *ENTRY_POINTS[files[0]], *app_args], env
 
 
+#: The image's work directory and ``KAPPA_HOME`` (the Dockerfile's ``WORKDIR``); its local
+#: equivalent is the stand-in's ``KAPPA_HOME``.
+IMAGE_WORK_DIR = "/opt/kappa/work"
+
+#: Runs "$@" in a chroot of a read-only view of this machine's root (the mounts are set up by the
+#: lines passed before it; see :func:`contained`).
+_CONTAIN = """set -e
+root=$1; cwd=$2; shift 2
+mount --rbind / "$root"
+mount -o remount,bind,ro "$root"
+{mounts}
+exec chroot "$root" sh -c 'cd "$0" && exec "$@"' "$cwd" "$@"
+"""
+
+
+def contained(command: list[str], pod: client.V1Pod, env: dict[str, str], root: Path) -> tuple[list[str], Path | None]:
+    """(command, working directory) running ``command`` as the driver container's filesystem would
+    let it, when the container sets ``readOnlyRootFilesystem``: ``unshare --mount`` (a private mount
+    namespace, as root) and ``chroot`` into ``root``, where this machine's root is bound read-only;
+    the container's emptyDir at ``/tmp`` is a fresh tmpfs of its ``sizeLimit``; the one at the
+    image's work directory is ``env["KAPPA_HOME"]``, writable and the working directory (as in the
+    image); Spark's own local directories (``spark-local-dir-*``) are stood in for by ``/tmp``
+    (``SPARK_LOCAL_DIRS`` is not passed on). Paths the process reads that lie under ``/tmp``
+    (assets, project, interpreter) are bound read-only into the fresh ``/tmp``. Without
+    ``readOnlyRootFilesystem`` the command is returned as it is. Raises ``AssertionError`` for an
+    emptyDir this stand-in has no local equivalent for."""
+    (ctr,) = [c for c in pod.spec.containers if c.name == "spark-kubernetes-driver"]
+    if not (ctr.security_context and ctr.security_context.read_only_root_filesystem):
+        return command, None
+    volumes = {v.name: v for v in pod.spec.volumes or []}
+    home = Path(env["KAPPA_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    lines, tmpfs = [], None
+    for m in ctr.volume_mounts or []:
+        vol = volumes[m.name]
+        if vol.empty_dir is None or m.name.startswith("spark-local-dir-"):
+            continue
+        if m.mount_path == "/tmp":
+            tmpfs = int(parse_quantity(vol.empty_dir.size_limit or "1Gi"))
+            lines.append(f'mount -t tmpfs -o size={tmpfs},mode=1777 kappa-tmp "$root/tmp"')
+        elif m.mount_path != IMAGE_WORK_DIR:
+            raise AssertionError(f"{pod.metadata.name}: no local equivalent for the emptyDir at {m.mount_path}")
+    if tmpfs is None:
+        raise AssertionError(f"{pod.metadata.name}: a read-only root without an emptyDir at /tmp")
+    reads = {Path(p) for p in (env.get("KAPPA_ASSETS_DIR"), env.get("KAPPA_PROJECT_DIR"), sys.prefix) if p}
+    for path in sorted(p for p in reads if str(p).startswith("/tmp/")):
+        q = shlex.quote(str(path))
+        lines += [f'mkdir -p "$root"{q}', f'mount --bind {q} "$root"{q}', f'mount -o remount,bind,ro "$root"{q}']
+    q = shlex.quote(str(home))
+    lines += [f'mkdir -p "$root"{q}', f'mount --bind {q} "$root"{q}']
+    root.mkdir(parents=True, exist_ok=True)
+    script = _CONTAIN.format(mounts="\n".join(lines))
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "contain",
+            str(root), str(home), *command], home
+
+
 class KubeletStandIn:
     """``run(pod_name, namespace, env_overrides, timeout_s)``: run the pod's command to its end and
     report it (see the module docstring for what this stands in for)."""
@@ -97,12 +161,13 @@ class KubeletStandIn:
         pod = self.core.read_namespaced_pod(name, namespace)
         command, env = local_command(pod)
         env.update(env_overrides or {})
+        command, cwd = contained(command, pod, {**os.environ, **env}, self.workdir / f"{name}.root")
         started = self._now().isoformat()
         self._report(pod, "Running", {"running": {"startedAt": started}})
         log = self.workdir / f"{name}.log"
         with open(log, "wb") as out:
             proc = subprocess.run(command, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
-                                  cwd=self.cwd, timeout=timeout_s)
+                                  cwd=cwd or self.cwd, timeout=timeout_s)
         output = log.read_text(errors="replace")
         terminated = {"exitCode": proc.returncode, "reason": "Completed" if proc.returncode == 0 else "Error",
                       "message": output[-1000:], "startedAt": started, "finishedAt": self._now().isoformat()}
@@ -136,6 +201,8 @@ class KubeletWatcher:
         self.skip, self.every_s, self.grace_s = set(skip), every_s, grace_s
         self.started: dict[str, subprocess.Popen] = {}
         self.stopped: list[str] = []
+        #: pod name -> whether its process ran under the container's read-only root (:func:`contained`)
+        self.contained: dict[str, bool] = {}
         self.errors: list[str] = []
         self._reported: set[str] = set()
         #: pod name -> the uid of the pod its process in ``started`` runs
@@ -208,9 +275,12 @@ class KubeletWatcher:
         env.update({k: v for k, v in pod_env.items() if not k.startswith("SPARK_")})
         env.update(self.base_env)
         self.stand_in.workdir.mkdir(parents=True, exist_ok=True)
+        runs = sum(1 for n, _ in self.earlier if n == name)
+        command, cwd = contained(command, pod, env, self.stand_in.workdir / f"{name}.{runs}.root")
+        self.contained[name] = cwd is not None
         with open(self.stand_in.workdir / f"{name}.log", "wb") as out:
             self.started[name] = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                  stdin=subprocess.DEVNULL, cwd=self.stand_in.cwd,
+                                                  stdin=subprocess.DEVNULL, cwd=cwd or self.stand_in.cwd,
                                                   start_new_session=True)
         self._started_at[name] = self.stand_in._now().isoformat()
         self.stand_in._report(pod, "Running", {"running": {"startedAt": self._started_at[name]}})

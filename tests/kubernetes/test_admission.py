@@ -90,6 +90,12 @@ ATTACKS = {
         lambda a: a["spec"]["sparkConf"].update({"spark.kubernetes.container.image": EVIL}), "no spark.kubernetes"),
     "jars from the internet": (
         lambda a: a["spec"].update(deps={"jars": ["https://evil.example/x.jar"]}), "no deps"),
+    "a writable root filesystem": (
+        lambda a: _driver_container(a)["securityContext"].update(readOnlyRootFilesystem=False),
+        "read-only root filesystem and an ephemeral-storage limit"),
+    "executors without an ephemeral-storage limit": (
+        lambda a: a["spec"]["executor"]["template"]["spec"]["containers"][0].pop("resources"),
+        "read-only root filesystem and an ephemeral-storage limit"),
     "a sidecar": (
         lambda a: a["spec"]["driver"].update(sidecars=[{"name": "s", "image": IMAGE}]), "no sidecars"),
 }

@@ -17,7 +17,9 @@ weather 2``), which records its checks in the registry.
 
 What is stood in for (tests/kubernetes/kubelet.py ``KubeletWatcher``): the kubelet and the
 container runtime. There is none here; the stand-in runs each driver pod's command as a local
-process with the pod's plain environment and reports the pod's phase through the API, and stops
+process with the pod's plain environment, under the container's read-only root filesystem (a
+read-only view of this machine with a fresh /tmp and a writable work directory, from the pod's
+emptyDirs), reports the pod's phase through the API, and stops
 the process when its pod is deleted (deleting v1's application after the promotion stops its
 query; deleting v2's at the end stops v2's). The object-store keys, which a pod gets from the
 chart's Secret, are given to the stand-in as the image's environment.
@@ -170,6 +172,14 @@ def _replay_then_rollback(make_env, tmp_path, monkeypatch, api_client, namespace
     for pod in (v2_pod, gate_pod):
         assert pod.spec.node_name == "kwok-node-0"
         assert pod.spec.security_context.run_as_non_root and pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+        # spark-submit kept the runner's template: a read-only root, emptyDirs at /tmp and the work
+        # directory, an ephemeral-storage limit next to the cpu and memory Spark sets
+        (ctr,) = [c for c in pod.spec.containers if c.name == "spark-kubernetes-driver"]
+        assert ctr.security_context.read_only_root_filesystem is True
+        assert {m.mount_path for m in ctr.volume_mounts} >= {"/tmp", "/opt/kappa/work"}
+        assert ctr.resources.limits["ephemeral-storage"] == "8Gi" and "memory" in ctr.resources.limits
+    # ... and every driver process ran under it (the stand-in's read-only root: kubelet.contained)
+    assert kubelet.contained == {"weather-v1-driver": True, "weather-v2-driver": True, "weather-v2-gate-driver": True}
     assert gate_pod.status.phase == "Succeeded"
     # what ran: v2's query and the gate, from the pods' own args
     assert kubelet.started["weather-v2-driver"].args[-4:] == ["--asset", "weather", "--version", "2"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from kappa.runners import kubernetes as k8s
 from kappa.runners.kubernetes import (
@@ -153,9 +154,9 @@ def test_credentials_are_secret_references_never_values(cfg):
     assert driver["KAPPA_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
     assert driver["KAPPA_BOOTSTRAP_SERVERS"]["value"] == "events-kafka-bootstrap.data.svc:9093"
     for role in ("driver", "executor"):
-        (volume,) = app["spec"][role]["template"]["spec"]["volumes"]
+        (volume,) = [v for v in app["spec"][role]["template"]["spec"]["volumes"] if "emptyDir" not in v]
         assert volume["secret"]["secretName"] == "events-cluster-ca-cert"
-        assert _container(app["spec"][role])["volumeMounts"] == [{"name": "kafka-cluster-ca", "mountPath": k8s.KAFKA_CA_DIR, "readOnly": True}]
+        assert {"name": "kafka-cluster-ca", "mountPath": k8s.KAFKA_CA_DIR, "readOnly": True} in _container(app["spec"][role])["volumeMounts"]
     text = json.dumps(app)
     assert "password" not in text.lower().replace("sasl.jaas.config", "")
 
@@ -170,7 +171,7 @@ def test_group_id_prefix_is_inside_the_assets_acl_prefix(cfg):
 def test_assets_that_read_no_topic_get_no_kafka_credentials_or_label(cfg):
     app = build("departures_hourly", 1, cfg)
     text = json.dumps(app)
-    assert "sasl" not in text.lower() and "volumes" not in text
+    assert "sasl" not in text.lower() and "kafka-cluster-ca" not in text
     assert k8s.LABEL_KAFKA_CLIENT not in app["metadata"]["labels"]
     assert build("flights", 1, cfg)["metadata"]["labels"][k8s.LABEL_KAFKA_CLIENT] == "true"
 
@@ -193,6 +194,29 @@ def test_pods_are_restricted_through_the_pod_templates_the_operator_passes_to_sp
         pod, ctr = tpl["securityContext"], tpl["containers"][0]["securityContext"]
         assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
         assert ctr["allowPrivilegeEscalation"] is False and ctr["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_spark_pods_have_a_read_only_root_and_bounded_scratch_space(cfg):
+    # Writable: /tmp and the image's work directory (size-limited emptyDirs) and Spark's own local
+    # directories; the container's ephemeral-storage limit bounds them all with the logs. The kubelet
+    # stand-in (tests/kubernetes/kubelet.py) runs the plane test's drivers under exactly this.
+    for name in ("flights", "departures_hourly"):
+        app = build(name, 1, cfg)
+        for role in ("driver", "executor"):
+            tpl = app["spec"][role]["template"]["spec"]
+            ctr = _container(app["spec"][role])
+            assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+            empty = {v["name"]: v["emptyDir"] for v in tpl["volumes"] if "emptyDir" in v}
+            assert empty == {"kappa-tmp": {"sizeLimit": "2Gi"}, "kappa-work": {"sizeLimit": "512Mi"}}
+            mounted = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
+            assert mounted["/tmp"] == "kappa-tmp" and mounted["/opt/kappa/work"] == "kappa-work"
+            assert ctr["resources"] == {"requests": {"ephemeral-storage": "1Gi"}, "limits": {"ephemeral-storage": "8Gi"}}
+    small = k8s.KubernetesRunnerConfig.from_mapping({
+        "KAPPA_K8S_IMAGE": "kappa:1", "KAPPA_K8S_TMP_SIZE_LIMIT": "256Mi", "KAPPA_K8S_EPHEMERAL_STORAGE_LIMIT": "3Gi"})
+    ctr = _container(build("flights", 1, small)["spec"]["executor"])
+    assert ctr["resources"]["limits"] == {"ephemeral-storage": "3Gi"}
+    with pytest.raises(ValidationError, match="ephemeral_storage_limit"):
+        k8s.KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "kappa:1", "KAPPA_K8S_EPHEMERAL_STORAGE_LIMIT": "lots"})
 
 
 def test_default_resources_and_asset_overrides(cfg):

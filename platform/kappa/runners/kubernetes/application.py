@@ -56,12 +56,26 @@ def _pod_security_context() -> dict:
 
 
 def _container_security_context() -> dict:
+    # Read-only root: Spark and Kappa write only to /tmp, the image's work directory (both
+    # emptyDirs, see _scratch) and Spark's local directories (emptyDirs Spark adds itself).
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
-        "readOnlyRootFilesystem": False,  # Spark writes scratch files under /tmp and $SPARK_HOME/work
+        "readOnlyRootFilesystem": True,
     }
+
+
+def _scratch(cfg: KubernetesRunnerConfig) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): the size-limited emptyDirs every Spark pod writes to under its read-only
+    root filesystem: ``/tmp`` (the JVM's and Python's temporary files) and ``cfg.work_dir`` (the
+    image's working directory and ``KAPPA_HOME``)."""
+    volumes = [
+        {"name": "kappa-tmp", "emptyDir": {"sizeLimit": cfg.tmp_size_limit}},
+        {"name": "kappa-work", "emptyDir": {"sizeLimit": cfg.work_size_limit}},
+    ]
+    mounts = [{"name": "kappa-tmp", "mountPath": "/tmp"}, {"name": "kappa-work", "mountPath": cfg.work_dir}]
+    return volumes, mounts
 
 
 def _secret_env(name: str, secret: str, key: str) -> dict:
@@ -74,7 +88,7 @@ TEMPLATE_CONTAINERS = {"driver": "spark-kubernetes-driver", "executor": "spark-k
 
 
 def _role(kind: str, res: Resources, labels: dict[str, str], env: list[dict], mounts: list[dict],
-          volumes: list[dict]) -> dict:
+          volumes: list[dict], cfg: KubernetesRunnerConfig) -> dict:
     """The ``driver`` or ``executor`` block. Security contexts, environment (with Secret
     references), volumes and mounts go into the role's pod ``template``, not into the role's own
     ``podSecurityContext``/``securityContext``/``env``/``volumeMounts`` fields: the operator's
@@ -82,17 +96,19 @@ def _role(kind: str, res: Resources, labels: dict[str, str], env: list[dict], mo
     settings to spark-submit; those other fields reach the pods only through its optional mutating
     webhook. Without the template, Pod Security ``restricted`` refused the driver pod (tried on
     kube-apiserver v1.34.4 with the operator v2.5.2 controller). Spark builds the pods on top of the
-    template and keeps these fields (Spark "Pod Template" docs)."""
+    template and keeps these fields (Spark "Pod Template" docs); it adds its cpu and memory to the
+    container's ``resources`` and keeps the template's ``ephemeral-storage``."""
+    scratch_volumes, scratch_mounts = _scratch(cfg)
+    storage = {"ephemeral-storage": cfg.ephemeral_storage_request}
     container: dict[str, Any] = {
         "name": TEMPLATE_CONTAINERS[kind],
         "securityContext": _container_security_context(),
         "env": env,
+        "volumeMounts": [*scratch_mounts, *mounts],
+        "resources": {"requests": storage, "limits": {"ephemeral-storage": cfg.ephemeral_storage_limit}},
     }
-    if mounts:
-        container["volumeMounts"] = mounts
-    pod_spec: dict[str, Any] = {"securityContext": _pod_security_context(), "containers": [container]}
-    if volumes:
-        pod_spec["volumes"] = volumes
+    pod_spec: dict[str, Any] = {"securityContext": _pod_security_context(), "containers": [container],
+                                "volumes": [*scratch_volumes, *volumes]}
     role: dict[str, Any] = {
         "cores": res.cores,
         "memory": res.memory,
@@ -172,9 +188,9 @@ def _application(
     instances = (res.executor_instances if res else None) or cfg.executor_instances
     mounts = [{"name": v["name"], "mountPath": v["mountPath"], "readOnly": True} for v in volumes]
     pod_volumes = [{k: v for k, v in vol.items() if k != "mountPath"} for vol in volumes]
-    driver = _role("driver", driver_res, labels, env[0], mounts, pod_volumes)
+    driver = _role("driver", driver_res, labels, env[0], mounts, pod_volumes, cfg)
     driver["serviceAccount"] = driver_sa
-    executor = _role("executor", executor_res, labels, env[1], mounts, pod_volumes)
+    executor = _role("executor", executor_res, labels, env[1], mounts, pod_volumes, cfg)
     executor["instances"] = instances
     conf = spark_conf(settings, application=True, jars=cfg.jars)
     conf.update(cfg.spark_conf)

@@ -16,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from kappa.spec import AssetResources, AssetSpec, Resources
 
 
+#: A Kubernetes resource quantity such as ``512Mi``, ``8Gi`` or ``1G`` (Kubernetes API,
+#: ``resource.Quantity``; decimal exponents are not accepted here).
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+
+
 class KubernetesRunnerConfig(BaseModel):
     """Everything the runner needs that is neither in the asset YAML nor in
     :class:`kappa.config.Settings`. The Helm chart's ``kappa-config`` ConfigMap carries the same
@@ -48,6 +53,19 @@ class KubernetesRunnerConfig(BaseModel):
     on_failure_retry_interval_s: int = Field(30, ge=1)
     on_submission_failure_retries: int = Field(5, ge=0)
     on_submission_failure_retry_interval_s: int = Field(60, ge=1)
+    #: The image's writable work directory (its ``WORKDIR`` and ``KAPPA_HOME``, see the Dockerfile).
+    #: Spark pods run with a read-only root filesystem; this and ``/tmp`` are their only writable
+    #: paths besides Spark's own local directories (emptyDirs Spark adds, ``SPARK_LOCAL_DIRS``).
+    work_dir: str = "/opt/kappa/work"
+    #: ``sizeLimit`` of the emptyDirs at ``/tmp`` and at :attr:`work_dir` (Kubernetes quantities).
+    tmp_size_limit: str = Field("2Gi", pattern=QUANTITY)
+    work_size_limit: str = Field("512Mi", pattern=QUANTITY)
+    #: ``ephemeral-storage`` request and limit of every driver and executor container: the
+    #: emptyDirs above, Spark's local directories (shuffle files, the RocksDB state store's local
+    #: copies) and the container's logs count against it; the kubelet evicts a pod above its limit
+    #: (Kubernetes, "Local ephemeral storage").
+    ephemeral_storage_request: str = Field("1Gi", pattern=QUANTITY)
+    ephemeral_storage_limit: str = Field("8Gi", pattern=QUANTITY)
     #: Extra ``sparkConf`` entries (win over :func:`kappa.streaming.session.spark_conf`).
     spark_conf: dict[str, str] = Field(default_factory=dict)
 
