@@ -82,7 +82,7 @@ class KubeApi:
         self.objects[key]["status"] = {"applicationState": app_state}
 
     def set_state(self, name: str, state: str, error: str = "") -> None:
-        [key] = [k for k in self.objects if k[-1] == name]
+        [key] = [k for k in self.objects if k[-1] == name and k[3] == "sparkapplications"]
         self._set(key, state, error)
 
     def script(self, name: str, *states: str) -> None:
@@ -91,9 +91,14 @@ class KubeApi:
         self._scripts[name] = list(states)
 
     def names(self) -> set[str]:
-        return {k[-1] for k in self.objects}
+        """Names of the SparkApplications stored."""
+        return {k[-1] for k in self.objects if k[3] == "sparkapplications"}
+
+    def policies(self) -> dict[str, dict]:
+        """The NetworkPolicies stored (the applications' peers), by name."""
+        return {k[-1]: v for k, v in self.objects.items() if k[3] == "networkpolicies"}
 
     def app(self, name: str) -> dict:
-        [obj] = [v for k, v in self.objects.items() if k[-1] == name]
+        [obj] = [v for k, v in self.objects.items() if k[-1] == name and k[3] == "sparkapplications"]
         return obj
 

@@ -60,7 +60,7 @@ def test_each_component_reaches_exactly_what_it_needs(default_objects):
     """(component -> the ports its egress policy opens, besides DNS and the Kafka-client rule)"""
     policies = _policies(default_objects)
     expected = {
-        "kappa-egress-streaming-asset": {443},          # object store (+ its own kind's pods, any port)
+        "kappa-egress-streaming-asset": {443},          # object store (its own application: the peers policy)
         "kappa-egress-gate": {443},
         "kappa-egress-spark-drivers": {443, 6443},      # API: executor pods
         "kappa-egress-sql-endpoint": {443},             # object store only: no API, no Kafka
@@ -73,12 +73,12 @@ def test_each_component_reaches_exactly_what_it_needs(default_objects):
     }
     for name, ports in expected.items():
         assert set(_rules_by_port(policies[name])) == ports, name
-    # a Spark pod reaches the pods of its own kind only (driver <-> executors), on any port
+    # a Spark pod reaches no other Spark pod through the chart's policies (driver <-> executors of
+    # one application: the peers policy the runner creates with it)
     for kind in ("streaming-asset", "gate"):
         spec = policies[f"kappa-egress-{kind}"]
         assert spec["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": kind}}
-        peers = [r for r in spec["egress"] if "ports" not in r]
-        assert peers == [{"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": kind}}}]}]
+        assert [r for r in spec["egress"] if "ports" not in r] == []
     assert policies["kappa-egress-spark-drivers"]["podSelector"]["matchLabels"] == {"spark-role": "driver"}
     # the SQL clients reach the endpoint's pods, and the endpoint nothing but the object store
     (to_serve,) = policies["kappa-egress-sql-clients"]["egress"]

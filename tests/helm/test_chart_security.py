@@ -325,12 +325,16 @@ def test_network_policies_deny_all_ingress_then_allow_only_kappa_paths(rendered)
     for name, spec in policies.items():
         for rule in spec.get("ingress", []):
             assert rule.get("from"), f"{name}: an ingress rule without `from` admits every source"
-    spark = policies["kappa-spark-within-application"]
-    assert spark["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "streaming-asset"}
-    # a gate application's driver and executors reach each other too, and only each other
-    gate = policies["kappa-spark-gate-within-application"]
-    assert gate["podSelector"]["matchLabels"] == {"app.kubernetes.io/component": "gate"}
-    assert gate["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "gate"}}}]}]
+    # no chart policy admits Spark pods from other Spark pods: one application's driver and
+    # executors reach each other through the peers policy the runner creates with it
+    # (tests/unit/test_kubernetes_runner.py, tests/kubernetes/test_admission.py and the plane test)
+    for name, spec in policies.items():
+        for rule in spec.get("ingress", []):
+            for peer in rule["from"]:
+                labels = peer.get("podSelector", {}).get("matchLabels", {})
+                assert labels.get("app.kubernetes.io/component") not in ("streaming-asset", "gate"), name
+    (cm,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert cm["data"]["KAPPA_K8S_NETWORK_POLICIES"] == "true"
 
 
 def test_a_loadbalancer_listener_admits_only_the_named_client_networks():
@@ -343,7 +347,12 @@ def test_a_loadbalancer_listener_admits_only_the_named_client_networks():
 
 
 def test_should_not_render_network_policies_when_disabled():
-    assert kinds(render(sets=("networkPolicy.enabled=false",)), "NetworkPolicy") == []
+    objs = render(sets=("networkPolicy.enabled=false",))
+    assert kinds(objs, "NetworkPolicy") == []
+    # ... and the runner creates none, nor may the run account
+    (cm,) = [c for c in kinds(objs, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    assert cm["data"]["KAPPA_K8S_NETWORK_POLICIES"] == "false"
+    assert "networkpolicies" not in str(kinds(objs, "Role"))
 
 
 # -------------------------------------------------------------------------------------- Dagster
@@ -365,7 +374,9 @@ def test_only_dagsters_run_pods_may_create_sparkapplications(rendered):
     assert kinds(rendered, "ClusterRole") == [] and kinds(rendered, "ClusterRoleBinding") == []
     rules, subjects = _role_and_subjects(rendered, "kappa-dagster-sparkapplications")
     assert rules == [{"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
-                      "verbs": ["create", "get", "watch", "delete"]}]
+                      "verbs": ["create", "get", "watch", "delete"]},
+                     # each application's peers NetworkPolicy (shape held by admission); never changed or deleted
+                     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create"]}]
     assert subjects == _sa("kappa-dagster-run")
     # every other Role of the chart: who holds it and that none of them names SparkApplications
     # with a write verb, Secrets beyond Connect's one, or RBAC itself
@@ -418,7 +429,10 @@ def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kappa-spark", "namespace": "kappa"}]
     policies = {p["metadata"]["name"]: p for p in kinds(rendered, "ValidatingAdmissionPolicy")}
     # (and the Jobs Dagster launches: tests/helm/test_chart_hardening.py)
-    assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-dagster-runs-kappa"}
+    assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-dagster-runs-kappa",
+                             "kappa-spark-peers-kappa"}
+    peers = policies["kappa-spark-peers-kappa"]["spec"]
+    assert peers["failurePolicy"] == "Fail" and "kappa-dagster-run'" in peers["matchConditions"][0]["expression"]
     bindings = kinds(rendered, "ValidatingAdmissionPolicyBinding")
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)

@@ -216,3 +216,73 @@ def test_dagster_may_launch_its_run_job_and_no_other(plane, api_client, dagster_
     for name, (change, message) in attacks.items():
         body = refusal(lambda: batch.create_namespaced_job(namespace, changed(change), dry_run="All"))
         assert message in body, (name, body)
+
+
+RUNS = "kappa-dagster-run"  # values.yaml dagster.runServiceAccount
+
+
+@pytest.fixture
+def peers_guarded(kubectl, namespace):
+    """``namespace`` with Dagster's accounts and Roles (the run account may create NetworkPolicies)
+    and the Spark admission policies, among them the peers policy's shape."""
+    rendered = helm("template", "kappa", str(CHART), "-n", namespace,
+                    "--show-only", "templates/011-ServiceAccount-dagster.yaml",
+                    "--show-only", "templates/020-Role-dagster-sparkapplications.yaml",
+                    "--show-only", "templates/022-ValidatingAdmissionPolicy-spark.yaml").stdout
+    kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    yield namespace
+    kubectl("delete", "-f", "-", "--ignore-not-found", stdin=rendered, check=False)
+
+
+def _peer(policy: dict, direction: str) -> dict:
+    key = "from" if direction == "ingress" else "to"
+    return policy["spec"][direction][0][key][0]
+
+
+PEER_ATTACKS = {
+    "every pod of the namespace": (lambda p: p["spec"].update(podSelector={}), "select the pods of one SparkApplication"),
+    "the SQL endpoint's pods": (lambda p: p["spec"].update(podSelector={"matchLabels": {"app.kubernetes.io/component": "serve"}}),
+                                "select the pods of one SparkApplication"),
+    "ingress from any address": (lambda p: p["spec"]["ingress"][0]["from"].append({"ipBlock": {"cidr": "0.0.0.0/0"}}),
+                                 "reach each other and nothing else"),
+    "egress to every namespace": (lambda p: _peer(p, "egress").update(namespaceSelector={}),
+                                  "reach each other and nothing else"),
+    "another application's pods": (
+        lambda p: _peer(p, "ingress")["podSelector"]["matchLabels"].update({"sparkoperator.k8s.io/app-name": "serve"}),
+        "reach each other and nothing else"),
+    "an extra rule": (lambda p: p["spec"]["egress"].append({}), "reach each other and nothing else"),
+    "no owner": (lambda p: p["metadata"].pop("ownerReferences"), "owned by the SparkApplication"),
+}
+
+
+def test_a_run_may_create_its_applications_peers_policy_and_no_other(plane, api_client, peers_guarded):
+    """The run account creates each application's peers NetworkPolicy (the runner's, built by
+    kappa.runners.kubernetes.application.build_peers_policy); any other NetworkPolicy it tries
+    would add reachability the chart's policies deny, and admission refuses it. It may not
+    delete or change the chart's policies (RBAC)."""
+    from kappa.runners.kubernetes.application import build_peers_policy
+
+    namespace = peers_guarded
+    app = application(namespace)
+    app["metadata"]["uid"] = "5f0c6a3e-8d1b-4a52-9a57-0d3f4b1e2c77"
+    policy = build_peers_policy(app)
+    net = client.NetworkingV1Api(client_as(plane, api_client, namespace, RUNS))
+
+    def changed(change) -> dict:
+        bad = copy.deepcopy(policy)
+        change(bad)
+        return bad
+
+    first = changed(next(iter(PEER_ATTACKS.values()))[0])
+    wait_for("the peers policy to be enforced",
+             lambda: _refused(lambda: net.create_namespaced_network_policy(namespace, first, dry_run="All")),
+             timeout_s=30)
+    net.create_namespaced_network_policy(namespace, policy, dry_run="All")  # the runner's: admitted
+    for name, (change, message) in PEER_ATTACKS.items():
+        body = refusal(lambda: net.create_namespaced_network_policy(namespace, changed(change), dry_run="All"))
+        assert message in body, (name, body)
+    for call in (lambda: net.delete_namespaced_network_policy("kappa-default-deny-ingress", namespace, dry_run="All"),
+                 lambda: net.patch_namespaced_network_policy("kappa-default-deny-ingress", namespace,
+                                                             {"spec": {"podSelector": {"matchLabels": {"x": "y"}}}},
+                                                             dry_run="All")):
+        assert "forbidden" in refusal(call)

@@ -50,9 +50,18 @@ def test_dagster_runs_may_manage_spark_applications_in_their_namespace(api_clien
 @pytest.mark.parametrize("verb,resource,group", [
     ("get", "secrets", ""), ("list", "secrets", ""), ("create", "pods", ""), ("create", "jobs", "batch"),
     ("update", PLURAL, GROUP), ("patch", PLURAL, GROUP), ("create", "rolebindings", "rbac.authorization.k8s.io"),
+    # the peers NetworkPolicies: created, never changed or deleted (the garbage collector does)
+    ("update", "networkpolicies", "networking.k8s.io"), ("patch", "networkpolicies", "networking.k8s.io"),
+    ("delete", "networkpolicies", "networking.k8s.io"), ("list", "networkpolicies", "networking.k8s.io"),
 ])
 def test_dagster_runs_may_not_do_anything_else(api_client, dagster_ns, verb, resource, group):
     assert not _allowed(api_client, dagster_ns, verb, resource, group)
+
+
+@pytest.mark.parametrize("verb", ["create", "get"])
+def test_dagster_runs_may_create_their_applications_peers_network_policies(api_client, dagster_ns, verb):
+    # what they may create is held by admission (tests/kubernetes/test_admission.py)
+    assert _allowed(api_client, dagster_ns, verb, "networkpolicies", "networking.k8s.io")
 
 
 @pytest.mark.parametrize("verb", ["create", "get", "delete"])

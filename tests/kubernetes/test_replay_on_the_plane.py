@@ -121,9 +121,24 @@ def _replay_then_rollback(make_env, tmp_path, monkeypatch, api_client, namespace
         gate_pod = core.read_namespaced_pod("weather-v2-gate-driver", namespace)
         # the runner's stop of a version that runs a query: its application deleted, the garbage
         # collector deletes the driver pod, the (stand-in) kubelet stops the query's process
+        # each application got its peers NetworkPolicy: the pods the operator labels as its own
+        # (the driver pod shows the label), owned by the application
+        net = client.NetworkingV1Api(api_client)
+        peers = {}
+        for app_obj, pod in ((v2_app, v2_pod), (gate_app, gate_pod)):
+            name, uid = app_obj["metadata"]["name"], app_obj["metadata"]["uid"]
+            policy = net.read_namespaced_network_policy(f"{name}-peers-{uid[:8]}", namespace)
+            assert policy.spec.pod_selector.match_labels == {"sparkoperator.k8s.io/app-name": name}
+            assert pod.metadata.labels["sparkoperator.k8s.io/app-name"] == name
+            assert [(o.kind, o.name, o.uid) for o in policy.metadata.owner_references] == [("SparkApplication", name, uid)]
+            peers[name] = policy.metadata.name
         query = kubelet.started["weather-v2-driver"]
         assert query.poll() is None, "v2's query should still be running after the promotion"
         assert pick_runner(settings).stop("weather", 2)
+        # ... and the garbage collector deletes it with the application
+        wait_for("weather-v2's peers NetworkPolicy deleted with its application",
+                 lambda: peers["weather-v2"] not in {n.metadata.name for n in net.list_namespaced_network_policy(namespace).items},
+                 timeout_s=60)
         wait_for("v2's query stopped after its application was deleted",
                  lambda: "weather-v2-driver" in kubelet.stopped and query.poll() is not None, timeout_s=120)
         v1_query = kubelet.started["weather-v1-driver"]

@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kappa.runners import kubernetes as k8s
+from kappa.runners.base import RunError
 from kappa.runners.kubernetes import (
     KubernetesRunnerConfig,
     Outcome,
@@ -423,7 +424,15 @@ def test_runner_creates_the_application_and_waits_until_it_runs(cfg, crd_schema)
     # a second start observes the running application; it never creates a second query
     again = runner.start(CATALOG["departures_hourly"], _v("departures_hourly", 2, {"flights": 5}))
     assert again.outcome is Outcome.RUNNING and not again.created
-    assert [c for c in api.calls if c[0] == "create"] == [("create", "departures-hourly-v2")]
+    uid = stored["metadata"]["uid"]
+    # ... and its peers NetworkPolicy once, named after the application's uid and owned by it
+    assert [c for c in api.calls if c[0] == "create"] == [
+        ("create", "departures-hourly-v2"), ("create", f"departures-hourly-v2-peers-{uid[:8]}")]
+    (policy,) = api.policies().values()
+    assert policy["metadata"]["ownerReferences"] == [
+        {"apiVersion": "sparkoperator.k8s.io/v1beta2", "kind": "SparkApplication", "name": "departures-hourly-v2",
+         "uid": uid}]
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"sparkoperator.k8s.io/app-name": "departures-hourly-v2"}}
     assert runner.outcome("departures_hourly", 2) is Outcome.RUNNING
     assert runner.stop("departures_hourly", 2) is True
     assert runner.outcome("departures_hourly", 2) is None and runner.stop("departures_hourly", 2) is False
@@ -449,6 +458,8 @@ def test_runner_observes_an_application_created_concurrently(cfg):
 
     class Racing(KubeApi):
         def get_namespaced_custom_object(self, group, version, namespace, plural, name, **kw):
+            if plural != "sparkapplications":
+                return super().get_namespaced_custom_object(group, version, namespace, plural, name, **kw)
             obj = super().get_namespaced_custom_object(group, version, namespace, plural, name, **kw) \
                 if any(k[-1] == name for k in self.objects) else None
             if obj is None:  # someone else creates it between our get and our create
@@ -462,7 +473,7 @@ def test_runner_observes_an_application_created_concurrently(cfg):
     runner, _ = _runner(cfg, api)
     status = runner.start(CATALOG["flights"], _v("flights", 1))
     assert status.outcome is Outcome.RUNNING and not status.created
-    assert len(api.objects) == 1
+    assert api.names() == {"flights-v1"} and len(api.policies()) == 1  # the one observed, isolated
 
 
 # ------------------------------------------------------------------------- gate, entrypoint, catch-up
@@ -587,7 +598,8 @@ def test_rollback_runs_the_rolled_back_to_versions_again_upstream_first(cfg, tmp
     assert rollback(settings, "departures_hourly", runner=runner, on_step=steps.append) == {
         "departures_hourly": 1, "flights": 1}
     # the applications the v2 promotion deleted exist again, upstream first, built from v1's record
-    assert [c for c in api.calls if c[0] == "create"] == [("create", "flights-v1"), ("create", "departures-hourly-v1")]
+    assert [c for c in api.calls if c[0] == "create" and "-peers-" not in c[1]] == [
+        ("create", "flights-v1"), ("create", "departures-hourly-v1")]
     for asset, app in (("flights", "flights-v1"), ("departures_hourly", "departures-hourly-v1")):
         v1 = registry.version(asset, 1)
         env = _env(api.app(app)["spec"]["driver"])
@@ -630,3 +642,33 @@ def test_a_local_rollback_starts_no_query(tmp_path):
     assert rollback(settings, "flights", runner=runner) == {"flights": 1, "departures_hourly": 1}
     assert runner._spark is None and runner._running == {}
     assert registry.version("flights", 1).last("running") is None
+
+
+def test_without_network_policies_the_runner_creates_no_peers_policy(cfg):
+    from tests.kube_api import KubeApi
+
+    api = KubeApi()
+    runner, _ = _runner(cfg.model_copy(update={"network_policies": False}), api)
+    api.script("flights-v1", "RUNNING")
+    assert runner.start(CATALOG["flights"], _v("flights", 1)).outcome is Outcome.RUNNING
+    assert api.names() == {"flights-v1"} and api.policies() == {}
+
+
+def test_a_refused_peers_policy_deletes_the_new_application_and_says_why(cfg):
+    # On a cluster that enforces the chart's NetworkPolicies an application without its peers
+    # policy could not reach its executors: it is not left behind.
+    from tests.kube_api import KubeApi, _error
+
+    class NoPolicies(KubeApi):
+        def create_namespaced_custom_object(self, group, version, namespace, plural, body, **kw):
+            if plural == "networkpolicies":
+                raise _error(403, "Forbidden", 'networkpolicies.networking.k8s.io is forbidden: User '
+                             '"system:serviceaccount:data:kappa-dagster-run" cannot create resource')
+            return super().create_namespaced_custom_object(group, version, namespace, plural, body, **kw)
+
+    api = NoPolicies()
+    runner, _ = _runner(cfg, api)
+    with pytest.raises(RunError, match=r"data/flights-v1: its peers NetworkPolicy was refused \(403 .*"
+                                       r"KAPPA_K8S_NETWORK_POLICIES=false.*the application was deleted"):
+        runner.start(CATALOG["flights"], _v("flights", 1))
+    assert api.names() == set()

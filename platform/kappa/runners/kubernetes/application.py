@@ -26,12 +26,16 @@ from kappa.runners.kubernetes.naming import (
     LABEL_ASSET,
     LABEL_COMPONENT,
     LABEL_KAFKA_CLIENT,
+    LABEL_OPERATOR_APP,
     LABEL_VERSION,
+    NETWORKING_GROUP,
+    NETWORKING_VERSION,
     application_name,
     dns_name,
     gate_application_name,
     group_prefix,
     kafka_user_name,
+    peers_policy_name,
 )
 from kappa.spec import AssetSpec, Resources
 
@@ -295,3 +299,34 @@ def build_gate_application(
     return _application(gate_application_name(spec.name, version.version), labels, KAPPA_CLI_FILE,
                         ["gate", spec.name, str(version.version)], (list(env), list(env)), [], spec, settings,
                         cfg, {"type": "Never"}, cfg.service_account)
+
+
+def build_peers_policy(app: dict) -> dict:
+    """The ``NetworkPolicy`` that lets the driver and executors of the SparkApplication ``app`` (as
+    the API server returned it: name, namespace, uid) reach each other and nothing else of Spark:
+    ingress from and egress to pods labelled ``sparkoperator.k8s.io/app-name: <app>`` (the operator
+    labels both roles so). NetworkPolicies only ever add reachability; what else a Spark pod may
+    reach (object store, Kafka, DNS, the API server) is the chart's per-kind policies. Owned by the
+    application (``ownerReferences``, no ``blockOwnerDeletion``), so the garbage collector deletes it
+    with the application. The chart's admission policy admits exactly this shape from the run
+    account (helm/kappa/templates/022-ValidatingAdmissionPolicy-spark.yaml). Raises ``KeyError``
+    for an ``app`` without ``metadata.uid`` (not yet created)."""
+    meta = app["metadata"]
+    name, uid = meta["name"], meta["uid"]
+    peers = [{"podSelector": {"matchLabels": {LABEL_OPERATOR_APP: name}}}]
+    return {
+        "apiVersion": f"{NETWORKING_GROUP}/{NETWORKING_VERSION}",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": peers_policy_name(name, uid),
+            "namespace": meta["namespace"],
+            "labels": {k: v for k, v in (meta.get("labels") or {}).items()},
+            "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid}],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_OPERATOR_APP: name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": peers}],
+            "egress": [{"to": peers}],
+        },
+    }

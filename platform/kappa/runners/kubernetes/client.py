@@ -6,7 +6,14 @@ import contextlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
+from kappa.runners.kubernetes.naming import (
+    GROUP,
+    NETWORK_POLICIES,
+    NETWORKING_GROUP,
+    NETWORKING_VERSION,
+    PLURAL,
+    VERSION,
+)
 from kappa.runners.kubernetes.states import Outcome, outcome_of
 
 
@@ -26,8 +33,9 @@ def use_kubernetes_api(api: Any) -> Iterator[None]:
 
 class SparkApplications:
     """Create, get, delete and list Kappa's SparkApplications in one namespace, through the official
-    ``kubernetes`` client's ``CustomObjectsApi``. Only the verbs the chart's Role grants Dagster are
-    used (create, get, watch, delete), nothing cluster-wide.
+    ``kubernetes`` client's ``CustomObjectsApi``, and each one's peers NetworkPolicy (:meth:`isolate`).
+    Only the verbs the chart's Role grants Dagster's runs are used (applications: create, get, watch,
+    delete; NetworkPolicies: get, create), nothing cluster-wide.
 
     ``api``: a ``kubernetes.client.CustomObjectsApi``; by default one built from the in-cluster
     service account, else the local kubeconfig.
@@ -84,6 +92,33 @@ class SparkApplications:
                 return False
             raise
         return True
+
+    def isolate(self, app: Mapping[str, Any]) -> dict:
+        """Make sure the peers NetworkPolicy of ``app`` (:func:`~kappa.runners.kubernetes.application.
+        build_peers_policy`, named after its uid) exists: one GET, and a create when it is missing.
+        NetworkPolicies live at ``/apis/networking.k8s.io/v1/namespaces/<ns>/networkpolicies``, the
+        same path shape as custom objects, so the same ``CustomObjectsApi`` serves. Returns the
+        policy. Raises ``ApiException`` (403 when the caller may not create NetworkPolicies or
+        admission refuses the shape)."""
+        from kubernetes.client.exceptions import ApiException
+
+        from kappa.runners.kubernetes.application import build_peers_policy
+
+        policy = build_peers_policy(dict(app))
+        name = policy["metadata"]["name"]
+        try:
+            return self.api.get_namespaced_custom_object(NETWORKING_GROUP, NETWORKING_VERSION, self.namespace,
+                                                         NETWORK_POLICIES, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        try:
+            return self.api.create_namespaced_custom_object(NETWORKING_GROUP, NETWORKING_VERSION, self.namespace,
+                                                            NETWORK_POLICIES, policy)
+        except ApiException as exc:
+            if exc.status != 409:  # 409: created since our get
+                raise
+            return policy
 
     def outcome(self, name: str, *, streaming: bool = True) -> Outcome | None:
         """:func:`outcome_of` the named application; None if it does not exist."""

@@ -66,6 +66,9 @@ class KubernetesRunnerConfig(BaseModel):
     #: (Kubernetes, "Local ephemeral storage").
     ephemeral_storage_request: str = Field("1Gi", pattern=QUANTITY)
     ephemeral_storage_limit: str = Field("8Gi", pattern=QUANTITY)
+    #: Create each application's peers NetworkPolicy (its driver and executors reach each other, no
+    #: other application's pods do); the chart sets it from ``networkPolicy.enabled``.
+    network_policies: bool = True
     #: Extra ``sparkConf`` entries (win over :func:`kappa.streaming.session.spark_conf`).
     spark_conf: dict[str, str] = Field(default_factory=dict)
 

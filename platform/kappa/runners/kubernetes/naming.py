@@ -9,6 +9,7 @@ consumer-group prefix      ``kappa-<name>-`` (ACL, prefix pattern)         ``kap
 group id prefix of v<N>    ``kappa-<name>-v<N>-``                          ``kappa-flights_bronze-v3-``
 SparkApplication           ``<name, _ -> ->>-v<N>``                        ``flights-bronze-v3``
 gate SparkApplication      ``<name, _ -> ->>-v<N>-gate``                   ``flights-bronze-v3-gate``
+its peers NetworkPolicy    ``<application>-peers-<uid[:8]>``               ``flights-bronze-v3-peers-1f0c…``
 =========================  ==============================================  ==========================
 
 Asset names match ``[a-z][a-z0-9_]*`` (no ``-``), so the ``-`` that ends a group prefix cannot be part
@@ -28,6 +29,11 @@ LABEL_ASSET = "kappa.dev/asset"
 LABEL_VERSION = "kappa.dev/version"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_KAFKA_CLIENT = "kappa.dev/kafka-client"
+#: The label the Spark operator puts on every driver and executor pod of an application (its
+#: name; spark-operator ``internal/controller/sparkapplication/submission.go``).
+LABEL_OPERATOR_APP = "sparkoperator.k8s.io/app-name"
+#: The NetworkPolicy API (``networking.k8s.io/v1``), reached through the same generic client.
+NETWORKING_GROUP, NETWORKING_VERSION, NETWORK_POLICIES = "networking.k8s.io", "v1", "networkpolicies"
 COMPONENT = "streaming-asset"
 GATE_COMPONENT = "gate"
 
@@ -65,3 +71,10 @@ def application_name(asset: str, version: int) -> str:
 def gate_application_name(asset: str, version: int) -> str:
     """``flights_bronze``, 3 -> ``flights-bronze-v3-gate``: the batch application that runs the gate."""
     return _checked(f"{dns_name(asset)}-v{version}-gate")
+
+
+def peers_policy_name(application: str, uid: str) -> str:
+    """The NetworkPolicy that lets the pods of one application incarnation reach each other:
+    ``<application>-peers-<first 8 characters of its uid>`` (a new name for an application created
+    again under the same name, so the garbage collector's deletion of the old one never races it)."""
+    return f"{application}-peers-{uid[:8]}"

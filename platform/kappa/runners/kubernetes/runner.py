@@ -121,6 +121,8 @@ class KubernetesRunner:
                 if exc.status != 409:  # 409: someone created it since our get; observe theirs
                     raise
                 app = self.apps.get(name)
+        if app is not None and self.cfg.network_policies:
+            self._isolate(app, created)
         deadline = self._clock() + timeout_s
         while True:
             status = self._status(asset, version, name, app, created, streaming)
@@ -130,6 +132,26 @@ class KubernetesRunner:
                 return status
             self._sleep(self.poll_s)
             app = self.apps.get(name)
+
+    def _isolate(self, app: Mapping[str, Any], created: bool) -> None:
+        """Create the application's peers NetworkPolicy (:meth:`SparkApplications.isolate`); when
+        that is refused, delete the application this call created (on a cluster that enforces the
+        chart's policies its driver could not reach its executors) and raise
+        :class:`~kappa.runners.base.RunError` naming the policy and the server's reason."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.apps.isolate(app)
+        except ApiException as exc:
+            name = app["metadata"]["name"]
+            if created:
+                self.apps.delete(name)
+            raise RunError(
+                f"SparkApplication {self.apps.namespace}/{name}: its peers NetworkPolicy was refused "
+                f"({exc.status} {exc.reason}: {str(exc.body or '')[:300]}); the run account needs get and create on "
+                f"networkpolicies (the chart's Role kappa-dagster-sparkapplications), or set "
+                f"KAPPA_K8S_NETWORK_POLICIES=false where the cluster enforces no NetworkPolicies"
+                + ("; the application was deleted" if created else "")) from exc
 
     def start(self, spec: "AssetSpec", version: "Version", *, bounded: bool = False,
               timeout_s: float | None = None) -> RunStatus:
