@@ -83,18 +83,15 @@ def build_advance_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinit
 def behind(settings: "Settings") -> dict[str, tuple[int, int]]:
     """asset -> (pinned snapshot, the table's latest Delta version) for every promoted version whose
     table has commits after its snapshot."""
-    from deltalake import DeltaTable
-
-    from kappa.core.storage import delta_rs_options, delta_rs_uri
     from kappa.delta.registry import Registry
+    from kappa.delta.tables import is_table, open_table
 
     out = {}
     for asset, v in Registry(settings).promoted_all().items():
         if v.snapshot is None:
             continue
-        uri, opts = delta_rs_uri(v.table_path), delta_rs_options(v.table_path, settings)
-        if DeltaTable.is_deltatable(uri, storage_options=opts):
-            latest = DeltaTable(uri, storage_options=opts).version()
+        if is_table(v.table_path, settings):
+            latest = open_table(v.table_path, settings).version()
             if latest > v.snapshot:
                 out[asset] = (v.snapshot, latest)
     return out

@@ -94,13 +94,11 @@ class Declarations:
 
     def events(self, asset: str | None = None) -> list[Declaration]:
         """Every event, oldest first, optionally of one asset."""
-        from deltalake import DeltaTable
+        from kappa.delta.tables import dataset, is_table
 
-        from kappa.delta.tables import dataset
-
-        if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options):
+        if not is_table(self.path, self.settings):
             return []
-        rows = dataset(self.uri, self.settings).to_table().to_pylist()
+        rows = dataset(self.path, self.settings).to_table().to_pylist()
         rows.sort(key=lambda r: r["at"])
         return [Declaration(**r) for r in rows if asset is None or r["asset"] == asset]
 

@@ -134,13 +134,11 @@ class Request:
 
 def requests(settings: Settings) -> list[Request]:
     """Every forget request, oldest first, with the steps done so far."""
-    from deltalake import DeltaTable
+    from kappa.delta.tables import dataset, is_table
 
-    from kappa.delta.tables import dataset
-
-    if not DeltaTable.is_deltatable(_uri(settings), storage_options=_options(settings)):
+    if not is_table(forgotten_path(settings), settings):
         return []
-    rows = sorted(dataset(_uri(settings), settings).to_table().to_pylist(), key=lambda r: r["at"])
+    rows = sorted(dataset(forgotten_path(settings), settings).to_table().to_pylist(), key=lambda r: r["at"])
     out: dict[str, Request] = {}
     for r in rows:
         if r["event"] == "requested":

@@ -184,13 +184,11 @@ class Registry:
     # -- reading ---------------------------------------------------------------------------------
     def events(self, asset: str | None = None) -> list[dict]:
         """Every event (oldest first), optionally of one asset; ``details`` decoded."""
-        from deltalake import DeltaTable
+        from kappa.delta.tables import dataset, is_table
 
-        from kappa.delta.tables import dataset
-
-        if not DeltaTable.is_deltatable(self.uri, storage_options=self.storage_options):
+        if not is_table(self.path, self.settings):
             return []
-        rows = dataset(self.uri, self.settings).to_table().to_pylist()  # not delta-rs's reader: see kappa.delta.tables
+        rows = dataset(self.path, self.settings).to_table().to_pylist()  # not delta-rs's reader: see kappa.delta.tables
         rows.sort(key=lambda r: r["at"])
         out = []
         for r in rows:

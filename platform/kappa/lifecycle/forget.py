@@ -403,9 +403,8 @@ def _vacuum(spark, settings: Settings, deleted: dict) -> dict:
     path -> files removed (``"vacuumed"`` for a table on an object store, where files are not
     counted) and the pins moved. Raises :class:`kappa.lifecycle.cut.CutError` when a reader has not
     read past the DELETE within a minute (the step is not recorded: ``kappa forget`` again resumes)."""
-    from deltalake import DeltaTable
-
-    from kappa.core.storage import delta_rs_options, delta_rs_uri, local_path
+    from kappa.core.storage import local_path
+    from kappa.delta.tables import open_table
     from kappa.lifecycle.cut import advance_past
 
     def parquet_files(local: Path | None) -> int | None:
@@ -419,8 +418,7 @@ def _vacuum(spark, settings: Settings, deleted: dict) -> dict:
         props = table.detail().select("properties").first()[0] or {}
         if props.get("delta.enableDeletionVectors") == "true":
             spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
-    latest = {path: DeltaTable(delta_rs_uri(path), storage_options=delta_rs_options(path, settings)).version()
-              for path in tables}
+    latest = {path: open_table(path, settings).version() for path in tables}
     moved = advance_past(settings, latest, reason="forget").moved
     # Delta refuses a retention below 7 days unless told the caller knows no reader or writer needs
     # the old files (Delta docs, "Remove files no longer referenced by a Delta table").

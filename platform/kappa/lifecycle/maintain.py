@@ -300,13 +300,10 @@ def _delta_rs_table(path: str, retention_hours: float | None, settings: Settings
     """The same three steps with delta-rs for a table delta-rs writes (registry, forgotten list),
     with Kappa's delta-rs options (on an object store: conditional puts, as every other writer of
     these tables)."""
-    from deltalake import DeltaTable
+    from kappa.delta.tables import open_table
 
-    from kappa.core.storage import delta_rs_options, delta_rs_uri
-
-    uri, options = delta_rs_uri(path), delta_rs_options(path, settings)
-    removed = int(DeltaTable(uri, storage_options=options).optimize.compact().get("numFilesRemoved", 0))
-    table = DeltaTable(uri, storage_options=options)
+    removed = int(open_table(path, settings).optimize.compact().get("numFilesRemoved", 0))
+    table = open_table(path, settings)
     table.create_checkpoint()
     if retention_hours is None:
         deleted = table.vacuum(dry_run=False)

@@ -424,19 +424,20 @@ class RegistryWatch:
         from kappa.core.storage import filesystem, join
 
         registry = Registry(settings)
-        self.uri, self.options = registry.uri, registry.storage_options
+        self.path, self.settings = registry.path, settings
         self.fs, self.log = filesystem(join(registry.path, "_delta_log"), settings)
         self.table = None
 
     def version(self) -> int | None:
         """The newest Delta version of the registry (None: no registry table yet)."""
-        from deltalake import DeltaTable
         from pyarrow.fs import FileType
 
+        from kappa.delta.tables import is_table, open_table
+
         if self.table is None:
-            if not DeltaTable.is_deltatable(self.uri, self.options):
+            if not is_table(self.path, self.settings):
                 return None
-            self.table = DeltaTable(self.uri, storage_options=self.options)
+            self.table = open_table(self.path, self.settings)
         elif self.fs.get_file_info(f"{self.log}/{self.table.version() + 1:020d}.json").type != FileType.NotFound:
             self.table.update_incremental()
         return self.table.version()

@@ -57,7 +57,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappa.config import Settings
-from kappa.core.storage import delta_rs_options, delta_rs_uri, join, read_text
+from kappa.core.storage import join, read_text
 from kappa.delta.registry import Registry, Version, late_events_path
 from kappa.spec import AssetSpec
 from kappa.delta.declarations import catalog as catalog_of
@@ -137,9 +137,10 @@ def _snapshot_files(table_path: str, version: int, settings: Settings) -> list[d
     """The files of the table's snapshot at ``version`` in the order Delta's streaming source reads
     an initial snapshot: by (``modificationTime``, ``path``)."""
     import pyarrow as pa
-    from deltalake import DeltaTable
 
-    table = DeltaTable(delta_rs_uri(table_path), version=version, storage_options=delta_rs_options(table_path, settings))
+    from kappa.delta.tables import open_table
+
+    table = open_table(table_path, settings, version)
     rows = pa.table(table.get_add_actions(flatten=True)).to_pylist()
     files = []
     for r in rows:

@@ -28,8 +28,9 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from kappa.config import Settings
-from kappa.core.storage import delta_rs_options, delta_rs_uri, join, read_text
+from kappa.core.storage import delta_rs_uri, join, read_text
 from kappa.delta.registry import Registry, Version
+from kappa.delta.tables import is_table, open_table
 from kappa.errors import KappaError
 
 
@@ -73,7 +74,7 @@ def upstream_table_ids(settings: Settings, version: Version) -> dict[str, tuple[
     registry, ids = Registry(settings), {}
     for name in version.upstream:
         up = registry.upstream_of(version, name)
-        table_id = _table_id(delta_rs_uri(up.table_path), delta_rs_options(up.table_path, settings))
+        table_id = _table_id(up.table_path, settings)
         if table_id is not None:
             ids[table_id] = (name, up.version)
     return ids
@@ -114,13 +115,12 @@ def read_through(reservoir_version: int | None, index: int) -> tuple[int | None,
 _TABLE_IDS: dict[str, str] = {}
 
 
-def _table_id(uri: str, options: dict | None) -> str | None:
-    """The Delta table id (``metaData.id``, which never changes) of the table at ``uri``, cached
-    once found; None while there is no table."""
-    from deltalake import DeltaTable
-
-    if uri not in _TABLE_IDS and DeltaTable.is_deltatable(uri, storage_options=options):
-        _TABLE_IDS[uri] = DeltaTable(uri, storage_options=options).metadata().id
+def _table_id(table_path: str, settings: Settings) -> str | None:
+    """The Delta table id (``metaData.id``, which never changes) of the table at ``table_path``,
+    cached once found; None while there is no table."""
+    uri = delta_rs_uri(table_path)
+    if uri not in _TABLE_IDS and is_table(table_path, settings):
+        _TABLE_IDS[uri] = open_table(table_path, settings).metadata().id
     return _TABLE_IDS.get(uri)
 
 
@@ -129,8 +129,6 @@ def covered(settings: Settings, asset: str, version: int | None = None,
     """What ``asset`` version ``version`` (default: its latest) covers at Delta version
     ``table_version`` of its table (default: the latest). Raises :class:`ProvenanceError` for an
     asset without versions or an unknown version."""
-    from deltalake import DeltaTable
-
     from kappa.streaming.checkpoint import batch_sources
 
     registry = Registry(settings)
@@ -140,10 +138,9 @@ def covered(settings: Settings, asset: str, version: int | None = None,
         raise ProvenanceError(str(exc)) from exc
     if v is None:
         raise ProvenanceError(f"{asset} has no version yet")
-    uri, options = delta_rs_uri(v.table_path), delta_rs_options(v.table_path, settings)
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    if not is_table(v.table_path, settings):
         return Coverage(asset, v.version, None)
-    table = DeltaTable(uri, storage_options=options)
+    table = open_table(v.table_path, settings)
     latest = table.version()
     at = latest if table_version is None else table_version
     if not 0 <= at <= latest:
@@ -223,14 +220,11 @@ def batch_commits(settings: Settings, version: Version, limit: int = 500) -> tup
     commits (operation ``STREAMING UPDATE``) from their ``txn`` action and the checkpoint's
     write-ahead log entry. Other commits (table creation, OPTIMIZE, DELETE, VACUUM) are not micro-batches.
     The latest version is -1 when the table does not exist yet."""
-    from deltalake import DeltaTable
-
     from kappa.streaming.checkpoint import batch_sources
 
-    uri, options = delta_rs_uri(version.table_path), delta_rs_options(version.table_path, settings)
-    if not DeltaTable.is_deltatable(uri, storage_options=options):
+    if not is_table(version.table_path, settings):
         return -1, []
-    table = DeltaTable(uri, storage_options=options)
+    table = open_table(version.table_path, settings)
     ids: dict | None = None
     out = []
     for entry in table.history(limit):
