@@ -53,6 +53,8 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_TLS_PASSWORD_FILE`` a file holding that keystore's password       required with it
 ``KAPPA_SERVE_TLS``            clients of ``KAPPA_SERVE_HOST``'s endpoint use   ``false``
                                TLS (a local endpoint says so in its state)
+``KAPPA_SERVE_TLS_CA_FILE``    PEM certificates clients verify the endpoint's   the system's CAs
+                               certificate against (``kappa dbt`` included)
 ``KAPPA_SERVE_AWS_ACCESS_KEY_ID`` the object-store keys a local ``kappa serve``   none (the caller's
 ``KAPPA_SERVE_AWS_SECRET_ACCESS_KEY`` runs with (its ``AWS_*``): read the         ``AWS_*``)
                                warehouse, write only ``<warehouse>/_dbt``
@@ -294,6 +296,10 @@ class Settings(BaseSettings):
     serve_tls_password_file: Path | None = None
     #: ``KAPPA_SERVE_TLS``: the endpoint at ``serve_host`` speaks TLS (a local one records it).
     serve_tls: bool = False
+    #: ``KAPPA_SERVE_TLS_CA_FILE``: PEM certificates Kappa's clients of the endpoint (``kappa dbt``
+    #: through :mod:`kappa.services.tls_relay`, :func:`kappa.services.serve.connect`) verify its
+    #: certificate against; None: the system's certificate authorities.
+    serve_tls_ca_file: Path | None = None
     #: The object-store keys a local ``kappa serve`` is started with (as its ``AWS_ACCESS_KEY_ID``/
     #: ``AWS_SECRET_ACCESS_KEY``): an identity that reads the warehouse and writes only
     #: ``<warehouse>/_dbt`` (``kappa objectstore`` makes one and puts it in its ``env``). None: the

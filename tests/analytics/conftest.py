@@ -28,13 +28,18 @@ KAPPA = str(Path(sys.executable).parent / "kappa")
 SERVE_USER, SERVE_PASSWORD = "analyst", "s3cret:with-colon"
 
 
-def kappa(settings, *args: str, timeout: float = 600, stdin: str | None = None) -> subprocess.CompletedProcess:
+def kappa(settings, *args: str, timeout: float = 600, stdin: str | None = None,
+          unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """The `kappa` command as a user runs it, on ``settings``' state; `kappa dbt` logs in to the
-    endpoint as SERVE_USER (the password file holds only hashes, so the login is given)."""
+    endpoint as SERVE_USER (the password file holds only hashes, so the login is given) and trusts
+    the endpoint's certificate (:data:`SERVE_CA`); ``unset``: variables left out of its environment."""
     env = {**os.environ, "COLUMNS": "200", "KAPPA_HOME": str(settings.home),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
            "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
-           "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD}
+           "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD,
+           # `kappa dbt` verifies the endpoint's certificate (kappa.services.tls_relay)
+           "KAPPA_SERVE_TLS_CA_FILE": str(SERVE_CA)}
+    env = {k: v for k, v in env.items() if k not in unset}
     return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO,
                           input=stdin)
 

@@ -21,7 +21,7 @@ from ..conftest import REPO, free_port
 from kappa.core import processes
 from ..cdp import Browser
 from ..graphql import post as _post
-from .conftest import SERVE_PASSWORD, SERVE_USER, kappa
+from .conftest import SERVE_CA, SERVE_PASSWORD, SERVE_USER, kappa
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,8 @@ def dagster_dev(served, tmp_path_factory):
     env = {**os.environ, "DAGSTER_HOME": str(home), "KAPPA_HOME": str(settings.home),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
            "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port), "KAPPA_DAGSTER_URL": base,
-           "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD}
+           "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD,
+           "KAPPA_SERVE_TLS_CA_FILE": str(SERVE_CA)}
     with log_path.open("w") as log:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1",
                                  "-p", str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,

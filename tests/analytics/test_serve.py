@@ -60,6 +60,22 @@ def test_the_endpoint_speaks_only_tls_with_the_certificate_its_clients_verify(se
     assert password.encode() not in cmdline and password not in children and "serve.p12" in children
 
 
+def test_kappa_dbt_reaches_the_endpoint_only_when_its_certificate_verifies(served):
+    """dbt-spark's `use_ssl` logs in to whatever answers (its Thrift SSL transport uses CERT_NONE):
+    an impostor would get dbt's password and serve it any rows. `kappa dbt` hands dbt a loopback
+    relay that speaks TLS with the certificate checked (kappa.services.tls_relay): without a CA
+    that trusts the endpoint's certificate it stops before dbt starts, saying why; with it, dbt
+    connects and logs in (`dbt debug`)."""
+    settings, _port = served
+    refused = kappa(settings, "dbt", "debug", unset=("KAPPA_SERVE_TLS_CA_FILE",), timeout=300)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "certificate verify failed" in said and "system's certificate authorities" in said
+    assert "Running with dbt=" not in said, said  # dbt never started
+    trusted = kappa(settings, "dbt", "debug", timeout=300)
+    assert trusted.returncode == 0 and "All checks passed" in trusted.stdout, trusted.stdout + trusted.stderr
+    assert "OK connection ok" in trusted.stdout
+
+
 def login_seconds(port: int, user: str, password: str) -> tuple[bool, float]:
     """(logged in?, seconds) of one PyHive connection (SASL PLAIN) as ``user``; a login that
     succeeds is closed at once."""

@@ -73,6 +73,7 @@ def test_a_remote_endpoint_said_to_speak_tls_gets_tls_clients(tmp_path, listener
     settings = _settings(tmp_path, listener, serve_user="dbt", serve_password="pw", serve_tls=True)
     endpoint = ensure_endpoint(settings)
     assert endpoint.tls and endpoint.jdbc_url == f"jdbc:hive2://127.0.0.1:{listener}/default;ssl=true"
-    env = dbt_env(settings, endpoint.host, endpoint.port, client_credentials(settings, endpoint), tls=endpoint.tls)
-    assert env["KAPPA_SERVE_TLS"] == "true"  # dbt/profiles.yml: use_ssl
-    assert dbt_env(settings, endpoint.host, endpoint.port)["KAPPA_SERVE_TLS"] == "false"
+    env = dbt_env(settings, endpoint.host, endpoint.port, client_credentials(settings, endpoint))
+    # dbt never speaks its own (unverified) TLS: dbt_connection hands it a verifying relay
+    # (tests/unit/test_tls_relay.py); dbt/profiles.yml's use_ssl is for runs by hand only
+    assert "KAPPA_DBT_USE_SSL" not in env and "KAPPA_SERVE_TLS" not in env

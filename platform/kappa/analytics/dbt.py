@@ -14,9 +14,11 @@ as they are built and the endpoint's warm driver runs them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from kappa.config import Settings
@@ -33,11 +35,12 @@ def dbt_executable() -> str:
     return str(Path(sys.executable).with_name("dbt"))
 
 
-def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, str] | None = None,
-            tls: bool = False) -> dict[str, str]:
-    """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read. With ``credentials``
-    (user, password) dbt uses the profile's ``serve_auth`` target (HiveServer2 CUSTOM, SASL PLAIN);
-    with ``tls`` dbt-spark's ``use_ssl`` (``KAPPA_SERVE_TLS``: the endpoint speaks TLS)."""
+def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, str] | None = None) -> dict[str, str]:
+    """The environment ``dbt/profiles.yml`` and ``dbt/dbt_project.yml`` read, for dbt to connect to
+    ``host``:``port`` in plain Thrift (an endpoint speaking TLS is reached through
+    :func:`dbt_connection`'s relay, never with dbt-spark's unverified ``use_ssl``). With
+    ``credentials`` (user, password) dbt uses the profile's ``serve_auth`` target (HiveServer2
+    CUSTOM, SASL PLAIN)."""
     from kappa.services.serve import marts_root
 
     auth = {"DBT_TARGET": "serve"} if credentials is None else {
@@ -46,7 +49,6 @@ def dbt_env(settings: Settings, host: str, port: int, credentials: tuple[str, st
         **auth,
         "KAPPA_SERVE_HOST": host,
         "KAPPA_SERVE_PORT": str(port),
-        "KAPPA_SERVE_TLS": "true" if tls else "false",
         "KAPPA_DBT_LOCATION_ROOT": str(marts_root(settings)),
         "DBT_PROFILES_DIR": str(project_dir(settings)),
         "DBT_PROJECT_DIR": str(project_dir(settings)),
@@ -71,15 +73,35 @@ def ensure_endpoint(settings: Settings, port: int | None = None):
     return serve.ensure_running(settings, port=port)
 
 
-def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:
-    """Run ``dbt ARGS`` (e.g. ``["build"]``) against the endpoint (started if needed); returns the
-    finished process (dbt's exit status: 0 ok, 1 a model or test failed, 2 an error)."""
+@contextlib.contextmanager
+def dbt_connection(settings: Settings, endpoint) -> Iterator[dict[str, str]]:
+    """The :func:`dbt_env` for dbt to reach ``endpoint`` (a :class:`kappa.services.serve.ServeStatus`),
+    valid inside the ``with``: its own host and port, or, when it speaks TLS, the loopback address of
+    a :func:`kappa.services.tls_relay.tls_relay` that carries dbt's connections over TLS with the
+    endpoint's certificate verified against ``settings.serve_tls_ca_file``
+    (``KAPPA_SERVE_TLS_CA_FILE``; default the system's certificate authorities). dbt-spark's own
+    ``use_ssl`` encrypts without verifying (``CERT_NONE``), so it is never used. Raises
+    :class:`kappa.services.serve.ServeError` when the endpoint's certificate does not verify, naming
+    why, before dbt starts."""
     from kappa.services.serve import client_credentials
+    from kappa.services.tls_relay import tls_relay
 
-    st = ensure_endpoint(settings, port)
-    env = {**os.environ, **dbt_env(settings, st.host, st.port, client_credentials(settings, st), tls=st.tls)}
-    return subprocess.run([dbt_executable(), *args], env=env, cwd=project_dir(settings), text=True,
-                          capture_output=capture)
+    credentials = client_credentials(settings, endpoint)
+    if not endpoint.tls:
+        yield dbt_env(settings, endpoint.host, endpoint.port, credentials)
+        return
+    with tls_relay(endpoint.host, endpoint.port, settings.serve_tls_ca_file) as (host, port):
+        yield dbt_env(settings, host, port, credentials)
+
+
+def run_dbt(settings: Settings, args: list[str], port: int | None = None, capture: bool = False) -> subprocess.CompletedProcess:
+    """Run ``dbt ARGS`` (e.g. ``["build"]``) against the endpoint (started if needed), through
+    :func:`dbt_connection`; returns the finished process (dbt's exit status: 0 ok, 1 a model or test
+    failed, 2 an error). Raises :class:`kappa.services.serve.ServeError` when the endpoint does not
+    answer or its certificate does not verify."""
+    with dbt_connection(settings, ensure_endpoint(settings, port)) as dbt:
+        return subprocess.run([dbt_executable(), *args], env={**os.environ, **dbt}, cwd=project_dir(settings),
+                              text=True, capture_output=capture)
 
 
 def target_dir(settings: Settings) -> Path:

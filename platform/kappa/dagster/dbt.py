@@ -24,8 +24,7 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DagsterDbtTranslatorSettings, DbtCliResource, dbt_assets
 
-from kappa.analytics.dbt import dbt_env, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
-from kappa.services.serve import client_credentials
+from kappa.analytics.dbt import dbt_connection, dbt_executable, ensure_endpoint, manifest, project_dir, target_dir
 from kappa.config import Settings
 from kappa.dagster.resources import KappaResource, sealed
 
@@ -69,14 +68,14 @@ def build_dbt_definitions(settings: Settings) -> dg.Definitions:
                 pool="kappa_dbt")
     def dbt_models(context: dg.AssetExecutionContext, dbt: DbtCliResource, kappa: KappaResource):
         run_settings = kappa.settings()
-        endpoint = ensure_endpoint(run_settings)
         # dbt reads its connection and mart location from the environment (dbt/profiles.yml), and
         # DbtCliResource.cli hands the dbt process a copy of os.environ taken when it starts it: set
         # the variables for that moment only, so nothing leaks into the rest of the run's process.
-        with scoped_environ(dbt_env(run_settings, endpoint.host, endpoint.port,
-                                    client_credentials(run_settings, endpoint), tls=endpoint.tls)):
-            invocation = dbt.cli(["build"], context=context)
-        yield from invocation.stream()
+        # The connection (a TLS relay for an endpoint speaking TLS) lives until dbt is done.
+        with dbt_connection(run_settings, ensure_endpoint(run_settings)) as dbt_vars:
+            with scoped_environ(dbt_vars):
+                invocation = dbt.cli(["build"], context=context)
+            yield from invocation.stream()
 
     dbt = DbtCliResource(project_dir=str(project_dir(settings)), profiles_dir=str(project_dir(settings)),
                          target_path=target_dir(settings), dbt_executable=dbt_executable())

@@ -173,31 +173,44 @@ def connect(host: str, port: int, user: str | None = None, password: str | None 
         return hive.connect(host=host, port=port, username=user or "kappa", password=password,
                             auth="CUSTOM" if password is not None else "NONE", database=database,
                             configuration=configuration)
-    import socket
-    import ssl
-
     import thrift_sasl
     from pyhive.sasl_compat import PureSASLClient as SASLClient
     from thrift.transport.TSSLSocket import TSSLSocket
 
-    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
-    # Thrift's TSSLSocket logs a failed handshake and then fails on a closed handle: shake hands
-    # once here, so the error says why.
-    try:
-        with socket.create_connection((host, port), timeout=30) as raw, \
-                context.wrap_socket(raw, server_hostname=host):
-            pass
-    except ssl.SSLError as exc:
-        trust = f"the certificates of {ca_file}" if ca_file else "the system's certificate authorities"
-        raise ServeError(f"TLS with the SQL endpoint at {host}:{port} failed ({exc}); its certificate is "
-                         f"checked against {trust}") from exc
-    except OSError as exc:
-        raise ServeError(f"the SQL endpoint at {host}:{port} does not answer: {exc}") from exc
+    context = verified_context(host, port, ca_file)
     sock = TSSLSocket(host, port, ssl_context=context)
     transport = thrift_sasl.TSaslClientTransport(
         lambda: SASLClient(host, mechanism="PLAIN", username=user or "kappa", password=password or "x"),
         "PLAIN", sock)
     return hive.connect(thrift_transport=transport, database=database, configuration=configuration)
+
+
+def verified_context(host: str, port: int, ca_file: Path | str | None = None):
+    """An ``ssl.SSLContext`` that verifies the endpoint's certificate, host name included, against
+    ``ca_file`` (PEM; default the system's certificate authorities), after one TLS handshake with
+    the endpoint at ``host``:``port`` succeeded with it. Raises :class:`ServeError` naming the reason
+    when the handshake fails (a certificate that does not verify, an endpoint without TLS) or the
+    endpoint does not answer; ``ca_file`` that cannot be read fails the same way. (Thrift's
+    TSSLSocket logs a failed handshake and then fails on a closed handle: shaking hands here first
+    lets the error say why.)"""
+    import socket
+    import ssl
+
+    trust = f"the certificates of {ca_file}" if ca_file else "the system's certificate authorities"
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    except OSError as exc:
+        raise ServeError(f"KAPPA_SERVE_TLS_CA_FILE: cannot read {ca_file}: {exc.strerror or exc}") from exc
+    try:
+        with socket.create_connection((host, port), timeout=30) as raw, \
+                context.wrap_socket(raw, server_hostname=host):
+            pass
+    except ssl.SSLError as exc:
+        raise ServeError(f"TLS with the SQL endpoint at {host}:{port} failed ({exc}); its certificate is "
+                         f"checked against {trust}") from exc
+    except OSError as exc:
+        raise ServeError(f"the SQL endpoint at {host}:{port} does not answer: {exc}") from exc
+    return context
 
 
 def beeline_path() -> str:
