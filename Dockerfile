@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The Kappa image: Spark (pyspark), the Maven-resolved jars, the kappa library and assets/. Used by
 # Kappa's SparkApplications (driver and executors) and by Dagster's code location.
 #
@@ -8,9 +7,17 @@
 # virtualenv from requirements.lock, `spark` only lends Apache Spark's Kubernetes entrypoint script,
 # and the final stage copies their results into a slim runtime that runs as uid 185 (non-root, the
 # uid Spark's own images use), so it passes Pod Security "restricted".
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG SPARK_IMAGE=apache/spark:4.1.3
-ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17
+#
+# Base images by digest (the multi-platform index), so a tag moved in the registry changes nothing
+# that is built: Docker official images, digests as docker-library/repo-info records them
+# (repos/<image>/remote/<tag>.md): python 3.11.16 of 2026-08-25 (repo-info 33a22f4), maven with
+# Temurin 17.0.20 of 2026-09-16 (1fd86ba), spark 4.1.3 of 2026-09-26 (615fe94; the official `spark`
+# image is built from apache/spark-docker, as apache/spark is). To move one, replace tag and digest
+# together (`docker buildx imagetools inspect <image>:<tag>` prints the index digest). No BuildKit
+# `# syntax=` line: the builder's own Dockerfile frontend, not an image pulled by tag.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:0bee7276f83efd4a1ee05bbbf4281d95ed28e079220a9457f25a93e3f1e3c31b
+ARG SPARK_IMAGE=spark:4.1.3@sha256:4873c4e211353b76e736ca058b59c5fe80847e15784a80685e63128f1c69a4bc
+ARG MAVEN_IMAGE=maven:3.9-eclipse-temurin-17@sha256:42a3ac393abbc64dae6c96703e5ead2e921fe9103371ac58b5b404b0d6a26502
 
 FROM ${MAVEN_IMAGE} AS jars
 WORKDIR /src

@@ -193,3 +193,12 @@ def test_the_supply_chain_is_pinned_by_content_not_only_by_version():
     assert go_envs and all("GOFLAGS=-mod=readonly" in l for l in go_envs)
     assert re.search(r"^MVN := mvn .*-C ", makefile, re.M)
     assert dockerfile.count("mvn -q -B -C ") == dockerfile.count("mvn ")
+    # every base image by digest: each FROM names a build argument whose default is image@sha256:…,
+    # and no BuildKit frontend image is pulled by tag (`# syntax=`)
+    defaults = dict(re.findall(r"^ARG (\w+)=(\S+)$", dockerfile, re.M))
+    froms = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    external = [f for f in froms if f.startswith("${")]
+    assert len(external) == len(froms) == 4
+    for ref in external:
+        assert re.fullmatch(r"[a-z0-9./-]+:[\w.-]+@sha256:[0-9a-f]{64}", defaults[ref[2:-1]]), ref
+    assert not re.search(r"^# *syntax=", dockerfile, re.M)
