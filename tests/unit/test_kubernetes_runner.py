@@ -212,6 +212,8 @@ def test_spark_pods_have_a_read_only_root_and_bounded_scratch_space(cfg):
             mounted = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
             assert mounted["/tmp"] == "kappa-tmp" and mounted["/opt/kappa/work"] == "kappa-work"
             assert ctr["resources"] == {"requests": {"ephemeral-storage": "1Gi"}, "limits": {"ephemeral-storage": "8Gi"}}
+            # only the driver talks to the API server (its executors' pods)
+            assert tpl.get("automountServiceAccountToken", True) is (role == "driver")
     small = k8s.KubernetesRunnerConfig.from_mapping({
         "KAPPA_K8S_IMAGE": "kappa:1", "KAPPA_K8S_TMP_SIZE_LIMIT": "256Mi", "KAPPA_K8S_EPHEMERAL_STORAGE_LIMIT": "3Gi"})
     ctr = _container(build("flights", 1, small)["spec"]["executor"])

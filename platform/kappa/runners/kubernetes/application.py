@@ -113,6 +113,10 @@ def _role(kind: str, res: Resources, labels: dict[str, str], env: list[dict], mo
     }
     pod_spec: dict[str, Any] = {"securityContext": _pod_security_context(), "containers": [container],
                                 "volumes": [*scratch_volumes, *volumes]}
+    if kind == "executor":
+        # Executors never call the API server (the driver creates and watches them): no token in
+        # their pods. The driver keeps its own (it manages its executor pods).
+        pod_spec["automountServiceAccountToken"] = False
     role: dict[str, Any] = {
         "cores": res.cores,
         "memory": res.memory,
