@@ -49,17 +49,17 @@ def tls_relay(host: str, port: int, ca_file: Path | str | None = None) -> Iterat
 
     Raises :class:`kappa.services.serve.ServeError` before listening when a first handshake with
     the endpoint fails (the certificate does not verify, no TLS there, no answer), naming why."""
-    import ssl
-
     context = verified_context(host, port, ca_file)
     loop = asyncio.new_event_loop()
     tasks: set[asyncio.Task] = set()
 
     async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        tasks.add(asyncio.current_task())
+        task = asyncio.current_task()
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)  # the set holds only connections still carried
         try:
             up_reader, up_writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host)
-        except (OSError, ssl.SSLError):
+        except OSError:  # ssl.SSLError included
             client_writer.close()
             return
         await asyncio.gather(_carry(client_reader, up_writer), _carry(up_reader, client_writer))

@@ -317,20 +317,22 @@ def build_peers_policy(app: dict) -> dict:
     for an ``app`` without ``metadata.uid`` (not yet created)."""
     meta = app["metadata"]
     name, uid = meta["name"], meta["uid"]
-    peers = [{"podSelector": {"matchLabels": {LABEL_OPERATOR_APP: name}}}]
+    def selector() -> dict:  # a fresh dict each time: the result shares no objects between its parts
+        return {"matchLabels": {LABEL_OPERATOR_APP: name}}
+
     return {
         "apiVersion": f"{NETWORKING_GROUP}/{NETWORKING_VERSION}",
         "kind": "NetworkPolicy",
         "metadata": {
             "name": peers_policy_name(name, uid),
             "namespace": meta["namespace"],
-            "labels": {k: v for k, v in (meta.get("labels") or {}).items()},
+            "labels": dict(meta.get("labels") or {}),
             "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "name": name, "uid": uid}],
         },
         "spec": {
-            "podSelector": {"matchLabels": {LABEL_OPERATOR_APP: name}},
+            "podSelector": selector(),
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": peers}],
-            "egress": [{"to": peers}],
+            "ingress": [{"from": [{"podSelector": selector()}]}],
+            "egress": [{"to": [{"podSelector": selector()}]}],
         },
     }
