@@ -29,6 +29,9 @@ $(VENV)/.installed: requirements.lock pyproject.toml tools/uv.lock | $(BIN)/pyth
 # JVM dependencies are resolved by Maven into build/jars (never by Ivy at run time).
 build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml jvm/settings.xml
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
+	@# a pom change must not leave the jars it no longer names on the classpath (a stale
+	@# slf4j-api 1.7 beside 2.0 silenced the broker's log); Kappa's own jars are rebuilt after this
+	rm -rf build/jars/spark build/jars/kafka build/jars/connect
 	$(MVN) -f jvm/spark/pom.xml dependency:copy-dependencies
 	$(MVN) -f jvm/kafka/pom.xml dependency:copy-dependencies
 	$(MVN) -f jvm/connect/pom.xml dependency:copy-dependencies

@@ -70,13 +70,23 @@ def properties_text(props: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
+#: Size at which a JVM's log file rolls (log4j2 size syntax) and how many rolled files are kept.
+LOG_ROLL_SIZE, LOG_ROLL_KEEP = "20MB", 5
+
+
 def log4j2_file_config(log_file: Path | str, levels: dict[str, str]) -> str:
     """A log4j2 properties configuration that writes every log line of a JVM Kappa starts (the
     broker, the Connect worker) to ``log_file`` at INFO, with ``levels`` (logger name -> level)
-    overriding chosen loggers (log4j2 manual, "Configuration with Properties")."""
-    lines = ["rootLogger.level = INFO", "rootLogger.appenderRef.file.ref = FILE", "appender.file.type = File",
+    overriding chosen loggers (log4j2 manual, "Configuration with Properties"). The file rolls at
+    :data:`LOG_ROLL_SIZE` into ``<log_file>.1`` … ``.<LOG_ROLL_KEEP>`` (RollingFile appender,
+    size-based triggering policy): a broker that runs for days keeps a bounded log."""
+    lines = ["rootLogger.level = INFO", "rootLogger.appenderRef.file.ref = FILE", "appender.file.type = RollingFile",
              "appender.file.name = FILE", f"appender.file.fileName = {log_file}",
-             "appender.file.layout.type = PatternLayout", "appender.file.layout.pattern = [%d] %p %m (%c)%n"]
+             f"appender.file.filePattern = {log_file}.%i",
+             "appender.file.layout.type = PatternLayout", "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+             "appender.file.policies.type = Policies", "appender.file.policies.size.type = SizeBasedTriggeringPolicy",
+             f"appender.file.policies.size.size = {LOG_ROLL_SIZE}",
+             "appender.file.strategy.type = DefaultRolloverStrategy", f"appender.file.strategy.max = {LOG_ROLL_KEEP}"]
     for i, (logger, level) in enumerate(levels.items()):
         lines += [f"logger.l{i}.name = {logger}", f"logger.l{i}.level = {level}"]
     return "\n".join(lines) + "\n"
