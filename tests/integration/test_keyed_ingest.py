@@ -1,6 +1,7 @@
 """What `kappa ingest` promises about the log, read back with a plain consumer (no Spark): one key's
 events sit in one partition in the order produced, and killing the broker during an ingest leaves
-no duplicate ``event_id`` (the idempotent producer, KIP-98)."""
+no duplicate ``event_id`` (the idempotent producer, KIP-98, on topics stamped with the broker's
+clock: ``TopicSpec.kafka_config``)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,43 @@ def test_every_event_of_one_key_is_in_one_partition_in_the_order_produced(make_e
     assert logged == produced  # per key: same events, same order
 
 
+def test_an_existing_topic_is_switched_to_the_brokers_clock_and_keeps_its_other_configs(make_env):
+    """A topic created before Kappa stamped records with the broker's clock (Kafka's default,
+    CreateTime, and a retention of its owner's choosing): ensure_topics sets LogAppendTime on it
+    and leaves the retention alone."""
+    from confluent_kafka.admin import ConfigResource, NewTopic
+
+    from kappa.kafka.topics import admin, ensure_topics
+    from kappa.spec import load_catalog
+
+    settings, suffix = make_env()
+    topic = f"flights_{suffix}"
+    client = admin(settings)
+    for fut in client.create_topics([NewTopic(topic, 3, 1, config={"retention.ms": "86400000"})]).values():
+        fut.result()
+
+    def config() -> dict[str, str]:
+        import time
+
+        from confluent_kafka import KafkaException
+
+        for _ in range(50):  # a topic created a moment ago is not described until its metadata spreads
+            (fut,) = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+            try:
+                return {k: e.value for k, e in fut.result().items()}
+            except KafkaException as exc:
+                if "UNKNOWN_TOPIC" not in str(exc):
+                    raise
+                time.sleep(0.2)
+        raise AssertionError(f"topic {topic} was never described")
+
+    assert config()["message.timestamp.type"] == "CreateTime"
+    assert ensure_topics(settings, {topic: load_catalog(settings.assets_dir).topics[topic]}) == []
+    after = config()
+    assert after["message.timestamp.type"] == "LogAppendTime"
+    assert after["retention.ms"] == "86400000" and after["cleanup.policy"] == "delete"
+
+
 def _stable_port(avoid: set[int] = frozenset()) -> int:
     """A free port below the ephemeral range (32768-60999 on Linux): while the broker is down, the
     producer's reconnects take ephemeral source ports and could take the broker's own port (a TCP
@@ -78,13 +116,82 @@ def _stable_port(avoid: set[int] = frozenset()) -> int:
             return port
 
 
+class ResentBatch:
+    """One idempotent-producer batch built by hand (kafka-python's protocol classes), so it can be
+    sent again byte for byte, as a producer re-sends a batch whose acknowledgement was lost: ten
+    records with event-time timestamps from 2013, producer id and epoch from InitProducerId,
+    sequence numbers 0-9. :meth:`send` returns the base offset the broker reports: the batch's own
+    offset when it recognises a re-sent batch (KIP-98), a new one when it appends it again."""
+
+    def __init__(self, settings, topic: str):
+        from kafka.protocol.producer import InitProducerIdRequest
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+
+        self.settings, self.topic = settings, topic
+        init = self._until_ok(lambda: InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000,
+                                                            version=1), lambda r: r.error_code)
+        batch = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                          producer_id=init.producer_id, producer_epoch=init.producer_epoch,
+                                          base_sequence=0, batch_size=1 << 20)
+        for i in range(10):
+            batch.append(i, timestamp=1_357_000_000_000 + i, key=b"k", value=b"v%d" % i, headers=[])
+        self.records = bytes(batch.build())
+
+    def _until_ok(self, request, error):
+        """Send ``request()`` until ``error(response)`` is 0 (a fresh broker answers "coordinator
+        loading" or "not leader" for a few seconds)."""
+        import time
+
+        from kafka.net.compat import KafkaNetClient
+
+        client = KafkaNetClient(bootstrap_servers=self.settings.bootstrap_servers)
+        try:
+            node = client.least_loaded_node(bootstrap_fallback=True)
+            for _ in range(100):
+                response = client.send_and_receive(node, request(), timeout_ms=30_000)
+                if error(response) == 0:
+                    return response
+                time.sleep(0.3)
+            raise AssertionError(f"the broker kept refusing: {response}")
+        finally:
+            client.close()
+
+    def send(self) -> int:
+        from kafka.protocol.producer import ProduceRequest
+
+        def request():
+            data = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=self.records)
+            return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30_000, version=8,
+                                  topic_data=[ProduceRequest.TopicProduceData(name=self.topic, partition_data=[data])])
+
+        part = self._until_ok(request, lambda r: r.responses[0].partition_responses[0].error_code)
+        return part.responses[0].partition_responses[0].base_offset
+
+
 def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
     """A private broker (the shared one must not die), killed with SIGKILL while `kappa ingest` is
-    publishing, then restarted: the ingest finishes and the log holds each event_id once."""
+    publishing, then restarted: the ingest finishes and the log holds each event_id once.
+
+    The kill lands between a write and its acknowledgement only now and then, so the same kill is
+    also aimed at that moment deterministically: one batch written before it and re-sent after it,
+    byte for byte, to a topic with Kappa's topic configs (recognised: no second copy) and, as the
+    control, to one with Kafka's default CreateTime (appended again: the broker forgot the
+    producer, whose last timestamp is from 2013; this is what duplicated events in the ingest)."""
+    from confluent_kafka.admin import NewTopic
+
+    from kappa.kafka.topics import admin
+    from kappa.spec.catalog import TopicSpec
+
     client = _stable_port()
     settings = load_settings(project_dir=REPO, home=tmp_path / "home",
                              kafka_port=client, kafka_controller_port=_stable_port({client}))
     broker.start(settings, timeout_s=180)
+    topic_admin = admin(settings)
+    probes = {"resent-kappa": TopicSpec(partitions=1).kafka_config(), "resent-createtime": {}}
+    for fut in topic_admin.create_topics([NewTopic(t, 1, 1, config=c) for t, c in probes.items()]).values():
+        fut.result()
+    resent = {t: ResentBatch(settings, t) for t in probes}
+    assert {t: b.send() for t, b in resent.items()} == {t: 0 for t in probes}
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
     env.update({"KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(settings.home),
                 "KAPPA_KAFKA_PORT": str(settings.kafka_port),
@@ -115,6 +222,10 @@ def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
             assert time.monotonic() < deadline, "the killed broker's ports were never released"
             time.sleep(0.2)
         broker.start(settings, timeout_s=180)
+        assert resent["resent-kappa"].send() == 0, "the broker appended a re-sent batch again on Kappa's topic"
+        assert resent["resent-createtime"].send() == 10, (
+            "control: on a CreateTime topic the broker no longer forgets a producer whose records are old; "
+            "if Kafka changed this, LogAppendTime is no longer what keeps the log free of duplicates")
         out, _ = ingest.communicate(timeout=400)
         assert ingest.returncode == 0, out[-3000:]
         ids = [json.loads(v)["event_id"] for _p, _o, _k, v in read_log(settings, topic)]

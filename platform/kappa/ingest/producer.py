@@ -2,8 +2,15 @@
 
 With idempotence the broker discards a retried batch it already wrote, so a network error or a
 broker restart during ingest duplicates nothing in the log (Kafka's "idempotent producer", KIP-98),
-as long as the producer keeps its epoch: one request in flight per connection keeps librdkafka from
-bumping it after a restart (see :func:`producer_config`).
+as long as the broker still knows the producer and the producer keeps its epoch:
+
+* the broker forgets a producer whose last batch timestamp is older than
+  ``producer.id.expiration.ms`` (1 day), and after a restart it appends a re-sent batch of a
+  producer it forgot again. Kappa's topics stamp records with the broker's clock
+  (``message.timestamp.type=LogAppendTime``, :meth:`kappa.spec.catalog.TopicSpec.kafka_config`), so
+  history with old event times does not look expired; the event time travels in the value;
+* one request in flight per connection keeps librdkafka from bumping the epoch after a restart
+  (see :func:`producer_config`).
 """
 
 from __future__ import annotations
@@ -67,10 +74,10 @@ def producer_config(settings: Settings, **overrides: object) -> dict:
         # broker restart makes the next ones fail with OUT_OF_ORDER_SEQUENCE_NUMBER, librdkafka then
         # bumps the producer epoch and re-sends batches the broker may already have written, which
         # the broker cannot recognise under the new epoch: duplicates (librdkafka issue #4953; the
-        # maintainers: the idempotent producer alone is not exactly-once across an epoch bump). Seen
-        # here once: 365 duplicate event_ids after a SIGKILL of the broker during `kappa ingest`
-        # on a heavily loaded machine. Cost measured here: 84,000 vs 98,000 events/s on the full
-        # flights table to the local broker.
+        # maintainers: the idempotent producer alone is not exactly-once across an epoch bump).
+        # (The duplicates seen here after a SIGKILL of the broker, e.g. 629 event_ids, a re-sent
+        # first batch, were the broker forgetting the producer: see the module docstring.) Cost
+        # measured here: 84,000 vs 98,000 events/s on the full flights table to the local broker.
         "max.in.flight.requests.per.connection": 1,
     }
     cfg.update(overrides)

@@ -42,9 +42,18 @@ def admin(settings: Settings) -> AdminClient:
                         "logger": LIBRDKAFKA})
 
 
+#: The topic configs Kappa keeps on a topic that already exists: what the log's exactly-once
+#: depends on (the broker's clock on every record: ``TopicSpec.kafka_config``). Retention, cleanup
+#: policy and size limits stay as the topic's owner set them.
+ENFORCED_CONFIGS = ("message.timestamp.type",)
+
+
 def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: float = 30.0) -> list[str]:
     """Create every topic in ``topics`` that does not exist yet, with its partitions and configs
-    (retention, cleanup policy). Returns the names created. Existing topics are left as they are."""
+    (retention, cleanup policy, timestamp type). Returns the names created. An existing topic
+    keeps its partitions and configs, except :data:`ENFORCED_CONFIGS`, which are set to the spec's
+    value when they differ (a topic created before Kappa stamped records with the broker's clock).
+    Raises :class:`TopicError` naming the topic when the broker refuses."""
     client = admin(settings)
     existing = set(client.list_topics(timeout=timeout_s).topics)
     new = [
@@ -52,6 +61,17 @@ def ensure_topics(settings: Settings, topics: dict[str, TopicSpec], timeout_s: f
         for name, spec in topics.items()
         if name not in existing
     ]
+    kept = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics if name in existing]
+    if kept:
+        for resource, fut in client.describe_configs(kept, request_timeout=timeout_s).items():
+            try:
+                have = fut.result()
+            except KafkaException as exc:
+                raise TopicError(f"cannot describe topic {resource.name!r}: {exc}") from None
+            want = topics[resource.name].kafka_config()
+            drift = {k: want[k] for k in ENFORCED_CONFIGS if k not in have or have[k].value != want[k]}
+            if drift:
+                alter_topic_config(settings, resource.name, drift)
     if not new:
         return []
     _wait_for(client.create_topics(new, operation_timeout=timeout_s), "create", "TOPIC_ALREADY_EXISTS")
@@ -77,7 +97,8 @@ def _wait_for(futures: dict, action: str, already_done: str) -> None:
 
 
 def alter_topic_config(settings: Settings, topic: str, config: dict[str, str]) -> None:
-    """Set topic-level configs (incremental; other configs keep their values)."""
+    """Set topic-level configs (incremental; other configs keep their values). Raises
+    :class:`TopicError` naming the topic when the broker refuses."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
     resource = ConfigResource(
@@ -86,7 +107,10 @@ def alter_topic_config(settings: Settings, topic: str, config: dict[str, str]) -
     )
     client = admin(settings)  # keep the client alive until the futures resolve
     for fut in client.incremental_alter_configs([resource]).values():
-        fut.result()
+        try:
+            fut.result()
+        except KafkaException as exc:
+            raise TopicError(f"cannot set {config} on topic {topic!r}: {exc}") from None
 
 
 def delete_records_before(settings: Settings, topic: str, before: dict[int, int], timeout_s: float = 30.0) -> None:

