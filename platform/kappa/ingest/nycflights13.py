@@ -34,10 +34,10 @@ def publish(
 ) -> list[ProduceReport]:
     """Create the topics (from ``assets/topics.yaml``) if needed and publish ``events``; ``rate`` is
     the total events per second across topics (None = unthrottled). The records carry no timestamp
-    of their own: the broker stamps them (Kappa's topics: ``LogAppendTime``; a topic created
-    elsewhere with ``CreateTime``: the send time), so no record looks years old to Kafka's
-    time-based rules (see :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); the event time is
-    the value's ``event_time``."""
+    of their own: :func:`~kappa.kafka.topics.ensure_topics` has made every topic ``LogAppendTime``,
+    so the broker stamps them and no record looks years old to Kafka's time-based rules (see
+    :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); the event time is the value's
+    ``event_time``."""
     catalog = catalog_of(settings)
     ensure_topics(settings, {t.topic: catalog.topics[t.topic] for t in events})
     total = sum(len(e) for e in events) or 1
