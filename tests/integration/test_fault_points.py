@@ -11,9 +11,9 @@ bad records sent, late events = the late records sent, gold = DuckDB over the sa
 
 Silver's anti-join on ``event_id`` against its own table is DISABLED in every run
 (``KAPPA_DEDUP_ANTI_JOIN=false``), so it cannot hide a double append: the transaction ids alone
-give exactly-once. Bronze (Delta's streaming sink, no user code between its commit and Spark's
-commit log) is brought into the same gap by removing the commit-log entry of its last batch, the
-state a kill there leaves on disk.
+give exactly-once. Bronze (an append kind, :class:`kappa.streaming.writers.AppendWriter`) is
+brought into the same gap by removing the commit-log entry of its last batch, the state a kill
+there leaves on disk.
 
 Like Kafka's TransactionsTest: unique ids in, kill while copying, output set = input set."""
 
@@ -196,10 +196,10 @@ def test_silver_and_gold_are_exact_after_a_kill_at_every_fault_point(fault_env, 
 
 
 def test_bronze_reruns_a_batch_committed_to_delta_but_not_to_the_checkpoint(fault_env, spark):
-    """Delta's streaming sink commits the batch (with a ``txn`` action: appId = the query id,
-    version = the batch id) and Spark then writes the commit log; no user code runs in between, so
-    the gap is reached by deleting the last ``commits/<batch>`` file, exactly what a kill in the
-    gap leaves. The restarted query re-runs that batch; Delta must skip it."""
+    """Bronze's writer commits the batch (with a ``txn`` action: appId = its writer id, version =
+    the batch id) and Spark then writes the commit log; the gap is reached by deleting the last
+    ``commits/<batch>`` file, exactly what a kill in the gap leaves. The restarted query re-runs
+    that batch; it must not be appended again."""
     settings, events, stream, _held, _bad = fault_env
     if not Registry(settings).latest("flights"):  # run alone: publish the stream
         publish(settings, [events(stream)])
@@ -220,13 +220,13 @@ def test_bronze_reruns_a_batch_committed_to_delta_but_not_to_the_checkpoint(faul
 
 @pytest.mark.heavy  # 156 s at load 11 (four queries started twice): over the suite's budget
 def test_a_stateful_append_batch_rerun_after_its_delta_commit_writes_nothing_and_the_query_goes_on(make_env, spark):
-    """The gap of a stateful asset written by Delta's streaming sink (the stream-stream join
-    flights_weather; session and sliding windows are written the same way): the sink committed
-    micro-batch 0 (a ``txn`` action: appId = the query id, version = the batch id), the process
-    died before Spark's commit log. No user code runs in that gap, so it is reached by deleting
-    what a kill there leaves missing: ``commits/0`` and everything planned after it. The restarted
-    query re-runs batch 0 (the join state is restored from its checkpoint), the sink skips the
-    write, and the query goes on: same rows, one commit per transaction id."""
+    """The gap of a stateful append asset (the stream-stream join flights_weather; session and
+    sliding windows are written the same way, :class:`kappa.streaming.writers.AppendWriter`): the
+    writer committed micro-batch 0 (a ``txn`` action: appId = its writer id, version = the batch
+    id), the process died before Spark's commit log. It is reached by deleting what a kill there
+    leaves missing: ``commits/0`` and everything planned after it. The restarted query re-runs
+    batch 0 (the join state is restored from its checkpoint), the writer runs it for its state only
+    and writes nothing, and the query goes on: same rows, one commit per transaction id."""
     from .helpers import renamed, table
 
     settings, suffix = make_env()

@@ -74,8 +74,9 @@ def test_caught_up_versions_are_recorded_with_offsets(full_run):
 
 def test_every_commit_names_its_micro_batch_and_what_it_read(full_run):
     """Provenance (kappa.streaming.provenance): silver's commits carry their batch and the Kafka end
-    offsets in commitInfo.userMetadata; bronze (Delta's streaming sink) is read back through the
-    checkpoint's write-ahead log; gold names the upstream version and Delta version it read."""
+    offsets in commitInfo.userMetadata, and so do bronze's (an append kind, once written by Delta's
+    streaming sink and read back through the checkpoint's write-ahead log, which Spark purges);
+    gold names the upstream version and Delta version it read."""
     import json
 
     from deltalake import DeltaTable
@@ -97,7 +98,7 @@ def test_every_commit_names_its_micro_batch_and_what_it_read(full_run):
     assert covered(settings, "flights", 1, table_version=first).batch_id == min(m["batch_id"] for m in meta)
 
     bronze = covered(settings, "flights_bronze", 1)
-    assert bronze.recorded_in == "checkpoint" and bronze.offsets == {topic: caught}
+    assert bronze.recorded_in == "commitInfo" and bronze.offsets == {topic: caught}
 
     gold = covered(settings, "departures_hourly", 1)
     assert gold.recorded_in == "commitInfo" and gold.offsets == {}

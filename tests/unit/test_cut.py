@@ -143,8 +143,9 @@ def test_a_reader_of_two_pins_that_read_one_topic_to_different_offsets_is_refuse
 
 
 def test_a_streaming_sink_batch_whose_write_ahead_log_entry_is_purged_is_named_not_verified():
-    """A raw (Delta streaming sink) table pinned at a batch older than the checkpoint's retained
-    batches: nothing records its offsets, so the pin (and its reader's) says so."""
+    """A raw table written by Delta's streaming sink (before the append kinds moved to
+    AppendWriter) pinned at a batch older than the checkpoint's retained batches: nothing records
+    its offsets, so the pin (and its reader's) says so."""
     from kappa.lifecycle.cut import build_pins, unverified
 
     bronze = CutTable(version("s"), 2, [BatchCommit(1, 0, None), BatchCommit(2, 1, None)])

@@ -4,6 +4,7 @@ merging a coverage's Kafka offsets (kappa.streaming.provenance.Coverage)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from kappa.streaming.checkpoint import batch_sources
 from kappa.streaming.provenance import Coverage, read_through
@@ -31,3 +32,38 @@ def test_a_delta_end_position_at_the_start_of_a_version_read_the_one_before():
     assert read_through(2, -1) == (1, True)
     assert read_through(2, 5) == (2, False)  # stopped inside version 2 (rate-limited)
     assert read_through(None, -1) == (None, False)
+
+
+def test_an_append_writer_starts_after_the_last_batch_its_table_holds_for_it_or_for_deltas_sink(tmp_path):
+    """AppendWriter's re-run rule reads, once per query start, the last batch id the table's ``txn``
+    actions hold for its writer id and for the checkpoint's query id (the app id of Delta's
+    streaming sink, which wrote the append kinds before): a real delta-rs table, three writers."""
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from kappa.config import load_settings
+    from kappa.delta.registry import Version
+    from kappa.spec import load_catalog
+    from kappa.streaming.checkpoint import query_id
+    from kappa.streaming.writers import AppendWriter
+
+    repo = Path(__file__).resolve().parents[2]
+    table, checkpoint = tmp_path / "t", tmp_path / "c"
+    checkpoint.mkdir()
+    assert query_id(checkpoint) is None  # not started yet
+    (checkpoint / "metadata").write_text(json.dumps({"id": "4d57e834"}) + "\n")
+    assert query_id(checkpoint) == "4d57e834"
+    version = Version(asset="flights_bronze", version=1, table_path=str(table), checkpoint_path=str(checkpoint),
+                      txn_app_id="kappa-flights_bronze-v1", fingerprint="f", upstream={},
+                      created_at=datetime.now(timezone.utc))
+    writer = AppendWriter(None, load_catalog(repo / "assets")["flights_bronze"], version, load_settings())
+    rows = pa.table({"x": [1]})
+    for app, batch in (("kappa-other-v1", 9), ("kappa-flights_bronze-v1", 2)):
+        write_deltalake(table, rows, mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]))
+    assert writer._last_committed(str(table)) == 2  # its own writer id; another writer's 9 is not its
+    write_deltalake(table, rows, mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction("4d57e834", 5)]))
+    assert writer._last_committed(str(table)) == 5  # Delta's streaming sink of the same checkpoint

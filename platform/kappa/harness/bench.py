@@ -341,14 +341,13 @@ def retained_jobs(spark) -> int:
 def delta_commits(running, settings: Settings) -> int:
     """Delta commits the query of ``running`` (a started asset version) has made: the commits of its
     table and of the quarantine and late-events tables that carry its transaction ids, its writer
-    ids (:meth:`kappa.delta.registry.Version.writer_id`, foreachBatch writers) or its query id (the
-    ``txn`` appId of Delta's own streaming sink). Neither the table's creation nor a maintenance
-    OPTIMIZE counts."""
+    ids (:meth:`kappa.delta.registry.Version.writer_id`). Neither the table's creation nor a
+    maintenance OPTIMIZE counts."""
     from kappa.delta.registry import late_events_path, quarantine_path
     from kappa.harness.delta_log import txn_commits
 
     version = running.version
-    ids = {str(running.query.id), *(version.writer_id(side) for side in (None, "quarantine", "late"))}
+    ids = {version.writer_id(side) for side in (None, "quarantine", "late")}
     return sum(n for table in (version.table_path, quarantine_path(settings), late_events_path(settings))
                if Path(table, "_delta_log").exists()
                for (app, _), n in txn_commits(table).items() if app in ids)

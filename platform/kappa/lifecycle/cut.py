@@ -31,8 +31,9 @@ the cut is refused (:class:`CutError`; ``kappa promote``/``advance`` wait and tr
 
 What is not constrained, and says so (``verified`` false in the pin): a version without a table or
 without a micro-batch commit yet (nothing recorded to pin by); a version whose commits do not
-record their sources (Delta's streaming sink once Spark has purged the batch's write-ahead log entry,
-after ``spark.sql.streaming.minBatchesToRetain`` batches), and the table side of a ``lookup``
+record their sources (a commit of Delta's streaming sink, which wrote the append kinds before
+:class:`kappa.streaming.writers.AppendWriter`, once Spark has purged the batch's write-ahead log
+entry, after ``spark.sql.streaming.minBatchesToRetain`` batches), and the table side of a ``lookup``
 (stream–table join), which each micro-batch reads as it is then, not as a streaming source; and
 anything reading an unverified pin. Such a pin also carries ``why_unverified`` (one line naming
 the asset and what was not evaluated; :func:`unverified` collects them), which ``kappa promote``,

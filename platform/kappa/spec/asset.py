@@ -23,7 +23,9 @@ class Trigger(StrictModel):
 
 
 class Sink(StrictModel):
-    """``append`` (Delta streaming sink) or ``merge`` (foreachBatch upsert on ``keys``)."""
+    """``append`` (each micro-batch appended once, :class:`kappa.streaming.writers.AppendWriter`) or
+    ``merge`` (an upsert on ``keys``, :class:`kappa.streaming.writers.UpsertWriter`); ``partition_by``:
+    the table's partition columns."""
 
     mode: Literal["append", "merge"] | None = None
     keys: list[str] = Field(default_factory=list)

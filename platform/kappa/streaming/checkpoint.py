@@ -70,6 +70,17 @@ def read_checkpoint(checkpoint: str | Path, settings: Settings | None = None) ->
     return state
 
 
+def query_id(checkpoint: str | Path, settings: Settings | None = None) -> str | None:
+    """The streaming query id a checkpoint belongs to (``<checkpoint>/metadata``: ``{"id": ...}``,
+    written when the query first starts and kept across restarts; Delta's own streaming sink used it
+    as its ``txn`` app id), None when there is no such file yet."""
+    try:
+        meta = json.loads(read_text(join(str(checkpoint), "metadata"), settings).splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return meta.get("id") if isinstance(meta, dict) else None
+
+
 def batch_watermark_ms(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> int | None:
     """The event-time watermark (epoch ms) Spark planned micro-batch ``batch_id`` with: the
     ``batchWatermarkMs`` of its write-ahead log entry's metadata line, ``<checkpoint>/offsets/<batch_id>``

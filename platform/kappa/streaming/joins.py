@@ -10,7 +10,7 @@ Spark rules relied on (Structured Streaming guide, "Stream-stream Joins"):
   Spark knows no right row can come. Watermarks and the range condition are therefore mandatory
   for outer joins (checked at load, see :meth:`kappa.spec.AssetSpec._check_join`).
 * The query runs in ``append`` output mode (the only mode for stream–stream joins): each row is
-  emitted once, so the Delta streaming sink appends it.
+  emitted once, so each micro-batch's rows are appended (:class:`kappa.streaming.writers.AppendWriter`).
 * With two watermarks, Spark's global watermark is the minimum of the two
   (``spark.sql.streaming.multipleWatermarkPolicy`` = ``min``): a side whose events stop holds back
   the emission of unmatched rows.

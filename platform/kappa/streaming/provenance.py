@@ -1,7 +1,8 @@
 """Provenance: which source offsets a Delta version of an asset's table covers.
 
 Every commit a Kappa ``foreachBatch`` writer makes (:class:`kappa.streaming.writers.MicroBatchWriter`:
-the parse, changelog, lookup, materialized-view, pattern and upsert writers) carries, in
+the parse, changelog, lookup, materialized-view, pattern, upsert and append writers, so every kind)
+carries, in
 ``commitInfo.userMetadata`` (Delta protocol, "Commit Provenance Information"; Spark's
 ``userMetadata`` write option and ``spark.databricks.delta.commitInfo.userMetadata``; delta-rs
 reads it in ``DeltaTable.history()``), the micro-batch id and what the batch read up to, from the
@@ -15,11 +16,12 @@ A Kafka source gives each partition's end offset (exclusive); a Delta source (an
 Delta version the batch read through (``complete`` false: part of it, a rate-limited batch) and
 Delta's own end position (``reservoirVersion``, ``index``; Delta's ``DeltaSourceOffset``).
 
-Kinds written by Delta's own streaming sink (raw, sql, python, window, sliding and join in append
-mode) cannot set per-batch metadata. Their commits carry Delta's ``txn`` action (app id = the
-query id, version = the batch id). :func:`covered` then reads the batch's write-ahead log entry,
-which the checkpoint keeps for the last ``spark.sql.streaming.minBatchesToRetain`` (100) batches.
-Older commits of those kinds report ``recorded_in: None`` (not recorded), never a guess.
+Tables written before the append kinds (raw, sql, python, join, sliding and windows in append
+mode) moved to :class:`kappa.streaming.writers.AppendWriter` hold commits of Delta's own streaming
+sink, which cannot set per-batch metadata: they carry Delta's ``txn`` action (app id = the query
+id, version = the batch id), and :func:`covered` reads the batch's write-ahead log entry, which the
+checkpoint keeps for the last ``spark.sql.streaming.minBatchesToRetain`` (100) batches. Older
+commits of that kind report ``recorded_in: None`` (not recorded), never a guess.
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 
 Exactly-once effects come from the checkpoint plus idempotent sinks (Spark's Structured Streaming
 guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in foreachBatch"). Each
-kind builds its own part of the query (:mod:`kappa.streaming.kinds`): its frame and its sink, either
-Delta's streaming sink (which records each micro-batch id in the Delta log and skips a batch it has
-already committed) or a ``foreachBatch`` writer derived from
-:class:`kappa.streaming.writers.MicroBatchWriter`, whose every Delta write carries the version's
-transaction id. This module adds what every kind shares: the source stream
+kind builds its own part of the query (:mod:`kappa.streaming.kinds`): its frame and its sink, a
+``foreachBatch`` writer derived from :class:`kappa.streaming.writers.MicroBatchWriter`, whose every
+Delta write carries the version's transaction id and the batch's provenance. This module adds what every kind shares: the source stream
 (:func:`kappa.streaming.sources.read_source`), the query name, the checkpoint and the trigger.
 
 ``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch

@@ -234,17 +234,20 @@ class MicroBatchWriter:
             sc.setLocalProperty(JOB_DESCRIPTION, before)  # type: ignore[arg-type]  # None unsets it
 
     def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None,
-               rows: int | None = None) -> None:
+               rows: int | None = None, partition_by: list[str] | None = None) -> None:
         """Append ``df`` to the Delta table at ``path`` once per (:meth:`writer_id` of ``side``,
         ``batch_id``): Delta skips a write whose pair it has already committed (Delta docs,
         "Idempotent table writes in foreachBatch"). The commit carries :meth:`provenance`.
-        ``rows``, when the caller has counted them: written in :func:`files_for` files."""
+        ``rows``, when the caller has counted them: written in :func:`files_for` files;
+        ``partition_by``: the table's partition columns (Delta's ``partitionBy``)."""
         if rows is not None:
             df = df.coalesce(files_for(rows))
         metadata = self.provenance(batch_id)
         with self.step(df.sparkSession, f"append {side or 'table'}"):
-            (df.write.format("delta").mode("append")
-             .option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
+            writer = df.write.format("delta").mode("append")
+            if partition_by:
+                writer = writer.partitionBy(*partition_by)
+            (writer.option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
              .option("userMetadata", metadata)
              .save(path))
 
@@ -374,18 +377,57 @@ class UpsertWriter(MicroBatchWriter):
         self.dml(merge, batch_id, spark)
 
 
+class AppendWriter(MicroBatchWriter):
+    """Appends each micro-batch of a frame to the version's table (:meth:`MicroBatchWriter.append`:
+    once per (writer id, batch id), with the batch's provenance in ``commitInfo.userMetadata``).
+    The append sink of the frame kinds (raw, sql, python, join, sliding and windows in append
+    mode). Delta's own streaming sink would also append each batch once (its ``txn`` action: app id
+    = the query id), but it cannot give a commit per-batch metadata, so what its older commits read
+    would be lost with the write-ahead log entries Spark purges (:mod:`kappa.streaming.provenance`).
+
+    A re-run batch (on restart Spark re-runs the batch its commit log lacks) whose append already
+    committed is run into the noop sink instead (:func:`run_for_state`): Delta would skip the
+    append without reading the batch, and a stateful query (join, session, sliding) must commit its
+    state for it. The last committed batch id is read once per query start, from the table's
+    ``txn`` actions of this writer and of Delta's streaming sink of the same checkpoint (its app id
+    is the query id), which wrote the append kinds before."""
+
+    def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
+        super().__init__(spec, version, settings)
+        self.partition_by = list(spec.sink.partition_by)
+        self._committed: int | None = None  # the last batch id committed before this query started
+        self._looked = False
+
+    def write(self, batch: DataFrame, batch_id: int) -> None:
+        path = self.version.table_path
+        self.at("before_write", batch_id)
+        if not self._looked:
+            self._committed, self._looked = self._last_committed(path), True
+        if self._committed is not None and batch_id <= self._committed:
+            run_for_state(batch)
+            return
+        self.append(batch, path, batch_id, partition_by=self.partition_by)
+        self.at("after_table_commit", batch_id)
+
+    def _last_committed(self, path: str) -> int | None:
+        """The last batch id committed to the table at ``path`` by this writer or by the Delta
+        streaming sink of the same checkpoint (None: none)."""
+        from kappa.streaming.checkpoint import query_id
+
+        ids = [self.writer_id(), query_id(self.version.checkpoint_path, self.settings)]
+        done = [d for i in ids if i and (d := committed_txn_version(path, i, self.settings)) is not None]
+        return max(done, default=None)
+
+
 def frame_sink(spark: SparkSession, out: DataFrame, spec: AssetSpec, version: Version,
                settings: Settings, unique_keys: bool = False) -> DataStreamWriter:
     """The sink of a kind whose query is a frame (window, sliding, join, sql, python, raw):
     ``sink_mode: merge`` upserts each micro-batch (:class:`UpsertWriter`, the spec's output mode;
     ``unique_keys``: the frame emits at most one row per merge key in a micro-batch, so it is not
-    deduplicated first); ``append`` writes through Delta's streaming sink, which records each
-    micro-batch id in the Delta log and skips a batch it has already committed (optionally
-    ``partitionBy``)."""
+    deduplicated first); ``append`` appends it (:class:`AppendWriter`, append output mode,
+    ``partition_by`` kept). Both are ``foreachBatch`` writers, so every commit carries the batch's
+    provenance."""
     if spec.sink_mode == "merge":
         return out.writeStream.outputMode(spec.output_mode).foreachBatch(
             UpsertWriter(spark, spec, version, settings, unique_keys=unique_keys))
-    writer = out.writeStream.format("delta").outputMode("append").option("path", version.table_path)
-    if spec.sink.partition_by:
-        writer = writer.partitionBy(*spec.sink.partition_by)
-    return writer
+    return out.writeStream.outputMode("append").foreachBatch(AppendWriter(spark, spec, version, settings))

@@ -1,7 +1,7 @@
 """``raw`` (bronze): each Kafka record as it is (``key``, ``value`` bytes, ``topic``,
-``partition``, ``offset``, ``timestamp``), appended by Delta's streaming sink, which records each
-micro-batch id in the Delta log and skips a batch it has already committed (Delta docs, "Idempotent
-table writes")."""
+``partition``, ``offset``, ``timestamp``), appended once per micro-batch
+(:class:`kappa.streaming.writers.AppendWriter`: Delta skips a batch whose transaction id it has
+already committed, Delta docs, "Idempotent table writes in foreachBatch")."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ A ``transformWithState`` operator (Spark 4.1, "Arbitrary State API v2") in ``App
 event-time timers: rows wait in the group's state until the watermark passes their time, so every
 row at the same time is counted; input rows at or behind the watermark are dropped by Spark and
 counted in ``numRowsDroppedByWatermark``. State and timers live in the checkpoint (RocksDB state
-store), so a restarted query carries on. Written by Delta's streaming sink in ``append`` mode
+store), so a restarted query carries on. Appended once per micro-batch in ``append`` mode
 (:func:`kappa.streaming.writers.frame_sink`). In micro-batch N the operator drops the rows at or
 behind the previous batch's watermark (``TransformWithStateExec``'s
 ``watermarkPredicateForDataForLateEvents``); :func:`late_sliding_rows` names them afterwards
