@@ -4,7 +4,8 @@ Exactly-once effects come from the checkpoint plus idempotent sinks (Spark's Str
 guide, "Fault Tolerance Semantics"; Delta docs, "Idempotent table writes in foreachBatch"). Each
 kind builds its own part of the query (:mod:`kappa.streaming.kinds`): its frame and its sink, a
 ``foreachBatch`` writer derived from :class:`kappa.streaming.writers.MicroBatchWriter`, whose every
-Delta write carries the version's transaction id and the batch's provenance. This module adds what every kind shares: the source stream
+Delta write carries the version's transaction id and the batch's provenance. This module adds what
+every kind shares: the source stream
 (:func:`kappa.streaming.sources.read_source`), the query name, the checkpoint and the trigger.
 
 ``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch

@@ -110,14 +110,18 @@ def delta_txn(spark: SparkSession, txn_app_id: str | None, batch_id: int):
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def committed_txn_version(table_path: str, txn_app_id: str, settings: Settings | None) -> int | None:
-    """The latest ``txnVersion`` the Delta table at ``table_path`` recorded for ``txn_app_id``
-    (its ``txn`` actions), or None (no table, or no such writer yet)."""
+def committed_txn_version(table_path: str, txn_app_id: str, settings: Settings | None,
+                          *other_app_ids: str) -> int | None:
+    """The latest ``txnVersion`` the Delta table at ``table_path`` recorded for ``txn_app_id`` (its
+    ``txn`` actions; with ``other_app_ids``, the latest for any of them: the table is opened once),
+    or None (no table, or no such writer yet)."""
     from kappa.delta.tables import is_table, open_table
 
     if not is_table(table_path, settings):
         return None
-    return open_table(table_path, settings).transaction_version(txn_app_id)
+    table = open_table(table_path, settings)
+    found = [v for i in (txn_app_id, *other_app_ids) if (v := table.transaction_version(i)) is not None]
+    return max(found, default=None)
 
 
 def run_for_state(batch: DataFrame) -> None:
@@ -414,9 +418,8 @@ class AppendWriter(MicroBatchWriter):
         streaming sink of the same checkpoint (None: none)."""
         from kappa.streaming.checkpoint import query_id
 
-        ids = [self.writer_id(), query_id(self.version.checkpoint_path, self.settings)]
-        done = [d for i in ids if i and (d := committed_txn_version(path, i, self.settings)) is not None]
-        return max(done, default=None)
+        sink = query_id(self.version.checkpoint_path, self.settings)
+        return committed_txn_version(path, self.writer_id(), self.settings, *([sink] if sink else []))
 
 
 def frame_sink(spark: SparkSession, out: DataFrame, spec: AssetSpec, version: Version,
