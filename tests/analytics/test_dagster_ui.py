@@ -178,7 +178,6 @@ def readme_launchpad() -> str:
     return textwrap.dedent(block).strip() + "\n"
 
 
-@pytest.mark.heavy  # 15 min on this machine (12:41-12:56 in the 2026-11-26 run): over the suite's budget
 def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by_name(served, dagster_dev, tmp_path):
     """Items 6 and the done-when of issue 22, as a person would do it: a bad declaration fails naming
     the field, and SQL reading a path is refused naming the policy's rule; the launchpad of
