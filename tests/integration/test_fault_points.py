@@ -218,7 +218,6 @@ def test_bronze_reruns_a_batch_committed_to_delta_but_not_to_the_checkpoint(faul
     assert Counter(bronze["value"].map(bytes)) == Counter(r[1] for r in stream)
 
 
-@pytest.mark.heavy  # 156 s at load 11 (four queries started twice): over the suite's budget
 def test_a_stateful_append_batch_rerun_after_its_delta_commit_writes_nothing_and_the_query_goes_on(make_env, spark):
     """The gap of a stateful append asset (the stream-stream join flights_weather; session and
     sliding windows are written the same way, :class:`kappa.streaming.writers.AppendWriter`): the
