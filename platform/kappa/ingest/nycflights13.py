@@ -2,11 +2,13 @@
 
 Topics are created first from ``assets/topics.yaml`` (partitions, unlimited retention). Each record:
 key = flights' tailnum (carrier+flight where null) / weather's origin, value = the JSON event (see
-:mod:`kappa.ingest.events`), timestamp = event time in epoch milliseconds.
+:mod:`kappa.ingest.events`, event time inside), timestamp = the broker's append time (see
+:func:`publish`).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from typing import Callable
 
@@ -32,20 +34,24 @@ def publish(
     rate: float | None = None,
     on_progress: Callable[[str, int], None] | None = None,
 ) -> list[ProduceReport]:
-    """Create the topics (from ``assets/topics.yaml``) if needed and publish ``events``; ``rate`` is
-    the total events per second across topics (None = unthrottled). The records carry no timestamp
-    of their own: :func:`~kappa.kafka.topics.ensure_topics` has made every topic ``LogAppendTime``,
-    so the broker stamps them and no record looks years old to Kafka's time-based rules (see
+    """Create the topics (from ``assets/topics.yaml``) if needed and publish ``events``, every topic
+    at once (one producer thread each), so the topics' events arrive interleaved as they would
+    live; ``rate`` is the total events per second across topics (None = unthrottled): each topic
+    publishes at its share, ``rate * len(topic's events) / len(all events)``, and all finish
+    together. Returns one report per topic, in the order of ``events``; raises
+    :class:`~kappa.ingest.producer.IngestError` (the first topic's, in that order) when any record
+    is not delivered. The records carry no timestamp of their own:
+    :func:`~kappa.kafka.topics.ensure_topics` has made every topic ``LogAppendTime``, so the broker
+    stamps them and no record looks years old to Kafka's time-based rules (see
     :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); the event time is the value's
     ``event_time``."""
     catalog = catalog_of(settings)
     ensure_topics(settings, {t.topic: catalog.topics[t.topic] for t in events})
     total = sum(len(e) for e in events) or 1
-    reports = []
-    for ev in events:
-        share = rate * len(ev) / total if rate else None
-        reports.append(produce(
-            settings, ev.topic, zip(ev.keys, ev.values, repeat(None)), rate=share,
+    with ThreadPoolExecutor(max_workers=max(1, len(events)), thread_name_prefix="ingest") as pool:
+        futures = [pool.submit(
+            produce, settings, ev.topic, zip(ev.keys, ev.values, repeat(None)),
+            rate=rate * len(ev) / total if rate else None,
             on_progress=(lambda n, t=ev.topic: on_progress(t, n)) if on_progress else None,
-        ))
-    return reports
+        ) for ev in events]
+        return [f.result() for f in futures]
