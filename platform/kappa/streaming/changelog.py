@@ -182,15 +182,18 @@ class ChangelogWriter(MicroBatchWriter):
             changes = changes.unionByName(tombstones(raw, self.transform))
         changes = changes.persist()  # one read of the micro-batch for the quarantine and the MERGE
         try:
-            bad = changes.where(F.col("reason").isNotNull())
-            if bad.limit(1).count():
+            # Both sides counted in one Spark job (it also fills the persisted frame).
+            bad_rows, good_rows = changes.agg(F.count_if(F.col("reason").isNotNull()),
+                                              F.count_if(F.col("reason").isNull())).first()
+            if bad_rows:
                 self.append(
-                    bad.select(*self.owner_columns(), *record_columns(), "reason",
-                               F.current_timestamp().alias("quarantined_at")),
+                    changes.where(F.col("reason").isNotNull()).select(
+                        *self.owner_columns(), *record_columns(), "reason",
+                        F.current_timestamp().alias("quarantined_at")),
                     self.quarantine, batch_id, side="quarantine")
-            good = changes.where(F.col("reason").isNull())
-            if not good.limit(1).count():
+            if not good_rows:
                 return
+            good = changes.where(F.col("reason").isNull())
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history
             self.dml(lambda: merge(good), batch_id, good.sparkSession)
         finally:
