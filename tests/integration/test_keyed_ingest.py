@@ -66,6 +66,37 @@ def test_every_event_of_one_key_is_in_one_partition_in_the_order_produced(make_e
     assert logged == produced  # per key: same events, same order
 
 
+def append_span(settings, topic: str) -> tuple[int, int]:
+    """The first and last broker append time (epoch ms) of ``topic``'s records: Kappa's topics are
+    ``LogAppendTime``, so a record's timestamp is when the broker appended it."""
+    ends = {p.partition: p.end for p in offsets(settings, [topic])}
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": f"span-{os.getpid()}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    times: list[int] = []
+    try:
+        while len(times) < sum(ends.values()):
+            msgs = consumer.consume(num_messages=10_000, timeout=10)
+            assert msgs, "the log did not answer"
+            times += [m.timestamp()[1] for m in msgs if m.error() is None]
+    finally:
+        consumer.close()
+    return min(times), max(times)
+
+
+def test_the_topics_publish_at_once_each_at_its_share_of_the_rate(make_env):
+    """``--rate R`` is R events/s over all topics: every topic publishes at once, at its share of R
+    (3,000 flights and 3,000 weather rows at 3,000 ev/s: 1,500 ev/s each, about 2 s together).
+    Published one after the other, each at its share, two topics took twice as long."""
+    settings, suffix = make_env()
+    events = renamed(load_events(limit=3_000), suffix)
+    reports = publish(settings, events, rate=3_000)
+    assert [r.records for r in reports] == [3_000, 3_000]
+    (a0, a1), (b0, b1) = (append_span(settings, e.topic) for e in events)
+    assert b0 < a1 and a0 < b1, (f"{events[0].topic} was appended in [{a0}, {a1}] ms and {events[1].topic} in "
+                                 f"[{b0}, {b1}] ms: published one after the other, not at once")
+
+
 def test_an_existing_topic_is_switched_to_the_brokers_clock_and_keeps_its_other_configs(make_env):
     """A topic created before Kappa stamped records with the broker's clock (Kafka's default,
     CreateTime, and a retention of its owner's choosing): ensure_topics sets LogAppendTime on it
