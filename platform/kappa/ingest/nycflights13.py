@@ -8,8 +8,8 @@ key = flights' tailnum (carrier+flight where null) / weather's origin, value = t
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 from typing import Callable
 
 from kappa.config import Settings
@@ -40,7 +40,9 @@ def publish(
     publishes at its share, ``rate * len(topic's events) / len(all events)``, and all finish
     together. Returns one report per topic, in the order of ``events``; raises
     :class:`~kappa.ingest.producer.IngestError` (the first topic's, in that order) when any record
-    is not delivered. The records carry no timestamp of their own:
+    is not delivered. An exception in the caller's thread (Ctrl-C) or in one topic's thread stops
+    every topic: each hands over no more records, and what it handed is delivered before it ends.
+    The records carry no timestamp of their own:
     :func:`~kappa.kafka.topics.ensure_topics` has made every topic ``LogAppendTime``, so the broker
     stamps them and no record looks years old to Kafka's time-based rules (see
     :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); the event time is the value's
@@ -48,10 +50,25 @@ def publish(
     catalog = catalog_of(settings)
     ensure_topics(settings, {t.topic: catalog.topics[t.topic] for t in events})
     total = sum(len(e) for e in events) or 1
+    stop = threading.Event()
+
+    def records(ev: Events):
+        for key, value in zip(ev.keys, ev.values):
+            if stop.is_set():
+                return
+            yield key, value, None
+
     with ThreadPoolExecutor(max_workers=max(1, len(events)), thread_name_prefix="ingest") as pool:
         futures = [pool.submit(
-            produce, settings, ev.topic, zip(ev.keys, ev.values, repeat(None)),
+            produce, settings, ev.topic, records(ev),
             rate=rate * len(ev) / total if rate else None,
             on_progress=(lambda n, t=ev.topic: on_progress(t, n)) if on_progress else None,
         ) for ev in events]
-        return [f.result() for f in futures]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            # Ctrl-C, or one topic failed: the other threads stop handing records over (what they
+            # handed is delivered and acknowledged before they end), so the pool's exit does not
+            # wait for a whole data set to be published.
+            stop.set()
+            raise
