@@ -9,7 +9,7 @@ key = flights' tailnum (carrier+flight where null) / weather's origin, value = t
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Callable
 
 from kappa.config import Settings
@@ -65,6 +65,10 @@ def publish(
             on_progress=(lambda n, t=ev.topic: on_progress(t, n)) if on_progress else None,
         ) for ev in events]
         try:
+            # Wake at the first failure, whichever topic it is in, not only the first topic's.
+            wait(futures, return_when=FIRST_EXCEPTION)
+            if any(f.done() and f.exception() is not None for f in futures):
+                stop.set()
             return [f.result() for f in futures]
         except BaseException:
             # Ctrl-C, or one topic failed: the other threads stop handing records over (what they
