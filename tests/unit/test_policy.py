@@ -169,19 +169,74 @@ def test_an_expectation_that_runs_a_query_is_refused():
         "expectations.0.expect_query_results_to_match_comparison.base_query", "expectation-query")
 
 
-def test_spark_row_conditions_of_expectations_are_expressions_to_check():
+def _not_null(**kwargs) -> dict:
+    return {"expect_column_values_to_not_be_null": {"column": "a", **kwargs}}
+
+
+def test_every_row_condition_is_the_filter_gx_hands_to_spark_whatever_its_parser():
+    """GX 1.24 filters a Spark batch with a string row_condition as it is unless its parser is
+    ``great_expectations`` (then with the SQL its grammar builds), and with a condition object as
+    the SQL the Spark engine builds from it: the policy checks that text, built by GX itself."""
     spec = _spec(SQL, expectations=[
-        {"expect_column_values_to_not_be_null": {"column": "a", "row_condition": "b > 1",
-                                                 "condition_parser": "spark"}},
-        {"expect_column_values_to_not_be_null": {"column": "a", "row_condition": 'col("b")>1',
-                                                 "condition_parser": "great_expectations"}},
-        {"expect_column_values_to_not_be_null": {"column": "a", "row_condition": {
-            "type": "and", "conditions": [{"type": "pass_through", "pass_through_filter": "c < 2"}]}}},
+        _not_null(row_condition="b > 1", condition_parser="spark"),
+        _not_null(row_condition="EXISTS (SELECT TRANSFORM(1) USING 'touch /tmp/x' AS (a STRING))"),
+        _not_null(row_condition="b > 1", condition_parser="pandas"),
+        _not_null(row_condition='col("b")>1', condition_parser="great_expectations"),
+        _not_null(row_condition={"type": "comparison", "column": {"name": "c"}, "operator": "==",
+                                 "parameter": "x'y"}),
+        _not_null(row_condition={"type": "pass_through", "pass_through_filter": "c < 2"}),
     ])
-    got = [(t.field, t.text) for t in declared_texts(spec) if t.role == "expression"]
-    assert got == [("expectations.0.expect_column_values_to_not_be_null.row_condition", "b > 1"),
-                   ("expectations.2.expect_column_values_to_not_be_null.row_condition.conditions.0"
-                    ".pass_through_filter", "c < 2")]
+    got = [(t.field.split(".")[1], t.role, t.text) for t in declared_texts(spec) if t.field.startswith("expectations")]
+    assert got == [("0", "expression", "b > 1"),
+                   ("1", "expression", "EXISTS (SELECT TRANSFORM(1) USING 'touch /tmp/x' AS (a STRING))"),
+                   ("2", "expression", "b > 1"),
+                   ("3", "expression", "`b` > 1"),
+                   ("4", "expression", "`c` == \"x'y\""),
+                   ("5", "expression", "c < 2")]
+
+
+def test_a_row_condition_gx_cannot_build_a_filter_from_is_refused():
+    spec = _spec(SQL, expectations=[_not_null(row_condition='col("b") >', condition_parser="great_expectations")])
+    with pytest.raises(PolicyError) as err:
+        check_runtime_declaration(None, spec)  # type: ignore[arg-type]  # refused before any parse
+    assert (err.value.field, err.value.rule) == (
+        "expectations.0.expect_column_values_to_not_be_null.row_condition", "expectation-arguments")
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda d: d["transform"].update(sql="SELECT '${env:AWS_SECRET_ACCESS_KEY}' AS k FROM input"), "transform.sql"),
+    (lambda d: d.update(expectations=[_not_null(row_condition="'${system:user.dir}' IS NOT NULL")]),
+     "expectations.0.expect_column_values_to_not_be_null.row_condition"),
+    (lambda d: d.update(expectations=[_not_null(mostly=1, meta={"${env:X}": 1})]),
+     "expectations.0.expect_column_values_to_not_be_null.meta.${env:X}"),
+    (lambda d: d.update(description="costs ${x}"), "description"),
+    (lambda d: d.update(source={"asset": "flights"}, transform={"window": {
+        "type": "tumbling", "time_column": "event_time", "size": "1 hour",
+        "aggregations": {"n": "max('${env:HOME}')"}}}, watermark={"column": "event_time", "delay": "1 hour"}),
+     "transform.window.aggregations.n"),
+])
+def test_substitution_is_refused_in_any_string_before_anything_is_parsed(change, field):
+    doc = {"transform": dict(SQL)}
+    change(doc)
+    spec = _spec(**{"transform": doc.pop("transform")}, **doc)
+    with pytest.raises(PolicyError) as err:
+        check_runtime_declaration(None, spec)  # type: ignore[arg-type]  # no Spark: refused first
+    assert (err.value.field, err.value.rule) == (field, "substitution")
+    assert "variable substitution" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_only_declarations_recorded_at_run_time_are_checked_again_before_running():
+    from kappa.spec import parse_declaration
+    from kappa.streaming.policy import check_before_running, recorded_at_run_time
+
+    text = "name: leak\nlayer: gold\nsource: {asset: flights}\ntransform: {python: x.py:f}\n"
+    stored = parse_declaration(text.replace("{python: x.py:f}", "{sql: \"SELECT '${env:X}' FROM input\"}"))
+    assert recorded_at_run_time(stored) and stored.where == "declarations:leak"
+    with pytest.raises(PolicyError, match=r"^declarations:leak: transform.sql: refused \(rule: substitution\)"):
+        check_before_running(None, stored)  # type: ignore[arg-type]
+    shipped = load_catalog(REPO / "assets")["flight_status"]  # a python transform, from a file
+    assert not recorded_at_run_time(shipped)
+    check_before_running(None, shipped)  # type: ignore[arg-type]  # files keep their trust: nothing parsed
 
 
 # --- the table of text fields is whole ----------------------------------------------------------------

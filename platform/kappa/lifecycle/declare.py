@@ -101,11 +101,12 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
 
 def check_policy(settings: Settings, spec: AssetSpec, spark=None) -> None:
     """Hold ``spec`` to the run-time policy (:mod:`kappa.streaming.policy`), parsing its SQL with
-    Spark (``spark``, or this process's session). Raises its ``PolicyError`` naming the rule."""
+    Spark (``spark``, or this process's session, started only when a rule that needs no Spark has
+    not refused it already). Raises its ``PolicyError`` naming the rule."""
     from kappa.streaming.policy import check_runtime_declaration
     from kappa.streaming.session import spark_session
 
-    check_runtime_declaration(spark or spark_session(settings), spec)
+    check_runtime_declaration(spark or (lambda: spark_session(settings)), spec)
 
 
 #: Rows of each upstream table an analysis reads (its bounded sample).

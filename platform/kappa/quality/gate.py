@@ -373,13 +373,17 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     """Run every check of ``asset`` version ``version`` and record ``gate_passed``/``gate_failed``.
 
     Raises :class:`kappa.delta.registry.RegistryError` for an unknown version, :class:`SpecError`
-    for a bad expectation declaration."""
+    for a bad expectation declaration, and :class:`kappa.streaming.policy.PolicyError` for a
+    declaration recorded at run time that breaks the policy (checked again here, before GX hands
+    its row conditions to Spark; nothing is recorded then)."""
+    from kappa.streaming.policy import check_before_running
     from kappa.streaming.session import spark_session
 
     registry = Registry(settings)
     ver = registry.version(asset, version)
     spec = recorded_spec(settings, ver, catalog_of(settings).assets.get(asset))  # the version's own checks
     spark = spark or spark_session(settings)
+    check_before_running(spark, spec)
     df = spark.read.format("delta").load(ver.table_path)
     checks, docs = _run_gx(spark, settings, spec, version, df)
     kind = kind_of(spec)

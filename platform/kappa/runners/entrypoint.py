@@ -93,13 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the version's query (module docstring) until it stops; returns the exit status: 0 when
     stopped by SIGTERM or SIGINT, 1 when the query ended without being asked to. A query that
     fails raises Spark's ``StreamingQueryException`` out of ``awaitTermination`` (the process
-    fails); a mismatch with the registry exits 2 (``argparse``'s ``SystemExit``); an unknown asset
+    fails); a mismatch with the registry exits 2 (``argparse``'s ``SystemExit``); a declaration
+    recorded at run time that breaks the policy (:func:`kappa.streaming.policy.check_before_running`)
+    exits 3 with one line naming the declaration, the field and the rule; an unknown asset
     or version raises :class:`~kappa.spec.SpecError` or
     :class:`~kappa.delta.registry.RegistryError`."""
     parser = argument_parser()
     args = parser.parse_args(argv)
 
     from kappa.streaming.late import LateTally
+    from kappa.streaming.policy import PolicyError
     from kappa.streaming.query import start_query
     from kappa.streaming.session import spark_session
 
@@ -111,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{version.name}: " + "; ".join(wrong))
 
     spark = spark_session(settings)  # under spark-submit: the submission's configuration
-    running = start_query(spark, spec, version, settings, "continuous")
+    try:
+        running = start_query(spark, spec, version, settings, "continuous")
+    except PolicyError as exc:  # a declaration recorded at run time that breaks the policy
+        print(f"{version.name} not started: {exc}", file=sys.stderr)
+        return 3
     stopping = threading.Event()
 
     def on_signal(signum, _frame):

@@ -1,14 +1,26 @@
-"""What a declaration added at run time may hold (issue 22 item 3).
+"""What a declaration added at run time may hold (issue 22 item 3, issue 40 item 3).
 
 A file under ``assets/`` ships in the image and was reviewed with it; a declaration a data
-engineer adds from the Dagster UI was not. Before such a declaration is recorded,
-:func:`check_runtime_declaration` holds it to the rules below and raises :class:`PolicyError`,
-naming the declaration, the field and the rule, at the first one it breaks::
+engineer adds from the Dagster UI (or ``kappa declarations add``) was not. Such a declaration is
+held to the rules below twice: before it is recorded (:func:`check_runtime_declaration`, from
+:func:`kappa.lifecycle.declare.check_policy`), and again whenever a query or a gate is built from
+the text the declarations log keeps (:func:`check_before_running`, from
+:func:`kappa.streaming.query.start_query` and :func:`kappa.quality.gate.run_gate`), so a text
+written into the log some other way, or recorded before a rule existed, does not start. A file of
+``assets/`` is not parsed again there. :class:`PolicyError` names the declaration, the field and
+the rule at the first one it breaks, in one line::
 
     declarations:busy_routes: transform.sql: refused (rule: relation): parquet.`/etc` reads files by path; …
 
+Everything is an allow-list: what may be called, read and built is named; the rest is refused.
 Rules (short, stable names; a caller may match on :attr:`PolicyError.rule`):
 
+* ``substitution`` — ``${`` in any string of the declaration (every field of every model, mapping
+  keys, the expectations' arguments), checked before anything is parsed. Spark's variable
+  substitution rewrites ``${env:…}``/``${system:…}`` with the driver's environment and JVM
+  properties before its parser runs, so no parser-level check sees it (the value would land in
+  the output, and in ``analyze_declaration``'s ``sample_rows``); THE Spark configuration turns
+  substitution off too (``spark.sql.variable.substitute``, :mod:`kappa.streaming.session`).
 * ``parse`` — Spark's own parser refuses the SQL text (the message is Spark's).
 * ``one-select`` — a query field (``transform.sql``, ``transform.materialized_view.sql``) is not
   exactly one query statement: a command (``SET``, ``RESET``, ``ADD JAR``, ``CREATE``,
@@ -19,35 +31,45 @@ Rules (short, stable names; a caller may match on :attr:`PolicyError.rule`):
   in all of them the CTEs defined in the same text, in scope. This refuses other tables and views,
   path relations (``parquet.`/etc```), table-valued functions (``range``, ``read_files``,
   ``explode`` in ``FROM``) and ``IDENTIFIER(…)`` as a relation.
-* ``function`` — a function that is not one of Spark's built-in functions
-  (``FunctionRegistry.builtin``: a temporary or catalog function runs code nobody reviewed), a
-  qualified name (``system.builtin.reflect``), ``IDENTIFIER(…)`` in an expression, or a built-in on
-  :data:`DENIED_FUNCTIONS` (it reaches the JVM or the filesystem).
+* ``function`` — a function not on the allow-list of Spark's built-in functions,
+  ``kappa/resources/sql_functions.json`` (:func:`kappa.core.sql_functions.function_tables`: the
+  one table the SQL endpoint's guard reads too; a name it does not list is refused, so a temporary
+  or catalog function and a built-in a later Spark adds are refused until classified there), a
+  qualified name (``system.builtin.reflect``) or ``IDENTIFIER(…)`` in an expression.
 * ``operator`` — a query operator not on :data:`QUERY_NODES`, such as ``SELECT TRANSFORM(…) USING
   'cmd'``, which runs a program on the executors. The list is closed: an operator Spark adds later
   is refused until someone adds it here.
 * ``python-needs-review`` — a ``python:`` transform. It runs arbitrary code, so it needs code
   review: it can only come from a file under ``assets/`` in the image.
-* ``column-name`` — a column name with a backtick. The writers quote merge keys into SQL text
-  (``t.`key` <=> s.`key```, :class:`kappa.streaming.writers.UpsertWriter`); a backtick would end
-  the quoting and let the rest run as SQL.
+* ``column-name`` — a backtick in a column name a field declares, or in any name of a parsed text
+  (an alias, a CTE). The writers quote merge keys into SQL text (``t.`key` <=> s.`key```,
+  :class:`kappa.streaming.writers.UpsertWriter`) and Great Expectations quotes output columns into
+  expressions; a backtick would end the quoting and let the rest run as SQL.
 * ``expectation-query`` — a Great Expectations expectation with a query argument
   (``expect_query_results_to_match_comparison``): GX runs it with ``spark.sql`` on the gate's
-  session. A Spark ``row_condition`` (``condition_parser: spark``, or a ``pass_through``
-  condition) is an expression and is held to the expression rules above.
+  session.
+* ``expectation-arguments`` — a ``row_condition`` Great Expectations cannot build a filter from.
+  Every other ``row_condition``, whatever its ``condition_parser`` (``spark``, ``pandas``, none,
+  ``great_expectations``, a condition object), is held to the expression rules above as the
+  exact text GX 1.x hands to ``DataFrame.filter`` on Spark, built by GX's own code
+  (:func:`_gx_filter`): a string is handed over as it is unless the parser is
+  ``great_expectations``.
 * ``resources-cap`` — ``resources:`` asks for more than :class:`ResourceCaps` allows.
 * ``unclassified-field`` — a text field this module does not know (the declaration models grew
   one and :data:`FIELD_ROLES` was not told): refused rather than guessed.
 
 Which fields hold SQL is a table (:data:`FIELD_ROLES`), not a branch per kind: the walk over a
 declaration (:func:`declared_texts`) finds the texts wherever the models put them, and
-``tests/unit/test_policy.py`` fails when a model gains a text field the table lacks.
+``tests/unit/test_policy.py`` fails when a model gains a text field the table lacks;
+``tests/integration/test_policy.py`` fails when Spark's function registries and the function table
+disagree.
 
 SQL is parsed, never run: ``parsePlan``/``parseQuery``/``parseExpression`` of the session's parser
-(the same parser ``spark.sql`` and ``F.expr`` use, Delta's extension included), and the unresolved
-plan is walked whole over py4j: every node's fields, so subqueries, CTE definitions, ``WINDOW``
-clauses, lambdas and hint arguments are seen. Sources: Spark SQL reference, "SQL Syntax" (queries,
-``WITH``, table-valued functions, ``TRANSFORM``, ``EXECUTE IMMEDIATE``) and "Functions".
+(the same parser ``spark.sql``, ``F.expr`` and ``DataFrame.filter`` use, Delta's extension
+included), and the unresolved plan is walked whole over py4j: every node's fields, so subqueries,
+CTE definitions, ``WINDOW`` clauses, lambdas and hint arguments are seen. Sources: Spark SQL
+reference, "SQL Syntax" (queries, ``WITH``, table-valued functions, ``TRANSFORM``, ``EXECUTE
+IMMEDIATE``), "Functions" and "Configuration" (``spark.sql.variable.substitute``).
 """
 
 from __future__ import annotations
@@ -61,6 +83,7 @@ from py4j.protocol import Py4JJavaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pyspark.errors.exceptions.captured import CapturedException
 
+from kappa.core.sql_functions import function_tables
 from kappa.errors import KappaError
 from kappa.spec import AssetResources, AssetSpec, Resources, Sink, Source, Transform, Trigger, Watermark
 from kappa.spec.base import MEMORY_RE, memory_bytes
@@ -254,6 +277,9 @@ QUERY_RELATIONS: dict[tuple[type[BaseModel], str], Callable[[BaseModel], tuple[s
 
 #: A role only the expectations have: a Great Expectations argument that is a whole SQL query.
 GX_QUERY = "gx-query"
+#: A role only the expectations have: arguments Great Expectations itself refuses (the text is its
+#: message), so the filter it would build is unknown.
+GX_ARGUMENTS = "gx-arguments"
 
 
 @dataclass(frozen=True)
@@ -344,12 +370,9 @@ def _holds_text(value: object) -> bool:
 
 
 def _expectation_texts(spec: AssetSpec) -> list[DeclaredText]:
-    """The SQL in the expectations' arguments. Great Expectations 1.x on Spark filters rows with
-    a ``row_condition`` string through ``DataFrame.filter`` when ``condition_parser`` is
-    ``spark``, and with a ``pass_through`` condition's ``pass_through_filter`` (also inside
-    ``and``/``or`` conditions); its query metrics run an argument named ``*query*`` with
-    ``spark.sql`` (``great_expectations/execution_engine/sparkdf_execution_engine.py``,
-    ``expectations/metrics/query_metrics``)."""
+    """The SQL in the expectations' arguments: an argument named ``*query*`` (GX's query metrics
+    run it with ``spark.sql``: ``expectations/metrics/query_metrics``) and every ``row_condition``,
+    as the text Great Expectations hands to ``DataFrame.filter`` (:func:`_gx_filter`)."""
     out: list[DeclaredText] = []
     for i, item in enumerate(spec.expectations):
         for name, kwargs in item.items():
@@ -357,31 +380,84 @@ def _expectation_texts(spec: AssetSpec) -> list[DeclaredText]:
             for key, value in (kwargs or {}).items():
                 if "query" in key.lower():
                     out.append(DeclaredText(f"{where}.{key}", GX_QUERY, str(value)))
-            condition = (kwargs or {}).get("row_condition")
-            if isinstance(condition, str) and (kwargs or {}).get("condition_parser") == "spark":
-                out.append(DeclaredText(f"{where}.row_condition", EXPRESSION, condition))
-            elif condition is not None:
-                out.extend(DeclaredText(path, EXPRESSION, text)
-                           for path, text in _pass_through(condition, f"{where}.row_condition"))
+            if (kwargs or {}).get("row_condition") is not None:
+                out.append(_gx_filter(f"{where}.row_condition", name, kwargs))
     return out
 
 
-def _pass_through(value: object, path: str) -> list[tuple[str, str]]:
-    if isinstance(value, dict):
-        found = [(f"{path}.pass_through_filter", str(value["pass_through_filter"]))] \
-            if "pass_through_filter" in value else []
-        for key, item in value.items():
-            if key != "pass_through_filter":
-                found += _pass_through(item, f"{path}.{key}")
-        return found
-    if isinstance(value, list):
-        return [hit for i, item in enumerate(value) for hit in _pass_through(item, f"{path}.{i}")]
-    return []
+def _gx_filter(field: str, name: str, kwargs: dict) -> DeclaredText:
+    """The filter text Great Expectations 1.x builds from an expectation's ``row_condition`` on
+    Spark, whatever its ``condition_parser``: GX turns a string into a ``PassThroughCondition``
+    (handed to ``DataFrame.filter`` as it is) unless the parser is ``great_expectations``, whose
+    grammar makes a condition object; an object (or a dict of one) becomes a SQL string through
+    the Spark engine's ``condition_to_filter_clause``, which is then filtered with
+    (``expectations/expectation.py`` ``_transform_legacy_row_condition``,
+    ``execution_engine/sparkdf_execution_engine.py`` ``_apply_row_condition_filter``). The text is
+    built with GX's own code, so the policy checks exactly what Spark will parse. GX is imported
+    only here (seconds), for a declaration with a row condition. Arguments GX refuses come back
+    with role ``gx-arguments``."""
+    import warnings
+
+    import great_expectations.expectations as gxe
+    from great_expectations.execution_engine.sparkdf_execution_engine import SparkDFExecutionEngine
+    from great_expectations.expectations.row_conditions import PassThroughCondition
+
+    cls = getattr(gxe, "".join(part.capitalize() for part in name.split("_")), None)
+    try:
+        with warnings.catch_warnings():  # GX warns that string conditions are deprecated
+            warnings.simplefilter("ignore")
+            condition = cls(**kwargs).row_condition if cls is not None else None
+        if isinstance(condition, PassThroughCondition):
+            return DeclaredText(field, EXPRESSION, condition.pass_through_filter)
+        if condition is None:
+            raise ValueError(f"{name} is not a Great Expectations expectation with a row_condition")
+        # The clause builders read nothing of the engine: no session is made for them.
+        engine = object.__new__(SparkDFExecutionEngine)
+        return DeclaredText(field, EXPRESSION, engine.condition_to_filter_clause(condition))
+    except Exception as exc:  # GX raises pydantic, parser and its own errors for bad arguments
+        return DeclaredText(field, GX_ARGUMENTS, str(exc).strip().splitlines()[0] if str(exc).strip()
+                            else type(exc).__name__)
+
+
+#: What Spark's variable substitution rewrites before its parser runs (``${env:…}``,
+#: ``${system:…}``, ``${hiveconf:…}``, ``${var}``: ``VariableSubstitution``, applied by
+#: ``SparkSqlParser`` to every text it parses when ``spark.sql.variable.substitute`` is on).
+SUBSTITUTION = "${"
+
+
+def substitution_refusal(spec: AssetSpec) -> tuple[str, str] | None:
+    """``(field, detail)`` for the first string of ``spec`` holding ``${`` — any field of any model,
+    mapping keys and the expectations' arguments included, named as in the YAML
+    (``expectations.0.expect_column_values_to_not_be_null.row_condition``) — or None. Pure.
+
+    Spark substitutes ``${env:NAME}`` and ``${system:NAME}`` with the driver's environment and JVM
+    properties *before* parsing, so a parser-level check never sees it and the value (an
+    object-store key) ends up in the output rows; the platform's session turns substitution off
+    (:func:`kappa.streaming.session.spark_conf`) and this rule refuses the text outright."""
+    stack: list[tuple[str, object]] = [("", spec.model_dump(by_alias=True, exclude_none=True))]
+    while stack:
+        path, value = stack.pop(0)
+        if isinstance(value, str):
+            if SUBSTITUTION in value:
+                return path.rstrip("."), f"{_clip(value)!r} holds '${{', which Spark's variable substitution " \
+                                         "would replace with the driver's environment or JVM properties"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and SUBSTITUTION in key:
+                    return f"{path}{key}", f"{_clip(key)!r} holds '${{' (variable substitution)"
+                stack.append((f"{path}{key}.", item))
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{path}{i}.", item) for i, item in enumerate(value))
+    return None
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width] + "…"
 
 
 def text_refusal(text: DeclaredText) -> Refusal | None:
     """The rule a text breaks without asking Spark (``python-needs-review``, ``column-name``,
-    ``expectation-query``, ``unclassified-field``), or None. Pure."""
+    ``expectation-query``, ``expectation-arguments``, ``unclassified-field``), or None. Pure."""
     if text.role == CODE:
         return Refusal("python-needs-review", f"{text.text!r} is Python code, which needs code review: a python "
                                               "transform can only come from a file under assets/ in the image")
@@ -391,6 +467,9 @@ def text_refusal(text: DeclaredText) -> Refusal | None:
     if text.role == GX_QUERY:
         return Refusal("expectation-query", "Great Expectations runs this argument as a SQL statement on the "
                                             "gate's Spark session; declare the check in a file under assets/")
+    if text.role == GX_ARGUMENTS:
+        return Refusal("expectation-arguments", f"Great Expectations refuses these arguments ({text.text}), so "
+                                                "the filter it would hand to Spark cannot be checked")
     if text.role == "unclassified":
         return Refusal("unclassified-field", f"{text.text} is text in a field this policy does not classify "
                                              "(kappa.streaming.policy.FIELD_ROLES)")
@@ -399,22 +478,6 @@ def text_refusal(text: DeclaredText) -> Refusal | None:
 
 # ----------------------------------------------------------------------------------------------
 # SQL, parsed with Spark's parser
-
-#: Built-in functions refused although Spark ships them, and why (Spark 4.1's registry,
-#: ``FunctionRegistry.builtin``; the SQL endpoint's guard refuses the first three too). Harmless
-#: look-alikes stay allowed: ``input_file_name`` only names the file a row came from; ``xpath*`` and
-#: ``from_xml`` do not resolve external entities (tried on Spark 4.1.3).
-DENIED_FUNCTIONS: dict[str, str] = {
-    "reflect": "calls a Java method by name",
-    "java_method": "calls a Java method by name",
-    "try_reflect": "calls a Java method by name",
-    "from_protobuf": "loads a Java class by name or reads a descriptor file",
-    "to_protobuf": "loads a Java class by name or reads a descriptor file",
-    "from_avro": "its options read a schema from a URL or file (avroSchemaUrl)",
-    "schema_of_avro": "its options read a schema from a URL or file (avroSchemaUrl)",
-    "from_xml": "its options read a file (rowValidationXSDPath)",
-    "schema_of_xml": "its options read a file (rowValidationXSDPath)",
-}
 
 #: What a parse failure raises through PySpark: Spark's ``ParseException`` converted, or any
 #: other JVM exception as py4j hands it over. A dead gateway (``Py4JNetworkError``) is not one.
@@ -475,10 +538,8 @@ class SqlPolicy:
             "product": "scala.Product",
         }
         self._classes = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in classes.items()]
-        self._registry = jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin()
-        self._identifier = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier
+        self._functions, _ = function_tables()
         self._kinds: dict[str, str] = {}
-        self._builtin: dict[str, bool] = {}
 
     def query_refusal(self, text: str, relations: tuple[str, ...] = ("input",)) -> Refusal | None:
         """Why ``text`` is not one ``SELECT`` reading only ``relations`` (and the CTEs it defines)
@@ -542,8 +603,11 @@ class SqlPolicy:
         try:
             while stack:
                 obj, scope = stack.pop()
+                if isinstance(obj, str):
+                    _check_name(obj)  # py4j hands names over as str (literals stay JVM objects)
+                    continue
                 if not isinstance(obj, JavaObject):
-                    continue  # strings, numbers, booleans: py4j converted them
+                    continue  # numbers, booleans: py4j converted them
                 name, kind = self._kind(obj)
                 if kind == "plan":
                     if name == _WITH:
@@ -621,13 +685,20 @@ class SqlPolicy:
             raise _Refused(Refusal("function", f"{shown}: a qualified function name; call Spark's built-in "
                                                "functions by their plain name"))
         fn = parts[0].lower()
-        if fn in DENIED_FUNCTIONS:
-            raise _Refused(Refusal("function", f"{fn}: {DENIED_FUNCTIONS[fn]}"))
-        if fn not in self._builtin:
-            self._builtin[fn] = bool(self._registry.functionExists(self._identifier.apply(fn)))
-        if not self._builtin[fn]:
-            raise _Refused(Refusal("function", f"{fn} is not one of Spark's built-in functions (a temporary or "
-                                               "catalog function runs code nobody reviewed)"))
+        why = self._functions.refusal(fn)
+        if why is not None:
+            raise _Refused(Refusal("function", f"{fn}: {why}"))
+
+
+def _check_name(name: str) -> None:
+    """A name in a parsed plan (an alias, a column, a CTE, a hint) must not hold a backtick: the
+    writers quote column names into SQL text, and Great Expectations quotes the output columns
+    into expressions (``COALESCE(`<name>`, 0)`` in ``expect_multicolumn_sum_to_equal``, without
+    doubling a backtick), so a backtick in an output name would end the quoting there."""
+    if "`" in name:
+        raise _Refused(Refusal("column-name", f"{_clip(name)!r} holds a backtick; the writers and the gate quote "
+                                              "column names into SQL text (`name`), so a backtick would end the "
+                                              "quoting"))
 
 
 def _strings(scala_iterable) -> list[str]:
@@ -667,32 +738,64 @@ def check_resources(spec: AssetSpec, caps: ResourceCaps | None = None) -> None:
         raise PolicyError(spec.name, field, "resources-cap", detail)
 
 
-def check_runtime_declaration(spark: "SparkSession", spec: AssetSpec, caps: ResourceCaps | None = None) -> None:
-    """Hold ``spec`` (a validated declaration that did not come from ``assets/``) to the rules of
-    this module before it is recorded. Returns None when it may be added; raises
-    :class:`PolicyError` naming the declaration, the field and the rule of the first breach.
-
-    The checks that need no Spark come first (python, column names, expectation queries,
-    ``resources`` against ``caps``, default :class:`ResourceCaps`); then each SQL text is parsed by
-    ``spark``'s parser, nothing run (some tens of milliseconds a text over py4j). ``spark`` must be
-    a classic session (py4j), such as :func:`kappa.streaming.session.spark_session`'s.
-
-    Example::
-
-        check_runtime_declaration(spark, load_asset(path))  # raises PolicyError, or returns
-    """
+def check_texts(spec: AssetSpec, caps: ResourceCaps | None = None) -> list[DeclaredText]:
+    """The part of the policy that needs no Spark, in this order: ``substitution`` (before anything
+    is parsed, GX's row conditions included), then each text's :func:`text_refusal`, then
+    ``resources`` against ``caps`` (default :class:`ResourceCaps`). Raises :class:`PolicyError`
+    naming the first breach; returns the SQL texts (queries and expressions) left for Spark's
+    parser."""
+    found = substitution_refusal(spec)
+    if found is not None:
+        raise PolicyError(spec.name, found[0], "substitution", found[1])
     texts = declared_texts(spec)
     for text in texts:
         refusal = text_refusal(text)
         if refusal is not None:
             raise PolicyError(spec.name, text.field, refusal.rule, refusal.detail)
     check_resources(spec, caps)
-    sql = [t for t in texts if t.role in (QUERY, EXPRESSION)]
+    return [t for t in texts if t.role in (QUERY, EXPRESSION)]
+
+
+def check_runtime_declaration(spark: "SparkSession | Callable[[], SparkSession]", spec: AssetSpec,
+                              caps: ResourceCaps | None = None) -> None:
+    """Hold ``spec`` (a validated declaration that did not come from ``assets/``) to the rules of
+    this module. Returns None when it may be added (or run); raises :class:`PolicyError` naming
+    the declaration, the field and the rule of the first breach.
+
+    The checks that need no Spark come first (:func:`check_texts`); then each SQL text is parsed
+    by ``spark``'s parser, nothing run (some tens of milliseconds a text over py4j). ``spark`` must
+    be a classic session (py4j), such as :func:`kappa.streaming.session.spark_session`'s, or a
+    function returning one, called only when there is SQL to parse (a refusal that needs no Spark
+    then starts none).
+
+    Example::
+
+        check_runtime_declaration(spark, load_asset(path))  # raises PolicyError, or returns
+    """
+    sql = check_texts(spec, caps)
     if not sql:
         return
-    policy = SqlPolicy(spark)
+    policy = SqlPolicy(spark() if callable(spark) else spark)
     for text in sql:
         refusal = policy.query_refusal(text.text, text.relations) if text.role == QUERY \
             else policy.expression_refusal(text.text)
         if refusal is not None:
             raise PolicyError(spec.name, text.field, refusal.rule, refusal.detail)
+
+
+def recorded_at_run_time(spec: AssetSpec) -> bool:
+    """Whether ``spec`` was declared at run time (its text kept in the warehouse's declarations
+    log, :mod:`kappa.delta.declarations`) rather than shipped as a file under ``assets/``: its
+    origin is ``declarations:<name>`` and it has no file."""
+    return spec.path is None and (spec.origin or "").startswith("declarations:")
+
+
+def check_before_running(spark: "SparkSession", spec: AssetSpec) -> None:
+    """Hold a declaration recorded at run time to the policy again where a query or a gate is
+    built from it (:func:`kappa.streaming.query.start_query`, :func:`kappa.quality.gate.run_gate`):
+    a text written into the declarations log without passing :func:`check_runtime_declaration`
+    (or recorded before a rule existed) does not start. A file of ``assets/`` shipped in the image
+    keeps its trust and is not parsed again. Raises :class:`PolicyError` (one line: declaration,
+    field, rule)."""
+    if recorded_at_run_time(spec):
+        check_runtime_declaration(spark, spec)

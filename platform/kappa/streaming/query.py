@@ -24,6 +24,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Version
 from kappa.spec import AssetSpec
 from kappa.streaming.kinds import kind_of
+from kappa.streaming.policy import check_before_running
 from kappa.streaming.sources import TriggerMode, read_source
 
 
@@ -60,7 +61,12 @@ def start_query(
     until stopped; a continuous query reading Kafka is bounded by ``KAPPA_MAX_OFFSETS_PER_TRIGGER``
     records per micro-batch unless the asset declares its own bound (:mod:`kappa.streaming.sources`).
     The checkpoint is the version's own (never shared between versions). No-data micro-batches run
-    only for a kind that emits on the watermark (:attr:`kappa.streaming.kinds.base.Kind.no_data_batches`)."""
+    only for a kind that emits on the watermark (:attr:`kappa.streaming.kinds.base.Kind.no_data_batches`).
+
+    A declaration recorded at run time is held to the policy again first
+    (:func:`kappa.streaming.policy.check_before_running`): one that breaks it raises
+    :class:`~kappa.streaming.policy.PolicyError` and nothing starts."""
+    check_before_running(spark, spec)
     kind = kind_of(spec)
     source = read_source(spark, spec, version, settings, mode)
     writer = kind.start(spark, spec, version, settings, source)

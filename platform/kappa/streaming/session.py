@@ -73,6 +73,11 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
+        # No variable substitution: Spark rewrites ${env:…} and ${system:…} with the driver's
+        # environment and JVM properties before parsing, so SQL text a data engineer declares could
+        # read the writers' keys (issue 40). None of the platform's own SQL uses ${…}; declarations
+        # holding it are refused too (kappa.streaming.policy, rule substitution).
+        "spark.sql.variable.substitute": "false",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         **({"spark.ui.port": str(settings.spark_ui_port)} if settings.spark_ui_port else {}),
