@@ -26,6 +26,8 @@ from .conftest import SERVE_CA, SERVE_PASSWORD, SERVE_USER, kappa
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = REPO / ".kappa" / "test-artifacts"
+#: A variable of the webserver's (and so every run's) environment standing for the writers' keys.
+CANARY_VARIABLE, CANARY = "KAPPA_TEST_CANARY_SECRET", f"canary-{os.getpid()}-{time.time_ns()}"
 
 CHECKS = """
 query {
@@ -62,7 +64,9 @@ def dagster_dev(served, tmp_path_factory):
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
            "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port), "KAPPA_DAGSTER_URL": base,
            "KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD,
-           "KAPPA_SERVE_TLS_CA_FILE": str(SERVE_CA)}
+           "KAPPA_SERVE_TLS_CA_FILE": str(SERVE_CA),
+           # a secret in the runs' environment, which a declaration must not be able to read
+           CANARY_VARIABLE: CANARY}
     with log_path.open("w") as log:
         proc = subprocess.Popen([str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1",
                                  "-p", str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -311,3 +315,72 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
     assert _post(f"{base}/graphql", LOCATION)["data"]["assetNodeOrError"]["__typename"] == "AssetNotFoundError"
     assert Registry(settings).promoted(WINDOW_ASSET) is None
     assert len(table(settings, WINDOW_ASSET, 1)) == len(expected)
+
+
+SAMPLE_ROWS = """
+query Run($runId: ID!) {
+  logsForRun(runId: $runId) { ... on EventConnection { events {
+    ... on ExecutionStepOutputEvent { stepKey metadataEntries { label ... on MarkdownMetadataEntry { mdStr } } }
+  } } }
+}
+"""
+
+
+def _wait_for_declaration_jobs(base: str, log_path: Path, proc) -> None:
+    deadline = time.monotonic() + 300
+    while True:
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        data = _post(f"{base}/graphql", LOCATION).get("data") or {}
+        if "add_asset" in {j["name"] for n in (data.get("repositoriesOrError") or {}).get("nodes", [])
+                           for j in n["jobs"]}:
+            return
+        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(2)
+
+
+def test_add_asset_refuses_substitution_and_a_script_in_a_row_condition_at_validation(served, dagster_dev, tmp_path):
+    """Issue 40 items 3 and 7, from the writable UI's GraphQL as an attacker would: ``${env:…}`` in a
+    ``sql:`` transform (Spark substituted the run's environment before the policy parsed it, and
+    ``analyze_declaration`` showed the value in ``sample_rows``), and a GX ``row_condition`` without
+    ``condition_parser`` running a script (GX 1.24 hands it to ``DataFrame.filter``; the policy never
+    looked at it, and the gate on the sample ran ``touch``). Both fail at ``validate_declaration``
+    naming the field and the rule: no step runs Spark on them, nothing is in ``sample_rows``, no file
+    is created, nothing is recorded."""
+    from tests.graphql import launch, wait_for_run
+
+    from kappa.delta.declarations import Declarations
+
+    settings, _ = served
+    base, log_path, proc = dagster_dev
+    _wait_for_declaration_jobs(base, log_path, proc)
+    pwned = tmp_path / "pwned"
+    attacks = [
+        ("leak", f"name: leak\nlayer: gold\nsource: {{asset: flights}}\ntransform:\n"
+                 f"  sql: SELECT event_id, '${{env:{CANARY_VARIABLE}}}' AS k FROM input\n",
+         "declarations:leak: transform.sql: refused (rule: substitution)"),
+        ("probe", "name: probe\nlayer: gold\nsource: {asset: flights}\ntransform: {sql: SELECT event_id FROM input}\n"
+                  "expectations:\n  - expect_column_values_to_not_be_null:\n      column: event_id\n"
+                  f"      row_condition: \"EXISTS (SELECT TRANSFORM(1) USING 'touch {pwned}' AS (a STRING))\"\n",
+         "declarations:probe: expectations.0.expect_column_values_to_not_be_null.row_condition: refused "
+         "(rule: operator): ScriptTransformation"),
+    ]
+    runs = []
+    for name, text, refused in attacks:  # both run before any assertion: each one's outcome is printed
+        started = time.monotonic()
+        run_id = launch(base, "add_asset", {"ops": {"validate_declaration": {"config": {
+            "declaration": text, "apply": False, "who": "mallory@example.com"}}}})
+        status, events = wait_for_run(base, run_id, timeout=420)
+        outputs = _post(f"{base}/graphql", SAMPLE_ROWS, variables={"runId": run_id})["data"]["logsForRun"]["events"]
+        shown = [m.get("mdStr") or "" for e in outputs if e.get("stepKey") == "analyze_declaration"
+                 for m in e["metadataEntries"] if m["label"] == "sample_rows"]
+        failures = [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+        print(f"\n{name}: {status} in {time.monotonic() - started:.1f} s; failed steps: "
+              f"{[(f['stepKey'], f['error']['message'].strip().splitlines()[0][:200]) for f in failures]}; "
+              f"sample_rows: {[md[:300] for md in shown]}; {pwned.name} exists: {pwned.exists()}")
+        runs.append((name, refused, status, failures, shown))
+    assert not pwned.exists()
+    for name, refused, status, failures, shown in runs:
+        assert not any(CANARY in md for md in shown), shown
+        assert status == "FAILURE" and [f["stepKey"] for f in failures] == ["validate_declaration"], failures
+        assert refused in failures[0]["error"]["message"], failures[0]
+        assert not shown and Declarations(settings).events(name) == []

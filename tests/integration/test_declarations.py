@@ -55,11 +55,22 @@ transform:
 """
 
 
-def kappa(settings, *args: str) -> subprocess.CompletedProcess:
+#: A variable of the CLI's environment standing for the writers' keys (issue 40).
+CANARY_VARIABLE, CANARY = "KAPPA_TEST_CANARY_SECRET", f"canary-{os.getpid()}"
+
+
+def kappa(settings, *args: str, command: tuple[str, ...] = (KAPPA,)) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200", "KAPPA_HOME": str(settings.home),
            "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
-           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
-    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port), CANARY_VARIABLE: CANARY}
+    return subprocess.run([*command, *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+
+
+def probe(pwned: Path) -> str:
+    """A declaration whose expectation's row_condition (no condition_parser) runs ``touch pwned``."""
+    return ("name: probe\nlayer: gold\nsource: {asset: flights}\ntransform: {sql: SELECT event_id FROM input}\n"
+            "expectations:\n  - expect_column_values_to_not_be_null:\n      column: event_id\n"
+            f"      row_condition: \"EXISTS (SELECT TRANSFORM(1) USING 'touch {pwned}' AS (a STRING))\"\n")
 
 
 def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorded(make_env, spark):
@@ -139,6 +150,47 @@ def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorde
     assert registry.promoted("late_departures") is None and "late_departures" not in registry.unpromoted()
     assert [e.event for e in Declarations(settings).events("late_departures")] == ["added", "proposed", "edited",
                                                                                   "edited", "retired"]
+
+    # Issue 40, the attacks of the writable Dagster UI through add_asset's library and its CLI twin,
+    # on a real sample of flights: each is refused before anything runs on the sample.
+    pwned = Path(settings.home) / "pwned"
+    leak = BY_ORIGIN.replace("name: late_by_origin", "name: leak").replace("asset: late_departures", "asset: flights") \
+        .replace("SELECT origin, event_time, delay_hours FROM input WHERE origin = 'JFK'",
+                 "SELECT event_id, '${env:HOME}' AS h, '${system:user.dir}' AS d FROM input")
+    for text, field, rule in ((leak, "transform.sql", "substitution"),
+                              (probe(pwned), "expectations.0.expect_column_values_to_not_be_null.row_condition",
+                               "operator")):
+        with pytest.raises(PolicyError) as refused:
+            declare.add(settings, text, apply=True, who="mallory@example.com", spark=spark, sample=True)
+        assert (refused.value.field, refused.value.rule) == (field, rule)
+    assert not pwned.exists() and {"leak", "probe"}.isdisjoint(e.asset for e in Declarations(settings).events())
+    path = Path(settings.home) / "leak.yaml"
+    path.write_text(leak.replace("${env:HOME}", "${env:%s}" % CANARY_VARIABLE))
+    cli = kappa(settings, "declarations", "add", str(path))
+    print(f"kappa declarations add leak.yaml: exit {cli.returncode}: {cli.stdout[-600:]}{cli.stderr[-600:]}")
+    assert CANARY not in cli.stdout + cli.stderr
+    assert cli.returncode == 1 and "Traceback" not in cli.stderr
+    assert "declarations:leak: transform.sql: refused (rule: substitution)" in cli.stderr
+
+    # A declaration written straight into the log (no check) does not start: neither the query of
+    # a local run nor the Kubernetes driver's entrypoint, nor the gate's GX (its row_condition).
+    Declarations(settings).record("probe", "added", probe(pwned), who="mallory@example.com")
+    with pytest.raises(PolicyError, match=r"^declarations:probe: expectations\.0\..*row_condition: refused "
+                                          r"\(rule: operator\)"):
+        run_until_caught_up(settings, ["probe"], spark=spark)
+    version = Registry(settings).latest("probe")  # created, recorded failed, never started
+    driver = kappa(settings, "--asset", "probe", "--version", str(version.version),
+                   "--upstream", f"flights={version.upstream['flights']}",
+                   command=(sys.executable, "-m", "kappa.runners.entrypoint"))
+    print(f"entrypoint: exit {driver.returncode}: {driver.stderr.strip().splitlines()[-1:]}")
+    assert driver.returncode == 3 and driver.stderr.strip().splitlines()[-1].startswith(
+        "probe/v1 not started: declarations:probe: expectations.0.")
+    with pytest.raises(PolicyError, match="rule: operator"):
+        run_gate(settings, "probe", version.version, spark=spark)
+    assert not pwned.exists()
+    events = Registry(settings).events("probe")
+    assert [e["event"] for e in events] == ["created", "running", "failed"]
+    assert events[-1]["details"]["error"].startswith("declarations:probe: expectations.0.")
 
 
 @pytest.mark.parametrize("sql, rule", [

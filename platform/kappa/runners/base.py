@@ -166,7 +166,9 @@ def catch_up(
 
     Kafka sources catch up to the log end offsets taken here, before anything starts; an asset
     that reads an upstream table catches up to that table's Delta version once the upstream level
-    has caught up. Raises :class:`RunError` for a failed query."""
+    has caught up. Raises :class:`RunError` for a failed query, and what ``runner.start`` raises
+    for a version refused before it starts (:class:`kappa.streaming.policy.PolicyError`), recorded
+    ``failed`` with its message."""
     from kappa.delta.registry import Registry
     from kappa.kafka.topics import log_end_offsets
     from kappa.streaming.checkpoint import CatchUpTarget
@@ -178,7 +180,11 @@ def catch_up(
     for level in catalog.levels(names):
         for name in level:
             registry.record(name, versions[name].version, "running", mode=f"{runner.kind}, until caught up")
-            status = runner.start(catalog[name], versions[name], bounded=True)
+            try:
+                status = runner.start(catalog[name], versions[name], bounded=True)
+            except KappaError as exc:  # refused before it started (a declaration the policy refuses)
+                registry.record(name, versions[name].version, "failed", error=str(exc)[:2000])
+                raise
             if status.outcome is Outcome.FAILED:
                 registry.record(name, versions[name].version, "failed", error=status.error[:2000])
                 raise RunError(f"{versions[name].name} failed to start ({status.name}): {status.error}")
