@@ -68,6 +68,8 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
         # many drivers commit to one s3a:// table (quarantine, late events): conditional writes
         "spark.delta.logStore.s3a.impl": "dev.kappa.delta.S3ConditionalLogStore",
         "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
+        # no ${env:…}/${system:…} substitution in SQL text (issue 40)
+        "spark.sql.variable.substitute": "false",
     }.items():
         assert session[key] == app[key] == value, key
 

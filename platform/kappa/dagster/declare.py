@@ -161,7 +161,8 @@ def _validate_op(options: LoadOptions, editing: bool):
             if editing:  # a stale edit fails first, before Spark starts
                 declare.check_fresh(settings, config.declaration, config.expected_fingerprint)
             check_dagster_rules(spec)
-            declare.check_policy(settings, spec, context.resources.kappa.spark(settings))
+            # Spark starts only when a rule that needs none has not refused it already.
+            declare.check_policy(settings, spec, lambda: context.resources.kappa.spark(settings))
         except KappaError as exc:
             raise _fail(exc) from exc
         seconds = time.monotonic() - started

@@ -101,8 +101,9 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
 
 def check_policy(settings: Settings, spec: AssetSpec, spark=None) -> None:
     """Hold ``spec`` to the run-time policy (:mod:`kappa.streaming.policy`), parsing its SQL with
-    Spark (``spark``, or this process's session, started only when a rule that needs no Spark has
-    not refused it already). Raises its ``PolicyError`` naming the rule."""
+    Spark (``spark``: a session or a function returning one; default this process's session),
+    asked for only when a rule that needs no Spark has not refused it already. Raises its
+    ``PolicyError`` naming the rule."""
     from kappa.streaming.policy import check_runtime_declaration
     from kappa.streaming.session import spark_session
 
