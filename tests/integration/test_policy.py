@@ -86,6 +86,7 @@ GOOD = [
     "SELECT origin, e FROM input LATERAL VIEW explode(array(dep_delay, arr_delay)) t AS e",
     "SELECT input_file_name() AS f, CAST(dep_delay AS INT) AS d, transform(array(1, 2), x -> x + 1) AS a FROM INPUT",
     "SELECT origin FROM input UNION ALL SELECT dest FROM input",
+    "SELECT `origin` AS o, 'a`b' AS quoted_text FROM input WHERE dest <> '`'",  # a backtick in a literal is text
 ]
 
 
