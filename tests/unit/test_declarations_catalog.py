@@ -68,3 +68,12 @@ def test_dbt_readers_are_the_models_selecting_the_kappa_source(tmp_path):
     assert dbt_readers(settings, "flights") == ["stg_kappa__flights"]
     assert dbt_readers(settings, "weather") == ["stg_kappa__weather"]
     assert dbt_readers(settings, "plane_sessions") == []
+
+
+def test_an_unknown_asset_name_is_one_clear_error_in_every_catalog_walk():
+    """``kappa run nosuch --until-caught-up`` printed a Rich traceback ending in KeyError."""
+    catalog = load_catalog(ASSETS, {})
+    for walk in (lambda: catalog.levels(["flights", "nosuch"]), lambda: catalog.topological(["nosuch"]),
+                 lambda: catalog.downstream("nosuch")):
+        with pytest.raises(SpecError, match=r"unknown asset 'nosuch' \(known: .*flights"):
+            walk()

@@ -202,7 +202,10 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
         r = res.result or {}
         observed = r.get("observed_value")
         if observed is None and "unexpected_count" in r:
-            observed = f"{r['unexpected_count']} unexpected ({r.get('unexpected_percent', 0):.4g}%)"
+            # GX leaves the count and percent None when no row matched the expectation's row_condition
+            count, percent = r["unexpected_count"], r.get("unexpected_percent")
+            observed = ("no row matched its row_condition" if count is None
+                        else f"{count} unexpected" + ("" if percent is None else f" ({percent:.4g}%)"))
         kwargs = {k: v for k, v in res.expectation_config.kwargs.items() if k not in ("batch_id",)}
         details = {k: v for k, v in r.items() if k in ("unexpected_count", "unexpected_percent",
                                                          "partial_unexpected_list", "element_count")}

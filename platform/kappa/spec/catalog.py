@@ -106,7 +106,9 @@ class Catalog:
         return None
 
     def downstream(self, name: str) -> list[str]:
-        """Every asset that reads ``name`` directly or transitively, in topological order."""
+        """Every asset that reads ``name`` directly or transitively, in topological order. Raises
+        :class:`SpecError` for a name the catalog lacks."""
+        self[name]
         out: list[str] = []
         frontier = [name]
         while frontier:
@@ -120,13 +122,13 @@ class Catalog:
     def topological(self, names: list[str] | None = None) -> list[str]:
         """Asset names, upstream before downstream (ties broken by name; :func:`upstream_first`)."""
         wanted = names if names is not None else list(self.assets)
-        return upstream_first({n: self.assets[n].upstream for n in wanted})
+        return upstream_first({n: self[n].upstream for n in wanted})
 
     def levels(self, names: list[str]) -> list[list[str]]:
         """``names`` grouped so every asset's upstream (among ``names``) is in an earlier group."""
         placed: dict[str, int] = {}
         for n in self.topological(names):
-            ups = [placed[u] for u in self.assets[n].upstream if u in placed]
+            ups = [placed[u] for u in self[n].upstream if u in placed]
             placed[n] = (max(ups) + 1) if ups else 0
         groups: list[list[str]] = [[] for _ in range(max(placed.values(), default=-1) + 1)]
         for n, lvl in placed.items():
