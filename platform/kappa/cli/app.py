@@ -551,7 +551,8 @@ def requests_command(
             print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
             return
         table = Table(title="requests (kappa approve REQUEST runs one)")
-        for col in ("request", "requested at", "what", "claimed by", "origin", "state", "approved by", "outcome"):
+        for col in ("request", "requested at", "what", "claimed by (unverified)", "origin", "state", "approved by",
+                    "outcome"):
             table.add_column(col)
         for r in reqs:
             approver = r.approvals[-1]["approver"] if r.approvals else None

@@ -178,9 +178,9 @@ def check_retention(settings: Settings, retention_hours: float | None) -> None:
         return
     floor = settings.min_retention_hours
     if not retention_hours >= floor:  # NaN too
-        raise MaintainError(f"--vacuum-retention must be at least the platform floor of {floor:g} hours "
-                            f"(KAPPA_MIN_RETENTION_HOURS), got {retention_hours:g} (only `kappa forget` vacuums "
-                            "below it, with RETAIN 0 HOURS)")
+        raise MaintainError(f"the VACUUM retention (--vacuum-retention, retention_hours) must be at least the "
+                            f"platform floor of {floor:g} hours (KAPPA_MIN_RETENTION_HOURS), got {retention_hours:g} "
+                            "(only `kappa forget` vacuums below it, with RETAIN 0 HOURS)")
 
 
 def maintain(settings: Settings, assets: list[str] | None = None, *, retention_hours: float | None = None,
