@@ -33,6 +33,10 @@ variable                       meaning                                         d
                                ``0``: no bound); not applied to available-now
                                runs; an asset's ``max_offsets_per_trigger``
                                wins (:meth:`Settings.kafka_batch_limit`)
+``KAPPA_MIN_RETENTION_HOURS`` the platform floor of a VACUUM retention, in   ``168`` (Delta's
+                               hours: ``kappa maintain`` and the ``maintain``   ``deletedFile``
+                               job refuse a shorter one                         ``RetentionDuration``,
+                                                                                7 days)
 ``KAPPA_POSTGRES_HOST``        the operational PostgreSQL's host                ``127.0.0.1``
 ``KAPPA_POSTGRES_PORT``        its port (the local server listens there)        ``55432``
 ``KAPPA_POSTGRES_DATABASE``    its database                                     ``kappa``
@@ -254,6 +258,11 @@ class Settings(BaseSettings):
     #: 10-20 s. A longer trigger or a faster machine may want a larger bound; a shorter trigger
     #: (the bench's 1 s) only raises the cap.
     max_offsets_per_trigger: int = Field(500_000, ge=0)
+    #: ``KAPPA_MIN_RETENTION_HOURS``: the shortest VACUUM retention ``kappa maintain`` accepts, in
+    #: hours. Default 168: Delta's default ``delta.deletedFileRetentionDuration`` (7 days, Delta docs,
+    #: "Remove files no longer referenced by a Delta table"), the time travel a reader can count on.
+    #: Only ``kappa forget`` vacuums below it (RETAIN 0 HOURS, the files that held the key).
+    min_retention_hours: float = Field(168.0, gt=0)
 
     #: ``KAPPA_FAULT``: a deterministic fault point (tests and chaos drills), None in normal runs.
     fault: Fault | None = None

@@ -208,7 +208,11 @@ def test_read_checkpoint_takes_offsets_of_the_newest_committed_batch(tmp_path):
 
 def test_the_maintain_job_runs_the_library_and_returns_its_report(tmp_path):
     """The `maintain` job on an empty warehouse: the library's report of every shared table (none
-    exists yet, so no Spark is started); an undeclared asset is not a valid config."""
+    exists yet, so no Spark is started); an undeclared asset is not a valid config.
+
+    Issue 40's attack: `retention_hours: 0.0001` from the UI wiped time travel. It is refused below
+    the platform floor (168 h) and nothing is recorded; a retention of its own at or above the floor
+    only records a request, which `kappa approve` runs, recording the approver and the outcome."""
     from kappa.dagster.maintain import build_maintain_job
     from kappa.dagster.resources import KappaResource
 
@@ -223,6 +227,43 @@ def test_the_maintain_job_runs_the_library_and_returns_its_report(tmp_path):
     with pytest.raises(dg.DagsterInvalidConfigError):
         job.execute_in_process(resources={"kappa": KappaResource(home=str(tmp_path))},
                                run_config={"ops": {"maintain_tables": {"config": {"assets": ["no_such_asset"]}}}})
+
+    from kappa.delta.registry import REQUESTS, Registry
+
+    def launch(**config):
+        return job.execute_in_process(resources={"kappa": KappaResource(home=str(tmp_path))}, raise_on_error=False,
+                                      run_config={"ops": {"maintain_tables": {"config": config}}})
+
+    settings = KappaResource(home=str(tmp_path)).settings(assets_dir=str(REPO / "assets"))
+    refused = launch(retention_hours=0.0001, requested_by="mallory")
+    failure = next(e for e in refused.all_events if e.is_step_failure)
+    assert "at least the platform floor of 168 hours" in failure.step_failure_data.user_failure_data.description
+    assert Registry(settings).events(REQUESTS) == []
+    asked = launch(assets=["flights"], retention_hours=200.0, requested_by="ana")
+    assert asked.success and asked.output_for_node("maintain_tables")["state"] == "pending"
+    rid = asked.output_for_node("maintain_tables")["request_id"]
+    assert [e["event"] for e in Registry(settings).events(REQUESTS)] == ["requested"]  # nothing ran
+    # `kappa approve` (the command, in process) runs it: the verified approver (the OS user, not
+    # $USER) and the outcome are recorded
+    import pwd
+
+    from typer.testing import CliRunner
+
+    from kappa.cli.app import app
+
+    env = {"KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(tmp_path), "USER": "someone-else",
+           "LOGNAME": "someone-else"}
+    done = CliRunner().invoke(app, ["approve", rid], env=env)
+    assert done.exit_code == 0 and f"request {rid} done" in done.output, done.output
+    events = Registry(settings).events(REQUESTS)
+    assert [e["event"] for e in events] == ["requested", "approved", "request_done"]
+    assert events[0]["details"]["claimed_by"] == "ana" and events[0]["details"]["params"]["retention_hours"] == 200.0
+    assert events[1]["details"]["approver"]["user"] == pwd.getpwuid(os.geteuid()).pw_name != "someone-else"
+    assert events[2]["details"]["outcome"]["retention_hours"] == 200.0
+    listed = CliRunner().invoke(app, ["requests", "--format", "json"], env=env)
+    assert [(r["request_id"], r["state"]) for r in json.loads(listed.output)] == [(rid, "done")]
+    again = CliRunner().invoke(app, ["approve", rid], env=env)
+    assert again.exit_code == 1 and f"request {rid} is done" in again.output and "Traceback" not in again.output
 
 
 def test_the_advance_sensor_runs_by_default_with_continuous_assets_and_the_job_moves_nothing_when_empty(tmp_path):
@@ -277,8 +318,8 @@ def test_a_run_config_cannot_choose_the_image_the_tables_or_the_dbt_executable(t
 LIFECYCLE_JOBS = {  # job -> (op, {config field: (required, default)}): the CLI twins' arguments and options
     "promote_version": ("promote_stable_name", {"asset": (True, None), "version": (True, None), "only": (False, False)}),
     "rollback": ("rollback_stable_names", {"asset": (True, None)}),
-    "forget_key": ("forget_record_key", {"topic": (True, None), "key": (True, None), "reason": (True, None),
-                                         "truncate_log": (False, False)}),
+    "forget_key": ("request_forget", {"topic": (True, None), "key_sha256": (True, None), "reason": (True, None),
+                                      "requested_by": (True, None), "truncate_log": (False, False)}),
 }
 
 
@@ -313,27 +354,29 @@ def test_promote_rollback_and_forget_are_jobs_with_the_cli_arguments_as_config(t
 
 
 def test_forget_key_refuses_a_missing_or_empty_reason_before_anything_runs(tmp_path):
-    """A run without a reason does not launch; an empty or blank reason (or key) fails the step when
-    Dagster builds its config, before the forget reads or records anything."""
+    """A run without a reason does not launch; an empty or blank reason, a key that is not a
+    SHA-256 (the key itself, say) or an unknown topic fails the step with one line, before
+    anything is recorded."""
     from kappa.dagster.resources import KappaResource
-    from kappa.delta.forgotten import requests
+    from kappa.lifecycle.approval import requests
 
     resource = KappaResource(home=str(tmp_path))
     job = build_definitions(REPO / "assets", resource=resource, dbt=False).get_job_def("forget_key")
+    digest = "ab" * 32
 
     def run(**config):
-        return job.execute_in_process(run_config={"ops": {"forget_record_key": {"config": config}}},
+        return job.execute_in_process(run_config={"ops": {"request_forget": {"config": config}}},
                                       raise_on_error=False)
 
     with pytest.raises(dg.DagsterInvalidConfigError, match='Missing required config entry "reason"'):
-        run(topic="flights", key="N14228")
+        run(topic="flights", key_sha256=digest, requested_by="ana")
     for config, message in (({"reason": ""}, "reason must say why"), ({"reason": "  "}, "reason must say why"),
-                            ({"key": "", "reason": "test"}, "key\n  String should have at least 1 character")):
-        result = run(**{"topic": "flights", "key": "N14228", **config})
+                            ({"key_sha256": "N14228"}, "key_sha256 must be the key's SHA-256 in 64 hex digits"),
+                            ({"topic": "nope"}, "unknown topic 'nope'"), ({"requested_by": " "}, "requested_by must")):
+        result = run(**{"topic": "flights", "key_sha256": digest, "reason": "test", "requested_by": "ana", **config})
         assert not result.success
         failure = next(e for e in result.all_events if e.is_step_failure)
-        assert "validation error for ForgetConfig" in str(failure.step_failure_data.error) and \
-            message in str(failure.step_failure_data.error), failure.step_failure_data.error
+        assert message in failure.step_failure_data.user_failure_data.description, failure.step_failure_data
     assert requests(resource.settings()) == []  # nothing was recorded
 
 

@@ -16,6 +16,7 @@ from kappa.dagster.component import HEALTH_CHECK, SENSOR_NAME, StreamingAssets
 from kappa.dagster.definitions import build_definitions
 from kappa.dagster.resources import KappaResource
 from kappa.delta.registry import Registry
+from kappa.errors import KappaError
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.quality.gate import check_names
 from kappa.spec import load_catalog
@@ -175,7 +176,19 @@ def _output(run: dg.ExecuteInProcessResult) -> tuple[dict, dict]:
 def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make_env, spark):
     """`promote_version` (the gate first, as `kappa promote`), `forget_key` and `rollback` in process
     on a small bronze table: the registry shows each move, a bad version fails with the registry's
-    message, and the forgotten key is gone from v1 and stays out of the replayed v2."""
+    message, and the forgotten key is gone from v1 and stays out of the replayed v2.
+
+    Issue 40's attack on `forget_key`: from the UI (no login) it deleted a key at once and kept the
+    key in clear in the stored run config. Now the run config cannot carry the key, the request (its
+    SHA-256) deletes nothing (rows and checkpoint unchanged) until `kappa approve`, after which the
+    registry holds the request, the verified approver and the outcome, and neither Dagster's run
+    storage and event log nor the registry holds the key."""
+    import hashlib
+    import json
+    import os
+    import pwd
+    from pathlib import Path
+
     from deltalake import DeltaTable
 
     from kappa.dagster.forget import build_forget_job
@@ -203,16 +216,46 @@ def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make
     assert out["promoted"] == md["promoted"] == {"flights_bronze": 1} and md["previous"] == {"flights_bronze": None}
     assert md["pins"] == {"flights_bronze": {"version": 1, "snapshot": v1.snapshot}}
 
-    # forget one tailnum: its record is deleted from v1, the 99 others stay
+    # forget one tailnum from the UI: the key in clear is not a run config, the request deletes nothing
     tailnum = next(e for e in load_events(limit=100) if e.topic == "flights").keys[0].decode()  # keyed by tailnum
-    run = _launch(forget, {"topic": f"flights_{suffix}", "key": tailnum, "reason": "test: data subject request"},
-                  resource, instance)
+    topic = f"flights_{suffix}"
+
+    def rows_of(version: int) -> list[bytes]:
+        return sorted(map(bytes, DeltaTable(registry.version("flights_bronze", version).table_path).to_pandas()["key"]))
+
+    checkpoint = Path(v1.checkpoint_path)
+    files = lambda: sorted((str(p.relative_to(checkpoint)), p.stat().st_mtime_ns) for p in checkpoint.rglob("*"))  # noqa: E731
+    rows_before, checkpoint_before = rows_of(1), files()
+    assert len(rows_before) == 100 and tailnum.encode() in rows_before and checkpoint_before
+    with pytest.raises(dg.DagsterInvalidConfigError, match='unexpected config entry "key"'):
+        _launch(forget, {"topic": topic, "key": tailnum, "reason": "attack: no approval"}, resource, instance)
+    digest = hashlib.sha256(tailnum.encode()).hexdigest()
+    run = _launch(forget, {"topic": topic, "key_sha256": digest, "reason": "test: data subject request",
+                           "requested_by": "ana (claimed)"}, resource, instance)
     assert run.success
     out, md = _output(run)
+    assert out["state"] == md["state"] == "pending" and out["key_sha256"] == digest
+    assert rows_of(1) == rows_before and files() == checkpoint_before and requests(settings) == []
+
+    from kappa.delta.registry import REQUESTS
+    from kappa.lifecycle.approval import approve
+
+    # `kappa approve` (its library call): the forget runs; the registry records who asked (claimed),
+    # who approved (this process's user, from the OS) and the outcome
+    done = approve(settings, out["request_id"])
+    assert done.state == "done" and done.claimed_by == "ana (claimed)" and done.origin == f"dagster run {run.run_id}"
+    assert done.approvals[-1]["approver"]["user"] == pwd.getpwuid(os.geteuid()).pw_name
+    assert done.outcome["records_located"] == 1 and done.outcome["rows_deleted"] == 1
+    assert [e["event"] for e in registry.events(REQUESTS)] == ["requested", "approved", "request_done"]
     [request] = requests(settings)
-    assert md["request_id"] == request.request_id and md["state"] == "done" and out["ran"][-1] == "done"
-    assert md["records_located"] == 1 and md["rows_deleted"] == 1
-    assert tailnum not in str(md) and tailnum not in str(out)  # the key itself is not in the run's output
+    assert done.outcome["forget_request"] == request.request_id and request.state == "done"
+    with pytest.raises(KappaError, match="is done"):
+        approve(settings, out["request_id"])
+    # the key is nowhere in clear: not in Dagster's stored run configs, event logs, nor the registry
+    for stored in instance.get_runs():
+        assert tailnum not in json.dumps(stored.run_config), stored.run_id
+        assert tailnum not in str(instance.all_logs(stored.run_id)), stored.run_id
+    assert tailnum not in json.dumps(registry.events(REQUESTS), default=str)
 
     # v2 from a replay (gated, not promoted) without the key, promoted by the job; rollback goes back to v1
     assert replay(settings, "flights_bronze", spark=spark).versions == {"flights_bronze": 2}

@@ -131,10 +131,16 @@ def test_maintain_compacts_a_running_tables_files_and_changes_nothing_it_holds(m
         query.stop()
 
 
-def test_maintain_refuses_a_retention_of_zero(tmp_path):
+def test_maintain_refuses_a_retention_below_the_platform_floor(tmp_path):
+    """Issue 40: `retention_hours: 0.0001` wiped time travel. Below the floor (168 h by default,
+    Delta's 7 days; KAPPA_MIN_RETENTION_HOURS) is refused before anything runs."""
     settings = load_settings(project_dir=REPO, home=tmp_path)
-    with pytest.raises(MaintainError, match="only `kappa forget`"):
-        maintain(settings, retention_hours=0)
+    for hours in (0, 0.0001, 167.9, float("nan")):
+        with pytest.raises(MaintainError, match="at least the platform floor of 168 hours.*only `kappa forget`"):
+            maintain(settings, retention_hours=hours)
+    lower = load_settings(project_dir=REPO, home=tmp_path, min_retention_hours=24)
+    with pytest.raises(MaintainError, match="floor of 24 hours"):
+        maintain(lower, retention_hours=1)
 
 
 def _cli(*args: str, home) -> subprocess.CompletedProcess:
@@ -147,16 +153,16 @@ def _cli(*args: str, home) -> subprocess.CompletedProcess:
 
 
 def test_the_command_reports_every_table_and_refuses_zero_retention(tmp_path):
-    """An empty warehouse: every table listed as not there yet (no Spark needed); 0 hours refused
-    in one line, no traceback; an undeclared asset named."""
+    """An empty warehouse: every table listed as not there yet (no Spark needed); 0.0001 hours
+    refused (below the platform floor) in one line, no traceback; an undeclared asset named."""
     done = _cli("--format", "json", home=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/registry",
                                                       "_kappa/forgotten"]
     assert {t["skipped"] for t in report["tables"]} == {"no table yet"}
-    refused = _cli("--vacuum-retention", "0", home=tmp_path)
-    assert refused.returncode == 1 and "only `kappa forget`" in refused.stderr and "Traceback" not in refused.stderr
+    refused = _cli("--vacuum-retention", "0.0001", home=tmp_path)
+    assert refused.returncode == 1 and "platform floor of 168 hours" in refused.stderr and "Traceback" not in refused.stderr
     unknown = _cli("no_such_asset", home=tmp_path)
     assert unknown.returncode == 1 and "no_such_asset" in unknown.stderr and "Traceback" not in unknown.stderr
 

@@ -47,3 +47,24 @@ def test_a_changelog_key_is_the_compact_json_of_its_key_columns(catalog):
 def test_a_changelog_key_naming_other_columns_is_refused(catalog, key, message):
     with pytest.raises(ForgetError, match=message.replace("[", r"\[").replace("]", r"\]")):
         record_key(catalog, "ops.public.planes", key)
+
+
+def test_a_forget_named_by_hash_needs_the_key_only_on_a_changelog_topic_and_a_key_given_must_match(tmp_path):
+    """An approved request names its key by SHA-256 (kappa.lifecycle.approval): on a plain topic
+    the hash is enough (its key_field's value hashes to it); a changelog topic's key columns are
+    compared one by one, so the key itself is needed; a key that does not hash to the request's
+    SHA-256 is refused. Each before anything is read or recorded (no broker, no Spark here)."""
+    from kappa.config import load_settings
+    from kappa.delta.forgotten import requests
+    from kappa.lifecycle.forget import _value_hashes, forget
+
+    settings = load_settings(project_dir=REPO, home=tmp_path)
+    catalog = load_catalog(REPO / "assets")
+    digest = hashlib.sha256(b"N14228").hexdigest()
+    assert _value_hashes(catalog, "flights", None, digest) == {"tailnum": digest} == \
+        _value_hashes(catalog, "flights", "N14228", digest)
+    with pytest.raises(ForgetError, match="ops.public.planes is a changelog topic: .* give the key"):
+        forget(settings, "ops.public.planes", None, "dsr", key_sha256=hashlib.sha256(b'{"tailnum":"N1"}').hexdigest())
+    with pytest.raises(ForgetError, match="does not match the request's SHA-256"):
+        forget(settings, "flights", "N99999", "dsr", key_sha256=digest)
+    assert requests(settings) == []

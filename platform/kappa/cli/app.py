@@ -509,8 +509,8 @@ def _forget_steps(steps: dict[str, dict]) -> str:
 def maintain(
     assets: Optional[list[str]] = typer.Argument(None, help="Assets whose versions to maintain (default: all); the shared tables always."),
     retention: Optional[float] = typer.Option(None, "--vacuum-retention", metavar="HOURS", help="VACUUM's retention in "
-                                              "hours (default: each table's, Delta's 7 days). More than 0; shorter than 7 days risks "
-                                              "files a running query or reader still uses."),
+                                              "hours (default: each table's, Delta's 7 days); at least the platform "
+                                              "floor, KAPPA_MIN_RETENTION_HOURS (168)."),
     fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
 ) -> None:
     """Compact (OPTIMIZE), checkpoint and VACUUM every version of ASSETS and the shared tables,
@@ -535,6 +535,46 @@ def maintain(
             console.print(table)
         if report.failed:
             fail(f"{len(report.failed)} tables failed: " + ", ".join(t.table for t in report.failed))
+
+
+@app.command("requests")
+def requests_command(
+    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+) -> None:
+    """List the requests that wait for approval or ran (forget and maintain from the Dagster UI):
+    what each does, who asked (as claimed), who approved (as verified), its state and outcome."""
+    from kappa.lifecycle.approval import requests
+
+    with Guard():
+        reqs = requests(load_settings())
+        if fmt == StatusFormat.json:
+            print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
+            return
+        table = Table(title="requests (kappa approve REQUEST runs one)")
+        for col in ("request", "requested at", "what", "claimed by (unverified)", "origin", "state", "approved by",
+                    "outcome"):
+            table.add_column(col)
+        for r in reqs:
+            approver = r.approvals[-1]["approver"] if r.approvals else None
+            table.add_row(r.request_id, f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.describe(), r.claimed_by, r.origin,
+                          r.state, f"{approver['user']} ({approver['source']})" if approver else "",
+                          r.error or (json.dumps(r.outcome) if r.outcome else ""))
+        console.print(table)
+
+
+@app.command("approve")
+def approve_command(
+    request_id: str = typer.Argument(..., metavar="REQUEST", help="The request's id (`kappa requests`)."),
+    key: Optional[str] = typer.Option(None, "--key", help="A forget's key, needed only on a changelog topic "
+                                      "(checked against the request's SHA-256)."),
+) -> None:
+    """Approve REQUEST as yourself (your local user, or your Kubernetes identity on the kubernetes
+    runner) and run it now; the registry records the approval and the outcome."""
+    from kappa.lifecycle.approval import approve
+
+    with Guard():
+        req = approve(load_settings(), request_id, key=key, say=lambda m: console.print(f"  {m}", highlight=False))
+        console.print(f"request {req.request_id} done: {json.dumps(req.outcome)}", highlight=False)
 
 
 @app.command("promote")

@@ -10,10 +10,19 @@ default: the component's ``maintain_cron``) or from the UI (Jobs -> maintain -> 
         config:
           assets: [flights]        # default []: every asset
           retention_hours: null    # default: each table's VACUUM retention (Delta's 7 days)
+          requested_by: ""         # who asks, with retention_hours (shown as claimed)
 
-The op logs one line per table (files, bytes, rows and Delta version before and after) and returns
-the report; the run fails (``dg.Failure``) for a refused request or when a table failed, after
+With ``retention_hours`` null (the schedule's run), the op maintains at once: each table's own
+retention, what Delta keeps anyway. It logs one line per table (files, bytes, rows and Delta version
+before and after) and returns the report; the run fails (``dg.Failure``) when a table failed, after
 every other table was done.
+
+With a ``retention_hours`` of its own the run destroys time travel on request, so it does not
+maintain: it records a request (:func:`kappa.lifecycle.approval.request_maintain`) that runs when
+someone with the platform role runs ``kappa approve REQUEST``, and returns ``request_id``. A
+retention below the platform floor (``KAPPA_MIN_RETENTION_HOURS``, default 168 hours: Delta's
+default ``delta.deletedFileRetentionDuration``) is refused outright: the step fails, nothing is
+recorded.
 """
 
 from typing import TYPE_CHECKING
@@ -29,8 +38,9 @@ if TYPE_CHECKING:
 
 def build_maintain_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinition:
     """The ``maintain`` job: one op, ``maintain_tables``, configured with ``assets`` (a list of
-    ``catalog``'s asset names; empty: all) and ``retention_hours`` (None: Delta's default); needs
-    the ``kappa`` resource. One run at a time (pool ``kappa_maintain``)."""
+    ``catalog``'s asset names; empty: all), ``retention_hours`` (None: Delta's default, run now;
+    given: a request for ``kappa approve``) and ``requested_by``; needs the ``kappa`` resource. One
+    run at a time (pool ``kappa_maintain``)."""
     asset_enum = dg.Enum("MaintainedAsset", [dg.EnumValue(n) for n in catalog.topological()])
 
     @dg.op(
@@ -39,7 +49,12 @@ def build_maintain_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefini
             "assets": dg.Field([asset_enum], default_value=[],
                                description="Assets whose versions to maintain (empty: all); the shared tables always."),
             "retention_hours": dg.Field(dg.Noneable(float), default_value=None,
-                                        description="VACUUM retention in hours (> 0); default: Delta's, 7 days."),
+                                        description="VACUUM retention in hours, at least the platform floor "
+                                                    "(KAPPA_MIN_RETENTION_HOURS, 168); default: each table's (Delta's "
+                                                    "7 days). Given, the run only records a request for `kappa "
+                                                    "approve`."),
+            "requested_by": dg.Field(str, default_value="",
+                                     description="Who asks, required with retention_hours (shown as claimed)."),
         },
         required_resource_keys={"kappa"},
         tags={"kind": "delta"},
@@ -51,8 +66,21 @@ def build_maintain_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefini
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
         assets = list(context.op_config["assets"]) or None
+        retention = context.op_config["retention_hours"]
+        if retention is not None:
+            from kappa.lifecycle.approval import request_maintain
+
+            try:
+                req = request_maintain(settings, assets, retention, claimed_by=context.op_config["requested_by"],
+                                       origin=f"dagster run {context.run_id}")
+            except KappaError as exc:  # below the floor, an unknown asset, no requester
+                raise dg.Failure(description=str(exc)) from exc
+            context.log.info(f"recorded request {req.request_id}: {req.describe()}, claimed by {req.claimed_by}; "
+                             f"nothing runs until someone with the platform role runs "
+                             f"`kappa approve {req.request_id}`")
+            return {"request_id": req.request_id, "state": req.state, "approve_with": f"kappa approve {req.request_id}"}
         try:
-            report = maintain(settings, assets, retention_hours=context.op_config["retention_hours"],
+            report = maintain(settings, assets,
                               say=context.log.info, on_table=lambda t: context.log.info(
                                   f"{t.table}: files {t.files_before} -> {t.files_after}, bytes {t.bytes_before} -> "
                                   f"{t.bytes_after}, rows {t.rows_after}, Delta version {t.version_before} -> "

@@ -20,6 +20,13 @@ its upstreams: the source-offset watermark it covers). ``checkpoint_deleted``: `
 version's checkpoint because its state may hold a forgotten key (details ``request_id``, ``reason``,
 ``files``; :mod:`kappa.lifecycle.forget`).
 
+Requests that destroy data wait for approval here too, as events of the pseudo-asset
+:data:`REQUESTS` (version 0; :mod:`kappa.lifecycle.approval`): ``requested`` (details
+``request_id``, ``kind`` ``forget`` or ``maintain``, its parameters, ``claimed_by``: who the
+requester said they are, unverified, and ``origin``, e.g. the Dagster run), ``approved``
+(``request_id``, ``approver``: the verified identity of whoever ran ``kappa approve``), then
+``request_done`` (``request_id``, ``outcome``) or ``request_failed`` (``request_id``, ``error``).
+
 A version's state is derived from its events: running, caught-up, failed, failed-gate, promoted
 (the one the stable name points at), retired, checkpoint-deleted. A version whose checkpoint was
 deleted can never run again (:meth:`Registry.latest` skips it) nor be promoted (a rollback onto it
@@ -41,7 +48,12 @@ from kappa.errors import KappaError
 from kappa.core.storage import delta_rs_options, delta_rs_uri
 
 EVENTS = ("created", "running", "caught_up", "stopped", "dropped", "failed", "gate_passed", "gate_failed",
-          "promoted", "pinned", "retired", "checkpoint_deleted")
+          "promoted", "pinned", "retired", "checkpoint_deleted",
+          "requested", "approved", "request_done", "request_failed")
+
+#: The ``asset`` of the approval events (``requested``, ``approved``, ``request_done``,
+#: ``request_failed``; version 0): a name no declaration can take (asset names are identifiers).
+REQUESTS = "_kappa/requests"
 
 _SCHEMA = pa.schema([
     ("asset", pa.string()),

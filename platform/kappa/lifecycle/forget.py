@@ -126,16 +126,21 @@ class ForgetReport:
     ran: list[str]  # steps run by this call (the others were done before)
 
 
-def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_log: bool = False,
-           spark=None, on_step=None) -> ForgetReport:
+def forget(settings: Settings, topic: str, key: str | None, reason: str, *, key_sha256: str | None = None,
+           truncate_log: bool = False, spark=None, on_step=None) -> ForgetReport:
     """Forget ``key`` on ``topic`` (see the module doc), resuming an unfinished request for the same
-    topic and key. ``on_step(step, details)`` is called after each step this call runs.
+    topic and key. ``key`` may be None when ``key_sha256`` names it instead (the SHA-256, hex, of
+    its canonical bytes, :func:`kappa.delta.forgotten.record_key`: an approved request from the
+    Dagster UI, :mod:`kappa.lifecycle.approval`); both given, they must agree. ``on_step(step,
+    details)`` is called after each step this call runs.
 
-    Raises :class:`ForgetError` for an unknown topic or an empty key or reason;
-    :class:`kappa.runners.base.RunError` if a replay fails."""
+    Raises :class:`ForgetError` for an unknown topic, an empty key or reason, a key that does not
+    match ``key_sha256``, or a changelog topic named by hash alone (its key columns' values are
+    compared one by one, so the key itself is needed); :class:`kappa.runners.base.RunError` if a
+    replay fails."""
     from kappa.delta.declarations import catalog as catalog_of
 
-    if not key:
+    if not key and key_sha256 is None:
         raise ForgetError("--key must not be empty")
     if not reason.strip():
         raise ForgetError("--reason must say why (it is kept with the request)")
@@ -143,8 +148,13 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     if topic not in catalog.topics:
         raise ForgetError(f"unknown topic {topic!r}: not in {settings.assets_dir}/topics.yaml")
     started = time.monotonic()
-    canonical = record_key(catalog, topic, key)
-    digest = key_hash(canonical)
+    canonical = record_key(catalog, topic, key) if key else None
+    digest = key_hash(canonical) if canonical is not None else key_sha256
+    if key_sha256 is not None and digest != key_sha256:
+        raise ForgetError(f"the key given does not match the request's SHA-256 {key_sha256[:16]}… on {topic}")
+    if canonical is None and catalog.changelog_key(topic) is not None:
+        raise ForgetError(f"{topic} is a changelog topic: its key columns are compared one by one, so forgetting "
+                          f"by hash alone cannot find them; give the key (--key), it is checked against the hash")
     # One request per (topic, key): asking again resumes it, or does nothing when it is done (but a
     # --truncate-log not done before).
     req = next((r for r in requests(settings) if (r.topic, r.key_sha256) == (topic, digest)), None)
@@ -159,7 +169,7 @@ def forget(settings: Settings, topic: str, key: str, reason: str, *, truncate_lo
     direct = catalog.readers(topic)
     derived = [n for n in catalog.topological([d for n in direct for d in catalog.downstream(n)])
                if n not in direct]
-    values = key_values(catalog, topic, key)
+    values = _value_hashes(catalog, topic, key, digest)
 
     def step(name: str, fn) -> None:
         if name in req.steps and not (name == "log" and truncate_log and "truncated" not in req.steps["log"]):
@@ -285,10 +295,22 @@ def _row_condition(catalog, name: str, columns: set[str], req: Request, direct: 
     return reduce(operator.or_, conds) if conds else None
 
 
+def _value_hashes(catalog, topic: str, key: str | None, digest: str) -> dict[str, str]:
+    """Value column -> SHA-256 (hex) of the value ``key`` stands for on ``topic``
+    (:func:`kappa.delta.forgotten.key_values`, hashed). Without the key (a request named by hash),
+    a topic's ``key_field`` value hashes to ``digest`` itself (its canonical bytes are the key's
+    UTF-8); :func:`forget` refuses a changelog topic named by hash alone before this runs."""
+    if key:
+        return {c: key_hash(v.encode()) for c, v in key_values(catalog, topic, key).items()}
+    field_ = catalog.topics[topic].key_field
+    return {field_: digest} if field_ else {}
+
+
 def _equal_all(values: dict[str, str]):
+    """Every column of ``values`` (column -> SHA-256 of the value, hex) holds its value."""
     from pyspark.sql import functions as F
 
-    return reduce(operator.and_, [_sha256(F.col(c)) == F.lit(key_hash(v.encode())) for c, v in values.items()])
+    return reduce(operator.and_, [_sha256(F.col(c)) == F.lit(h) for c, h in values.items()])
 
 
 def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str], derived: list[str],
@@ -463,8 +485,11 @@ def _log(spark, settings: Settings, catalog, req: Request, truncate: bool) -> di
     if spec.compacted:
         spellings = [r["key"] for r in _topic_records(spark, settings, req.topic)
                      .where(_is_key(catalog, req)).select("key").distinct().collect()]
-        produce(settings, req.topic, [(bytes(k), None, None) for k in spellings or [req.key]])
-        out["tombstones"] = max(len(spellings), 1)
+        # No spelling left in the log: the key given (none, for a request named by hash alone).
+        keys = spellings or ([req.key] if req.key else [])
+        if keys:
+            produce(settings, req.topic, [(bytes(k), None, None) for k in keys])
+        out["tombstones"] = len(keys)
     elif spec.retention_ms < 0:
         out["retention"] = "unlimited: the records stay in the log (kept out of every table by the forgotten list)"
     else:

@@ -26,11 +26,12 @@ their tables stay) and for the shared tables, in this order:
    default; Delta docs, "Remove files no longer referenced by a Delta table"), or ``retention_hours``
    when given. VACUUM never deletes a file of the table's current snapshot; the retention keeps the
    files an older snapshot still names (time travel, a downstream streaming query behind) for that
-   long. A retention shorter than Delta's 7 days is allowed when asked for by name but risky: Delta
-   warns that old snapshots and uncommitted files may still be in use by concurrent readers or
-   writers (same doc), and a running query's micro-batch writes its files before it commits them.
-   Zero hours is refused here: only ``kappa forget`` (:mod:`kappa.lifecycle.forget`), which must
-   destroy the old files, vacuums with ``RETAIN 0 HOURS``.
+   long. A retention below the platform floor (``KAPPA_MIN_RETENTION_HOURS``, default 168 hours:
+   Delta's 7 days) is refused (:func:`check_retention`): it wipes the time travel readers count on,
+   and Delta warns that old snapshots and uncommitted files may still be in use by concurrent
+   readers or writers (same doc; a running query's micro-batch writes its files before it commits
+   them). Only ``kappa forget`` (:mod:`kappa.lifecycle.forget`), which must destroy the old files,
+   vacuums with ``RETAIN 0 HOURS``.
 
    **Pinned snapshots.** A stable name reads the snapshot pinned by the cut
    (:mod:`kappa.lifecycle.cut`), which may be older than the table's latest version. Maintenance
@@ -48,7 +49,7 @@ list, written by delta-rs, with delta-rs (``DeltaTable.optimize.compact``, ``cre
 Units: files and rows are counts of the table's current snapshot (its ``add`` actions; rows from
 their statistics, else the Parquet footers), bytes are the files' sizes, ``seconds`` wall-clock.
 
-Errors: :class:`MaintainError` (a ``KappaError``) for a retention of zero or less; an unknown asset
+Errors: :class:`MaintainError` (a ``KappaError``) for a retention below the platform floor; an unknown asset
 name raises :class:`kappa.spec.SpecError` before anything runs. A table whose maintenance fails
 (a lost OPTIMIZE race, an I/O error) is reported with ``error`` set and the others are still done;
 :attr:`MaintainReport.failed` lists them.
@@ -72,7 +73,7 @@ from kappa.errors import KappaError
 
 
 class MaintainError(KappaError, ValueError):
-    """A maintenance request Kappa refuses (a VACUUM retention of zero hours or less)."""
+    """A maintenance request Kappa refuses (a VACUUM retention below the platform floor)."""
 
 
 @dataclass
@@ -168,6 +169,20 @@ def targets(settings: Settings, assets: list[str] | None = None) -> list[tuple[s
     return out
 
 
+def check_retention(settings: Settings, retention_hours: float | None) -> None:
+    """Refuse a VACUUM retention (hours; None: each table's own) below the platform floor,
+    :attr:`Settings.min_retention_hours` (``KAPPA_MIN_RETENTION_HOURS``, default 168 h: Delta's
+    default ``delta.deletedFileRetentionDuration``), or not a number. Raises :class:`MaintainError`
+    naming the floor."""
+    if retention_hours is None:
+        return
+    floor = settings.min_retention_hours
+    if not retention_hours >= floor:  # NaN too
+        raise MaintainError(f"the VACUUM retention (--vacuum-retention, retention_hours) must be at least the "
+                            f"platform floor of {floor:g} hours (KAPPA_MIN_RETENTION_HOURS), got {retention_hours:g} "
+                            "(only `kappa forget` vacuums below it, with RETAIN 0 HOURS)")
+
+
 def maintain(settings: Settings, assets: list[str] | None = None, *, retention_hours: float | None = None,
              spark=None, on_table: Callable[[TableReport], None] | None = None,
              say: Callable[[str], None] | None = None) -> MaintainReport:
@@ -177,11 +192,9 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
     started only when a Spark table exists); ``say(message)`` before each table, ``on_table(report)``
     after it.
 
-    Raises :class:`MaintainError` for ``retention_hours`` <= 0; :class:`kappa.spec.SpecError` for
-    an unknown asset."""
-    if retention_hours is not None and not retention_hours > 0:
-        raise MaintainError(f"--vacuum-retention must be more than 0 hours, got {retention_hours} "
-                            "(only `kappa forget` vacuums with RETAIN 0 HOURS)")
+    Raises :class:`MaintainError` for ``retention_hours`` below the platform floor
+    (:func:`check_retention`); :class:`kappa.spec.SpecError` for an unknown asset."""
+    check_retention(settings, retention_hours)
     started = time.monotonic()
     report = MaintainReport(retention_hours=retention_hours)
     pinned = _recut(settings, say)
@@ -282,7 +295,7 @@ def _spark_vacuum(spark, path: str, retention_hours: float | None) -> int:
     }
     if retention_hours is not None:
         # Delta refuses a retention shorter than the table's unless the check is off; the caller
-        # asked for it by name (never 0: refused in maintain).
+        # asked for it by name (never below the platform floor: refused in maintain).
         confs["spark.databricks.delta.retentionDurationCheck.enabled"] = "false"
     for key, value in confs.items():
         spark.conf.set(key, value)
