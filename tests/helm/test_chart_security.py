@@ -474,9 +474,9 @@ def test_only_dagster_pods_and_the_proxy_reach_the_writable_webserver_and_runs_k
 
 
 def test_notes_tell_how_to_reach_the_dagster_ui():
-    from helmtools import helm
+    from helmtools import DEFAULT_VALUES, helm
 
-    out = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout
+    out = helm("install", "kappa", str(CHART), "--namespace", "kappa", "-f", str(DEFAULT_VALUES), "--dry-run=client").stdout
     notes = out.split("NOTES:", 1)[1]
     assert "port-forward svc/dagster-dagster-webserver-read-only 8080:80" in notes
     assert "only behind an\nauthenticating proxy" in notes
@@ -633,9 +633,9 @@ def test_the_object_store_region_reaches_every_kappa_pod_as_aws_region():
 
 
 def test_notes_tell_how_to_connect_to_the_sql_endpoint():
-    from helmtools import helm
+    from helmtools import DEFAULT_VALUES, helm
 
-    notes = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout.split("NOTES:", 1)[1]
+    notes = helm("install", "kappa", str(CHART), "--namespace", "kappa", "-f", str(DEFAULT_VALUES), "--dry-run=client").stdout.split("NOTES:", 1)[1]
     assert "jdbc:hive2://kappa-serve.kappa.svc:10000/default" in notes
     assert "kappa.dev/sql-client=true" in notes and "kappa-serve-users" in notes
 

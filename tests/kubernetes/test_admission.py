@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubernetes.plane import CHART, client_as, helm, wait_for
+from tests.kubernetes.plane import CHART, DEFAULT_VALUES, client_as, helm, wait_for
 from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ TEMPLATES = ("templates/021-Role-spark-drivers.yaml", "templates/022-ValidatingA
 def guarded(kubectl, namespace):
     """``namespace`` with the chart's drivers' Role and admission policies (cluster-scoped, named
     after the namespace; deleted afterwards), once the API server enforces them."""
-    args = ["template", "kappa", str(CHART), "-n", namespace]
+    args = ["template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace]
     for t in TEMPLATES:
         args += ["--show-only", t]
     rendered = helm(*args).stdout
@@ -176,7 +176,7 @@ DAGSTER = "kappa-dagster"  # values.yaml dagster.serviceAccount: the webserver's
 @pytest.fixture
 def dagster_guarded(kubectl, namespace):
     """``namespace`` with Dagster's accounts, their Roles and the admission policy of run Jobs."""
-    rendered = helm("template", "kappa", str(CHART), "-n", namespace,
+    rendered = helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace,
                     "--show-only", "templates/011-ServiceAccount-dagster.yaml",
                     "--show-only", "templates/020-Role-dagster-sparkapplications.yaml",
                     "--show-only", "templates/023-ValidatingAdmissionPolicy-dagster-runs.yaml").stdout
@@ -225,7 +225,7 @@ RUNS = "kappa-dagster-run"  # values.yaml dagster.runServiceAccount
 def peers_guarded(kubectl, namespace):
     """``namespace`` with Dagster's accounts and Roles (the run account may create NetworkPolicies)
     and the Spark admission policies, among them the peers policy's shape."""
-    rendered = helm("template", "kappa", str(CHART), "-n", namespace,
+    rendered = helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace,
                     "--show-only", "templates/011-ServiceAccount-dagster.yaml",
                     "--show-only", "templates/020-Role-dagster-sparkapplications.yaml",
                     "--show-only", "templates/022-ValidatingAdmissionPolicy-spark.yaml").stdout

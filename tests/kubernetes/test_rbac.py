@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubernetes.plane import CHART, client_as, helm
+from tests.kubernetes.plane import CHART, DEFAULT_VALUES, client_as, helm
 from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 
 RUNS = "kappa-dagster-run"  # values.yaml dagster.runServiceAccount
@@ -24,7 +24,7 @@ READ_ONLY_WEBSERVER = "kappa-dagster-webserver"  # dagster.webserverServiceAccou
 
 @pytest.fixture
 def dagster_ns(kubectl, namespace):
-    rendered = helm("template", "kappa", str(CHART), "-n", namespace,
+    rendered = helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace,
                     "--show-only", "templates/011-ServiceAccount-dagster.yaml",
                     "--show-only", "templates/020-Role-dagster-sparkapplications.yaml").stdout
     kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
