@@ -375,6 +375,8 @@ def test_only_dagsters_run_pods_may_create_sparkapplications(rendered):
     rules, subjects = _role_and_subjects(rendered, "kappa-dagster-sparkapplications")
     assert rules == [{"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
                       "verbs": ["create", "get", "watch", "delete"]},
+                     # each application's Spark RPC key: create only, never read (shape held by admission)
+                     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
                      # each application's peers NetworkPolicy (shape held by admission); never changed or deleted
                      {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create"]}]
     assert subjects == _sa("kappa-dagster-run")
@@ -388,8 +390,8 @@ def test_only_dagsters_run_pods_may_create_sparkapplications(rendered):
             assert "rbac.authorization.k8s.io" not in rule["apiGroups"], role["metadata"]["name"]
             if "sparkapplications" in rule["resources"] and role["metadata"]["name"] != "kappa-dagster-sparkapplications":
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}, role["metadata"]["name"]
-            if "secrets" in rule["resources"]:
-                assert rule.get("resourceNames"), role["metadata"]["name"]
+            if "secrets" in rule["resources"]:  # one named Secret, or create only (the RPC keys: admission)
+                assert rule.get("resourceNames") or rule["verbs"] == ["create"], role["metadata"]["name"]
 
 
 def test_the_code_location_may_only_read_sparkapplications(rendered):
@@ -430,17 +432,27 @@ def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_
     policies = {p["metadata"]["name"]: p for p in kinds(rendered, "ValidatingAdmissionPolicy")}
     # (and the Jobs Dagster launches: tests/helm/test_chart_hardening.py)
     assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-dagster-runs-kappa",
-                             "kappa-spark-peers-kappa"}
+                             "kappa-spark-peers-kappa", "kappa-spark-pod-deletes-kappa", "kappa-spark-auth-secrets-kappa"}
     peers = policies["kappa-spark-peers-kappa"]["spec"]
     assert peers["failurePolicy"] == "Fail" and "kappa-dagster-run'" in peers["matchConditions"][0]["expression"]
     bindings = kinds(rendered, "ValidatingAdmissionPolicyBinding")
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
-    for name in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa"):
-        policy = policies[name]
-        assert policy["spec"]["failurePolicy"] == "Fail"
-        secrets = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "secrets")
-        assert "-cluster-ca-cert'" in secrets and "'kappa-asset-flights'" in secrets
+    for name in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-spark-pod-deletes-kappa",
+                 "kappa-spark-auth-secrets-kappa"):
+        assert policies[name]["spec"]["failurePolicy"] == "Fail"
+    # the Secrets: the common ones; a KafkaUser only the application's own asset's (issue 40), none
+    # for the pods a driver creates (executors get the Kafka options with their tasks)
+    variables = {n: {v["name"]: v["expression"] for v in policies[n]["spec"]["variables"]}
+                 for n in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa")}
+    (config,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    common = f"['{config['data']['KAPPA_K8S_OBJECT_STORE_SECRET']}', 'kappa-cluster-ca-cert']"
+    assert variables["kappa-sparkapplications-kappa"]["secrets"] == common + " + variables.ownUser"
+    assert "'kappa-asset-flights'" in variables["kappa-sparkapplications-kappa"]["ownUser"]
+    assert variables["kappa-spark-pods-kappa"]["secrets"] == common
+    # the pods a driver creates and deletes are tied to the driver pod its token is bound to
+    for name in ("kappa-spark-pods-kappa", "kappa-spark-pod-deletes-kappa"):
+        assert "authentication.kubernetes.io/pod-uid" in str(policies[name]["spec"]["variables"])
 
 
 def test_dagster_values_bind_the_same_service_account_and_load_kappa_config():
