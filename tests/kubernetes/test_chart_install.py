@@ -115,7 +115,8 @@ def test_connect_workers_may_get_only_the_database_secret_and_their_pods_pass_re
 
 
 def test_tools_deploy_sh_installs_on_the_plane_and_says_what_it_skipped(plane):
-    """The platform team's script, as the README runs it (`KUBECONFIG=… tools/deploy.sh`): offline,
+    """The platform team's script, as the README runs it (`KUBECONFIG=… tools/deploy.sh -f
+    helm/kappa/ci/default-values.yaml`: the egress peers are required values): offline,
     Strimzi's CRDs stand in for its operator chart and the Spark operator's chart comes from its Go
     module; every step that needs the network or a reconciler says SKIPPED, nothing fails."""
     import os
@@ -127,7 +128,7 @@ def test_tools_deploy_sh_installs_on_the_plane_and_says_what_it_skipped(plane):
     # OFFLINE=1: the same path whether or not this machine could reach the chart repositories
     env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "NAMESPACE": ns, "OFFLINE": "1"}
     try:
-        done = subprocess.run([str(ROOT / "tools" / "deploy.sh")], cwd=ROOT, env=env, capture_output=True,
+        done = subprocess.run([str(ROOT / "tools" / "deploy.sh"), "-f", str(DEFAULT_VALUES)], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out = done.stdout

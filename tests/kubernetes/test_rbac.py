@@ -48,8 +48,8 @@ def test_dagster_runs_may_manage_spark_applications_in_their_namespace(api_clien
 
 
 @pytest.mark.parametrize("verb,resource,group", [
-    ("get", "secrets", ""), ("list", "secrets", ""), ("create", "pods", ""), ("create", "jobs", "batch"),
-    ("update", PLURAL, GROUP), ("patch", PLURAL, GROUP), ("create", "rolebindings", "rbac.authorization.k8s.io"),
+    ("get", "secrets", ""), ("list", "secrets", ""), ("update", "secrets", ""), ("patch", "secrets", ""),
+    ("delete", "secrets", ""), ("create", "pods", ""), ("create", "jobs", "batch"), ("update", PLURAL, GROUP), ("patch", PLURAL, GROUP), ("create", "rolebindings", "rbac.authorization.k8s.io"),
     # the peers NetworkPolicies: created, never changed or deleted (the garbage collector does)
     ("update", "networkpolicies", "networking.k8s.io"), ("patch", "networkpolicies", "networking.k8s.io"),
     ("delete", "networkpolicies", "networking.k8s.io"), ("list", "networkpolicies", "networking.k8s.io"),
