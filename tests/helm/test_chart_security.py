@@ -447,9 +447,11 @@ def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_
                  for n in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa")}
     (config,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
     common = f"['{config['data']['KAPPA_K8S_OBJECT_STORE_SECRET']}', 'kappa-cluster-ca-cert']"
-    assert variables["kappa-sparkapplications-kappa"]["secrets"] == common + " + variables.ownUser"
+    assert variables["kappa-sparkapplications-kappa"]["secrets"] == \
+        common + " + variables.ownUser + variables.ownKeys[0] + variables.ownKeys[1]"
     assert "'kappa-asset-flights'" in variables["kappa-sparkapplications-kappa"]["ownUser"]
-    assert variables["kappa-spark-pods-kappa"]["secrets"] == common
+    assert variables["kappa-spark-pods-kappa"]["secrets"].startswith(common + " + object.spec.?volumes")
+    assert "kappa-asset" not in variables["kappa-spark-pods-kappa"]["secrets"]
     # the pods a driver creates and deletes are tied to the driver pod its token is bound to
     for name in ("kappa-spark-pods-kappa", "kappa-spark-pod-deletes-kappa"):
         assert "authentication.kubernetes.io/pod-uid" in str(policies[name]["spec"]["variables"])
