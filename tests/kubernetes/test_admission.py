@@ -113,9 +113,9 @@ ATTACKS = {
                         "authenticate and encrypt Spark RPC"),
     "no RPC key file for the executors": (
         lambda a: a["spec"]["sparkConf"].pop("spark.authenticate.secret.executor.file"), "authenticate and encrypt Spark RPC"),
-    "another driver pod name": (lambda a: a["spec"]["driver"].update(podName="weather-v1-driver"), "<name>-driver"),
+    "another driver pod name": (lambda a: a["spec"]["driver"].update(podName="weather-v1-driver"), "and its driver pod is"),
     "a name its labels do not give": (lambda a: a["metadata"]["labels"].update({"kappa.dev/version": "2"}),
-                                      "is named <kappa.dev/asset>-v<kappa.dev/version>"),
+                                      "a Kappa SparkApplication is named"),
 }
 
 
