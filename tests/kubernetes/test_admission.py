@@ -404,6 +404,10 @@ def test_a_driver_creates_only_executors_of_its_own_application_and_deletes_only
     _container(evil)["image"] = EVIL
     wait_for("the pod policy to be enforced",
              lambda: _refused(lambda: core.create_namespaced_pod(namespace, evil, dry_run="All")), timeout_s=30)
+    # (the delete policy is another object, which the API server may load later)
+    wait_for("the delete policy to be enforced",
+             lambda: _refused(lambda: core.delete_namespaced_pod(victim.metadata.name, namespace, dry_run="All")),
+             timeout_s=30)
 
     admitted = []
     for name, (change, message) in DRIVER_ATTACKS.items():

@@ -90,8 +90,11 @@ def test_the_driver_pod_the_operator_creates_from_kappas_application_is_admitted
     (auth,) = [v for v in pod.spec.volumes if v.name == "spark-auth"]
     assert re.fullmatch(rf"{name}-auth-[0-9a-f]{{8}}", auth.secret.secret_name), auth
     assert [m.mount_path for m in ctr.volume_mounts if m.name == "spark-auth"] == ["/etc/kappa/spark-auth"]
-    (props,) = [cm.data["spark.properties"] for cm in core.list_namespaced_config_map(namespace).items
-                if "spark.properties" in (cm.data or {}) and f"{name}-driver" in cm.data["spark.properties"]]
+    # spark-submit's Spark configuration for the driver (Spark's volume spark-conf-volume-driver)
+    (conf_map,) = [v.config_map.name for v in pod.spec.volumes if v.name == "spark-conf-volume-driver"]
+    data = core.read_namespaced_config_map(conf_map, namespace).data
+    assert "spark.properties" in data, sorted(data)
+    props = data["spark.properties"]
     conf = dict(line.split("=", 1) for line in props.splitlines() if "=" in line and not line.startswith("#"))
     assert conf["spark.authenticate"] == conf["spark.network.crypto.enabled"] == "true"
     assert conf["spark.authenticate.secret.driver.file"] == conf["spark.authenticate.secret.executor.file"] == \
