@@ -92,7 +92,15 @@ def test_the_driver_pod_the_operator_creates_from_kappas_application_is_admitted
     assert [m.mount_path for m in ctr.volume_mounts if m.name == "spark-auth"] == ["/etc/kappa/spark-auth"]
     # spark-submit's Spark configuration for the driver (Spark's volume spark-conf-volume-driver)
     (conf_map,) = [v.config_map.name for v in pod.spec.volumes if v.name == "spark-conf-volume-driver"]
-    data = core.read_namespaced_config_map(conf_map, namespace).data
+    def conf_data():  # spark-submit creates it after the pod
+        try:
+            return core.read_namespaced_config_map(conf_map, namespace).data
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+
+    data = wait_for(f"spark-submit's ConfigMap {conf_map}", conf_data, timeout_s=60)
     assert "spark.properties" in data, sorted(data)
     props = data["spark.properties"]
     conf = dict(line.split("=", 1) for line in props.splitlines() if "=" in line and not line.startswith("#"))
