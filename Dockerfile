@@ -37,7 +37,8 @@ COPY requirements.lock /src/requirements.lock
 RUN /opt/kappa/venv/bin/pip install --require-hashes -r /src/requirements.lock
 COPY pyproject.toml README.md* /src/
 COPY platform/ /src/platform/
-RUN /opt/kappa/venv/bin/pip install --no-deps /src
+# the build backend is the venv's setuptools, from the hashed lock above (no isolated build env)
+RUN /opt/kappa/venv/bin/pip install --no-deps --no-build-isolation /src
 
 # Spark's entrypoint.sh turns the operator's `driver` / `executor` arguments into the right
 # spark-submit or executor command, and passes any other command (Dagster's) through.

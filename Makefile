@@ -20,6 +20,9 @@ $(BIN)/python:
 # not the one locked fails the install); the project itself is installed editable on top. uv installs
 # them (itself pinned with its hashes in tools/uv.lock and installed by pip): the same hash checks as
 # pip's, ~40 s instead of pip's ~160 s on 2 cores with warm caches.
+# The project is built with --no-build-isolation: its build backend is the venv's setuptools, installed
+# just before from requirements.lock with its hashes, instead of whatever PyPI serves for
+# pyproject.toml's [build-system] requires, fetched unpinned into a throw-away environment.
 # Bytecode is compiled at install (uv's --compile-bytecode; pip does it by default, uv does not), and
 # Kappa's own sources with it: where PYTHONDONTWRITEBYTECODE is set (this machine's environment) no
 # process ever writes a .pyc, so without it every `kappa`, Dagster run and code-server reload compiled
@@ -28,7 +31,7 @@ $(BIN)/python:
 $(VENV)/.installed: requirements.lock pyproject.toml tools/uv.lock | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r tools/uv.lock
 	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --require-hashes -r requirements.lock
-	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --no-build-isolation -e .
 	$(BIN)/python -m compileall -q platform/kappa
 	touch $@
 

@@ -5,7 +5,8 @@ The flows a real server can serve run against the real control plane in ``tests/
 (kube-apiserver, the Spark operator, admission), e.g. the replay with ``--promote``. Everything else
 in those tests (the registry's Delta table, the Kafka broker, Dagster) is real.
 
-It implements the three namespaced custom-object verbs the runner uses, as the API server does:
+It implements the three namespaced custom-object verbs the runner uses, as the API server does
+(and ``create_namespaced_secret``, the RPC key Secret's, 409 for a duplicate name):
 
 * ``create``: stores a deep copy keyed by (group, version, namespace, plural, name), sets
   ``metadata.uid``/``creationTimestamp``; ``409 AlreadyExists`` for a duplicate name; ``422`` if
@@ -55,6 +56,16 @@ class KubeApi:
                            "creationTimestamp": "2026-01-01T00:00:00Z"}
         self.objects[key] = obj
         return copy.deepcopy(obj)
+
+    # -- CoreV1Api: the one Secret verb the runner uses (each application's RPC key) -------------
+    def create_namespaced_secret(self, namespace, body, **_):
+        name = body["metadata"]["name"]
+        self.calls.append(("create_secret", name))
+        key = ("", "v1", namespace, "secrets", name)
+        if key in self.objects:
+            raise _error(409, "AlreadyExists", f'secrets "{name}" already exists')
+        self.objects[key] = copy.deepcopy(body)
+        return copy.deepcopy(body)
 
     def get_namespaced_custom_object(self, group, version, namespace, plural, name, **_):
         self.calls.append(("get", name))

@@ -12,7 +12,10 @@
 # Dagster's PostgreSQL password (`kappa-dagster-postgresql`), the SQL endpoint's password file
 # (`kappa-serve-users`) and Debezium's database user (`kappa-ops-database`).
 #
-#   tools/deploy.sh [-f my-kappa-values.yaml ...]      extra args go to the kappa chart
+#   tools/deploy.sh -f my-kappa-values.yaml [...]      extra args go to the kappa chart; the values
+#                                                      must name the NetworkPolicy egress peers (the
+#                                                      object store, the API server, the databases:
+#                                                      required, see helm/kappa/ci/default-values.yaml)
 #
 # Environment: NAMESPACE (default kappa), HELM and KUBECTL (default build/tools/bin/{helm,kubectl} if
 # built, else from PATH), DRY_RUN=1 prints the commands without running them, OFFLINE=1 never asks

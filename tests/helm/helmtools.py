@@ -21,7 +21,10 @@ TOOLS = ROOT / "build" / "tools"
 HELM = TOOLS / "bin" / "helm"
 KUBECONFORM = TOOLS / "bin" / "kubeconform"
 SCHEMAS = TOOLS / "schemas"
-SCENARIOS = ["default", *sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))]
+SCENARIOS = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+#: The chart's defaults plus the values every deployment must give (the egress peers); what a
+#: render with no scenario uses. Each other scenario names them itself.
+DEFAULT_VALUES = CHART / "ci" / "default-values.yaml"
 
 
 def ensure_tools() -> None:
@@ -46,12 +49,10 @@ def helm(*args: str, check: bool = True, chart: Path = CHART) -> subprocess.Comp
 
 
 def render(*values_files: str, sets: tuple[str, ...] = (), chart: Path = CHART) -> list[dict]:
-    """`helm template kappa <chart> -n kappa` with values files (names under ci/ or paths) and
-    `--set` pairs; the objects it renders, in order."""
+    """`helm template kappa <chart> -n kappa` with values files (names under ci/ or paths; none:
+    :data:`DEFAULT_VALUES`) and `--set` pairs; the objects it renders, in order."""
     args = ["template", "kappa", str(chart), "--namespace", "kappa"]
-    for f in values_files:
-        if f == "default":
-            continue
+    for f in values_files or (str(DEFAULT_VALUES),):
         path = chart / "ci" / f if not os.path.isabs(f) else Path(f)
         args += ["-f", str(path)]
     for s in sets:
@@ -61,8 +62,8 @@ def render(*values_files: str, sets: tuple[str, ...] = (), chart: Path = CHART) 
 
 
 def render_fails(*sets: str) -> str:
-    """Render with `--set` pairs that must be refused; the error text."""
-    args = ["template", "kappa", str(CHART), "--namespace", "kappa"]
+    """Render :data:`DEFAULT_VALUES` with `--set` pairs that must be refused; the error text."""
+    args = ["template", "kappa", str(CHART), "--namespace", "kappa", "-f", str(DEFAULT_VALUES)]
     for s in sets:
         args += ["--set", s]
     proc = helm(*args, check=False)

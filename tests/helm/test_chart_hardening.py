@@ -6,8 +6,9 @@ bounded scratch space, and admission of the Jobs Dagster launches. Asserted on t
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from helmtools import kinds, render, render_fails
+from helmtools import CHART, DEFAULT_VALUES, helm, kinds, render, render_fails
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -88,10 +89,29 @@ def test_each_component_reaches_exactly_what_it_needs(default_objects):
     assert policies["kappa-egress-dagster-daemon"]["podSelector"] == {"matchLabels": {"component": "dagster-daemon"}}
 
 
-def test_without_named_peers_the_object_store_api_and_database_ports_are_open_to_any_address(default_objects):
-    # (AWS S3 has no fixed addresses): the default names ports only, the values narrow them
-    rules = _rules_by_port(_policies(default_objects)["kappa-egress-dagster-code-location"])
-    assert "to" not in rules[443] and "to" not in rules[5432] and "to" not in rules[6443]
+@pytest.mark.parametrize("value", ["networkPolicy.egress.objectStorePeers", "networkPolicy.egress.kubernetesApiPeers",
+                                   "networkPolicy.egress.dagsterDatabasePeers", "connect.networkPolicy.databasePeers",
+                                   "connect.networkPolicy.kubernetesApiPeers"])
+def test_the_egress_peers_are_required_no_default_opens_a_port_to_any_address(value, tmp_path):
+    # issue 40: a rule without `to` reaches every address on its ports; the values must say where.
+    # The chart's default ([]) is refused by the schema, and by the template's own check, which
+    # says what to write
+    *parents, key = value.split(".")
+    empty: dict = {key: []}
+    for p in reversed(parents):
+        empty = {p: empty}
+    (tmp_path / "empty.yaml").write_text(yaml.safe_dump(empty))
+    args = ["template", "kappa", str(CHART), "-n", "kappa", "-f", str(DEFAULT_VALUES), "-f", str(tmp_path / "empty.yaml")]
+    schema = helm(*args, check=False)
+    assert schema.returncode != 0 and f"at '/{value.replace('.', '/')}': minItems: got 0, want 1" in schema.stderr, schema.stderr
+    template = helm(*args, "--skip-schema-validation", check=False)
+    assert template.returncode != 0 and f"{value} is required" in template.stderr and "0.0.0.0/0" in template.stderr
+
+
+def test_every_egress_rule_names_its_peers_in_every_scenario(rendered):
+    for policy in kinds(rendered, "NetworkPolicy"):
+        for rule in policy["spec"].get("egress") or []:
+            assert rule.get("to"), (policy["metadata"]["name"], rule)
 
 
 def test_named_peers_narrow_the_object_store_api_and_database_rules():

@@ -375,6 +375,8 @@ def test_only_dagsters_run_pods_may_create_sparkapplications(rendered):
     rules, subjects = _role_and_subjects(rendered, "kappa-dagster-sparkapplications")
     assert rules == [{"apiGroups": ["sparkoperator.k8s.io"], "resources": ["sparkapplications"],
                       "verbs": ["create", "get", "watch", "delete"]},
+                     # each application's Spark RPC key: create only, never read (shape held by admission)
+                     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
                      # each application's peers NetworkPolicy (shape held by admission); never changed or deleted
                      {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "create"]}]
     assert subjects == _sa("kappa-dagster-run")
@@ -388,8 +390,8 @@ def test_only_dagsters_run_pods_may_create_sparkapplications(rendered):
             assert "rbac.authorization.k8s.io" not in rule["apiGroups"], role["metadata"]["name"]
             if "sparkapplications" in rule["resources"] and role["metadata"]["name"] != "kappa-dagster-sparkapplications":
                 assert set(rule["verbs"]) <= {"get", "list", "watch"}, role["metadata"]["name"]
-            if "secrets" in rule["resources"]:
-                assert rule.get("resourceNames"), role["metadata"]["name"]
+            if "secrets" in rule["resources"]:  # one named Secret, or create only (the RPC keys: admission)
+                assert rule.get("resourceNames") or rule["verbs"] == ["create"], role["metadata"]["name"]
 
 
 def test_the_code_location_may_only_read_sparkapplications(rendered):
@@ -430,17 +432,29 @@ def test_the_drivers_may_manage_pods_only_and_admission_holds_them_to_the_kappa_
     policies = {p["metadata"]["name"]: p for p in kinds(rendered, "ValidatingAdmissionPolicy")}
     # (and the Jobs Dagster launches: tests/helm/test_chart_hardening.py)
     assert set(policies) == {"kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-dagster-runs-kappa",
-                             "kappa-spark-peers-kappa"}
+                             "kappa-spark-peers-kappa", "kappa-spark-pod-deletes-kappa", "kappa-spark-auth-secrets-kappa"}
     peers = policies["kappa-spark-peers-kappa"]["spec"]
     assert peers["failurePolicy"] == "Fail" and "kappa-dagster-run'" in peers["matchConditions"][0]["expression"]
     bindings = kinds(rendered, "ValidatingAdmissionPolicyBinding")
     assert {b["spec"]["policyName"] for b in bindings} == set(policies)
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
-    for name in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa"):
-        policy = policies[name]
-        assert policy["spec"]["failurePolicy"] == "Fail"
-        secrets = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "secrets")
-        assert "-cluster-ca-cert'" in secrets and "'kappa-asset-flights'" in secrets
+    for name in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa", "kappa-spark-pod-deletes-kappa",
+                 "kappa-spark-auth-secrets-kappa"):
+        assert policies[name]["spec"]["failurePolicy"] == "Fail"
+    # the Secrets: the common ones; a KafkaUser only the application's own asset's (issue 40), none
+    # for the pods a driver creates (executors get the Kafka options with their tasks)
+    variables = {n: {v["name"]: v["expression"] for v in policies[n]["spec"]["variables"]}
+                 for n in ("kappa-sparkapplications-kappa", "kappa-spark-pods-kappa")}
+    (config,) = [c for c in kinds(rendered, "ConfigMap") if c["metadata"]["name"] == "kappa-config"]
+    common = f"['{config['data']['KAPPA_K8S_OBJECT_STORE_SECRET']}', 'kappa-cluster-ca-cert']"
+    assert variables["kappa-sparkapplications-kappa"]["secrets"] == \
+        common + " + variables.ownUser + variables.ownKeys[0] + variables.ownKeys[1]"
+    assert "'kappa-asset-flights'" in variables["kappa-sparkapplications-kappa"]["ownUser"]
+    assert variables["kappa-spark-pods-kappa"]["secrets"].startswith(common + " + object.spec.?volumes")
+    assert "kappa-asset" not in variables["kappa-spark-pods-kappa"]["secrets"]
+    # the pods a driver creates and deletes are tied to the driver pod its token is bound to
+    for name in ("kappa-spark-pods-kappa", "kappa-spark-pod-deletes-kappa"):
+        assert "authentication.kubernetes.io/pod-uid" in str(policies[name]["spec"]["variables"])
 
 
 def test_dagster_values_bind_the_same_service_account_and_load_kappa_config():
@@ -474,9 +488,9 @@ def test_only_dagster_pods_and_the_proxy_reach_the_writable_webserver_and_runs_k
 
 
 def test_notes_tell_how_to_reach_the_dagster_ui():
-    from helmtools import helm
+    from helmtools import DEFAULT_VALUES, helm
 
-    out = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout
+    out = helm("install", "kappa", str(CHART), "--namespace", "kappa", "-f", str(DEFAULT_VALUES), "--dry-run=client").stdout
     notes = out.split("NOTES:", 1)[1]
     assert "port-forward svc/dagster-dagster-webserver-read-only 8080:80" in notes
     assert "only behind an\nauthenticating proxy" in notes
@@ -633,9 +647,9 @@ def test_the_object_store_region_reaches_every_kappa_pod_as_aws_region():
 
 
 def test_notes_tell_how_to_connect_to_the_sql_endpoint():
-    from helmtools import helm
+    from helmtools import DEFAULT_VALUES, helm
 
-    notes = helm("install", "kappa", str(CHART), "--namespace", "kappa", "--dry-run=client").stdout.split("NOTES:", 1)[1]
+    notes = helm("install", "kappa", str(CHART), "--namespace", "kappa", "-f", str(DEFAULT_VALUES), "--dry-run=client").stdout.split("NOTES:", 1)[1]
     assert "jdbc:hive2://kappa-serve.kappa.svc:10000/default" in notes
     assert "kappa.dev/sql-client=true" in notes and "kappa-serve-users" in notes
 

@@ -188,6 +188,16 @@ def test_the_supply_chain_is_pinned_by_content_not_only_by_version():
     makefile, dockerfile = (ROOT / "Makefile").read_text(), (ROOT / "Dockerfile").read_text()
     assert "--require-hashes -r requirements.lock" in makefile
     assert "--require-hashes -r /src/requirements.lock" in dockerfile
+    # issue 40 item 6: the build backend is the lock's hashed setuptools (no isolated build env that
+    # would fetch pyproject's [build-system] requires unpinned), at a version past CVE-2024-6345
+    # (fixed in 70.0.0) and CVE-2025-47273 (fixed in 78.1.1)
+    (setuptools,) = re.findall(r"^setuptools==(\S+) \\$", lock, re.M)
+    assert tuple(int(p) for p in setuptools.split(".")) >= (78, 1, 1)
+    assert re.search(rf'^requires = \["setuptools=={re.escape(setuptools)}"\]$', (ROOT / "pyproject.toml").read_text(), re.M)
+    (project,) = [l for l in makefile.splitlines() if l.rstrip().endswith(" -e .")]
+    assert "--no-build-isolation" in project and "--no-deps" in project
+    (image,) = [l for l in dockerfile.splitlines() if l.startswith("RUN ") and l.endswith(" /src")]
+    assert "--no-build-isolation" in image and "--no-deps" in image
     go_envs = [l for f in ("cluster.mk", "k8s.mk", "objectstore.mk") for l in (ROOT / "tools" / f).read_text().splitlines()
                if "GOFLAGS=" in l]
     assert go_envs and all("GOFLAGS=-mod=readonly" in l for l in go_envs)

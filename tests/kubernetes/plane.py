@@ -13,12 +13,12 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helm"))
 
-from helmtools import CHART, helm  # noqa: E402
+from helmtools import CHART, DEFAULT_VALUES, helm  # noqa: E402
 
 from kappa.services import cluster
 
 TOOLS = ROOT / "build" / "tools"
-__all__ = ["CHART", "ROOT", "TOOLS", "helm", "helm_on", "kappa_namespace", "kubectl_run", "wait_for",
+__all__ = ["CHART", "DEFAULT_VALUES", "ROOT", "TOOLS", "helm", "helm_on", "kappa_namespace", "kubectl_run", "wait_for",
            "ensure_cluster_tools"]
 
 
@@ -51,7 +51,7 @@ def kappa_namespace(plane: cluster.ClusterStatus, name: str, *values: str) -> st
     """Create namespace ``name`` from the kappa chart's own Namespace template (Pod Security
     ``restricted`` labels), as tools/deploy.sh does, plus the drivers' service account that the
     spark-operator chart creates there in a real deployment."""
-    args = ["template", "kappa", str(CHART), "-n", name, "--show-only", "templates/000-Namespace.yaml"]
+    args = ["template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", name, "--show-only", "templates/000-Namespace.yaml"]
     for v in values:
         args += ["-f", v]
     args += ["--set", "namespace.create=true"]  # a scenario may leave the namespace to deploy.sh

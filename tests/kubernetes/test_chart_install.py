@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.kubernetes.plane import CHART, helm, helm_on, kappa_namespace
+from tests.kubernetes.plane import CHART, DEFAULT_VALUES, helm, helm_on, kappa_namespace
 from helmtools import SCENARIOS  # noqa: E402  (plane puts tests/helm on the path)
 
 
 def _values(scenario: str) -> list[str]:
-    return [] if scenario == "default" else [str(CHART / "ci" / scenario)]
+    return [str(CHART / "ci" / scenario)]  # each scenario names the required values itself
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -33,7 +33,7 @@ def test_helm_install_of_every_scenario_is_accepted_by_the_api_server(plane, kub
         assert [r["status"] for r in yaml.safe_load(listed)] == ["deployed"]
         # Strict server-side validation of every object the chart renders (fieldValidation=Strict
         # rejects unknown fields, which a plain create would prune silently).
-        rendered = helm("template", "kappa", str(CHART), "-n", ns, "--set", "namespace.create=false",
+        rendered = helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", ns, "--set", "namespace.create=false",
                         *[a for v in _values(scenario) for a in ("-f", v)]).stdout
         kinds = {d["kind"] for d in yaml.safe_load_all(rendered) if d}
         assert {"Kafka", "KafkaNodePool", "KafkaTopic", "KafkaUser", "KafkaConnect", "KafkaConnector", "Role",
@@ -62,7 +62,7 @@ def test_helm_install_of_every_scenario_is_accepted_by_the_api_server(plane, kub
 
 def test_a_misspelt_field_in_a_strimzi_resource_is_rejected_by_the_server(plane, kubectl, namespace):
     """The negative case: proves the CRD schemas above are enforced, not merely present."""
-    rendered = [d for d in yaml.safe_load_all(helm("template", "kappa", str(CHART), "-n", namespace,
+    rendered = [d for d in yaml.safe_load_all(helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace,
                                                    "--set", "namespace.create=false").stdout) if d]
     topic = next(d for d in rendered if d["kind"] == "KafkaTopic")
     topic["spec"]["partitons"] = 3
@@ -86,7 +86,7 @@ def test_connect_workers_may_get_only_the_database_secret_and_their_pods_pass_re
     run: no operator builds the real pod here, which also carries Strimzi's own settings)."""
     from kubernetes import client
 
-    rendered = helm("template", "kappa", str(CHART), "-n", namespace, "--show-only",
+    rendered = helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace, "--show-only",
                     "templates/042-KafkaConnect.yaml").stdout
     kubectl("apply", "--server-side", "--validate=strict", "-f", "-", stdin=rendered)
     objs = [d for d in yaml.safe_load_all(rendered) if d]
@@ -115,7 +115,8 @@ def test_connect_workers_may_get_only_the_database_secret_and_their_pods_pass_re
 
 
 def test_tools_deploy_sh_installs_on_the_plane_and_says_what_it_skipped(plane):
-    """The platform team's script, as the README runs it (`KUBECONFIG=… tools/deploy.sh`): offline,
+    """The platform team's script, as the README runs it (`KUBECONFIG=… tools/deploy.sh -f
+    helm/kappa/ci/default-values.yaml`: the egress peers are required values): offline,
     Strimzi's CRDs stand in for its operator chart and the Spark operator's chart comes from its Go
     module; every step that needs the network or a reconciler says SKIPPED, nothing fails."""
     import os
@@ -127,7 +128,7 @@ def test_tools_deploy_sh_installs_on_the_plane_and_says_what_it_skipped(plane):
     # OFFLINE=1: the same path whether or not this machine could reach the chart repositories
     env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), "NAMESPACE": ns, "OFFLINE": "1"}
     try:
-        done = subprocess.run([str(ROOT / "tools" / "deploy.sh")], cwd=ROOT, env=env, capture_output=True,
+        done = subprocess.run([str(ROOT / "tools" / "deploy.sh"), "-f", str(DEFAULT_VALUES)], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         out = done.stdout

@@ -12,6 +12,7 @@ executor template (its container, security contexts, volumes), which is what rea
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from kubernetes import client
@@ -79,6 +80,34 @@ def test_the_driver_pod_the_operator_creates_from_kappas_application_is_admitted
     assert ctr.image == IMAGE
     env = {e.name for e in ctr.env}
     assert {"KAPPA_TABLE_PATH", "KAPPA_CHECKPOINT_PATH", "AWS_ACCESS_KEY_ID"} <= env  # from the template
+    # issue 40: Spark RPC's key reaches the driver as the file of its application's own Secret
+    # (spark.authenticate.secret.driver.file), never as a value in the pod spec or in the Spark
+    # configuration spark-submit writes for the driver (a ConfigMap anyone who reads pods' volumes
+    # may read); with the executor file set too, Spark 4.1 puts no key in the executors' environment
+    # (BasicExecutorFeatureStep adds _SPARK_AUTH_SECRET only when spark.authenticate.secret.executor.file
+    # is unset; the chart's admission refuses that variable in a driver's pods: test_admission.py)
+    assert "_SPARK_AUTH_SECRET" not in env and "SPARK_AUTHENTICATE_SECRET" not in env
+    (auth,) = [v for v in pod.spec.volumes if v.name == "spark-auth"]
+    assert re.fullmatch(rf"{name}-auth-[0-9a-f]{{8}}", auth.secret.secret_name), auth
+    assert [m.mount_path for m in ctr.volume_mounts if m.name == "spark-auth"] == ["/etc/kappa/spark-auth"]
+    # spark-submit's Spark configuration for the driver (Spark's volume spark-conf-volume-driver)
+    (conf_map,) = [v.config_map.name for v in pod.spec.volumes if v.name == "spark-conf-volume-driver"]
+    def conf_data():  # spark-submit creates it after the pod
+        try:
+            return core.read_namespaced_config_map(conf_map, namespace).data
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+
+    data = wait_for(f"spark-submit's ConfigMap {conf_map}", conf_data, timeout_s=60)
+    assert "spark.properties" in data, sorted(data)
+    props = data["spark.properties"]
+    conf = dict(line.split("=", 1) for line in props.splitlines() if "=" in line and not line.startswith("#"))
+    assert conf["spark.authenticate"] == conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.authenticate.secret.driver.file"] == conf["spark.authenticate.secret.executor.file"] == \
+        "/etc/kappa/spark-auth/secret"
+    assert "spark.authenticate.secret" not in conf
     # The scheduler bound it to the kwok node; kwok reports it Running; the operator follows.
     wait_for("the driver on the kwok node", lambda: core.read_namespaced_pod(pod.metadata.name, namespace).spec.node_name == "kwok-node-0")
     wait_for(f"{name} RUNNING", lambda: state_of(apps.get(name)) == "RUNNING", timeout_s=60)

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubernetes.plane import CHART, client_as, helm
+from tests.kubernetes.plane import CHART, DEFAULT_VALUES, client_as, helm
 from kappa.runners.kubernetes.naming import GROUP, PLURAL, VERSION
 
 RUNS = "kappa-dagster-run"  # values.yaml dagster.runServiceAccount
@@ -24,7 +24,7 @@ READ_ONLY_WEBSERVER = "kappa-dagster-webserver"  # dagster.webserverServiceAccou
 
 @pytest.fixture
 def dagster_ns(kubectl, namespace):
-    rendered = helm("template", "kappa", str(CHART), "-n", namespace,
+    rendered = helm("template", "kappa", str(CHART), "-f", str(DEFAULT_VALUES), "-n", namespace,
                     "--show-only", "templates/011-ServiceAccount-dagster.yaml",
                     "--show-only", "templates/020-Role-dagster-sparkapplications.yaml").stdout
     kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
@@ -48,8 +48,8 @@ def test_dagster_runs_may_manage_spark_applications_in_their_namespace(api_clien
 
 
 @pytest.mark.parametrize("verb,resource,group", [
-    ("get", "secrets", ""), ("list", "secrets", ""), ("create", "pods", ""), ("create", "jobs", "batch"),
-    ("update", PLURAL, GROUP), ("patch", PLURAL, GROUP), ("create", "rolebindings", "rbac.authorization.k8s.io"),
+    ("get", "secrets", ""), ("list", "secrets", ""), ("update", "secrets", ""), ("patch", "secrets", ""),
+    ("delete", "secrets", ""), ("create", "pods", ""), ("create", "jobs", "batch"), ("update", PLURAL, GROUP), ("patch", PLURAL, GROUP), ("create", "rolebindings", "rbac.authorization.k8s.io"),
     # the peers NetworkPolicies: created, never changed or deleted (the garbage collector does)
     ("update", "networkpolicies", "networking.k8s.io"), ("patch", "networkpolicies", "networking.k8s.io"),
     ("delete", "networkpolicies", "networking.k8s.io"), ("list", "networkpolicies", "networking.k8s.io"),

@@ -155,7 +155,8 @@ def test_credentials_are_secret_references_never_values(cfg):
     assert driver["KAPPA_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
     assert driver["KAPPA_BOOTSTRAP_SERVERS"]["value"] == "events-kafka-bootstrap.data.svc:9093"
     for role in ("driver", "executor"):
-        (volume,) = [v for v in app["spec"][role]["template"]["spec"]["volumes"] if "emptyDir" not in v]
+        (volume,) = [v for v in app["spec"][role]["template"]["spec"]["volumes"]
+                     if "emptyDir" not in v and v["name"] != k8s.application.AUTH_VOLUME]
         assert volume["secret"]["secretName"] == "events-cluster-ca-cert"
         assert {"name": "kafka-cluster-ca", "mountPath": k8s.KAFKA_CA_DIR, "readOnly": True} in _container(app["spec"][role])["volumeMounts"]
     text = json.dumps(app)
@@ -672,5 +673,59 @@ def test_a_refused_peers_policy_deletes_the_new_application_and_says_why(cfg):
     runner, _ = _runner(cfg, api)
     with pytest.raises(RunError, match=r"data/flights-v1: its peers NetworkPolicy was refused \(403 .*"
                                        r"KAPPA_K8S_NETWORK_POLICIES=false.*the application was deleted"):
+        runner.start(CATALOG["flights"], _v("flights", 1))
+    assert api.names() == set()
+
+
+def test_each_application_gets_its_own_rpc_key_in_a_secret_file_never_in_its_spec(cfg):
+    # issue 40: Spark RPC authenticated and encrypted with a key read from a file in driver and
+    # executors; without the files Spark would write a generated key into every executor pod's env
+    import base64
+
+    from tests.kube_api import KubeApi
+
+    api = KubeApi()
+    runner, _ = _runner(cfg, api)
+    api.script("flights-v1", "RUNNING")
+    runner.start(CATALOG["flights"], _v("flights", 1))
+    app = api.app("flights-v1")
+    conf = app["spec"]["sparkConf"]
+    assert conf["spark.authenticate"] == conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.authenticate.secret.driver.file"] == conf["spark.authenticate.secret.executor.file"] == \
+        "/etc/kappa/spark-auth/secret"
+    assert not any(k in conf for k in ("spark.authenticate.secret", "spark.authenticate.secret.file"))
+    (name,) = [c[1] for c in api.calls if c[0] == "create_secret"]
+    assert re.fullmatch(r"flights-v1-auth-[0-9a-f]{8}", name)
+    secret = api.objects[("", "v1", "data", "secrets", name)]
+    assert secret["type"] == "Opaque" and list(secret["data"]) == ["secret"]
+    assert len(base64.b64decode(secret["data"]["secret"])) == 32
+    assert secret["metadata"]["ownerReferences"] == [{"apiVersion": "sparkoperator.k8s.io/v1beta2",
+                                                      "kind": "SparkApplication", "name": "flights-v1",
+                                                      "uid": app["metadata"]["uid"]}]
+    for role in ("driver", "executor"):
+        spec = app["spec"][role]["template"]["spec"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "spark-auth"]
+        assert volume["secret"]["secretName"] == name
+        assert {"name": "spark-auth", "mountPath": "/etc/kappa/spark-auth", "readOnly": True} in \
+            spec["containers"][0]["volumeMounts"]
+    assert secret["data"]["secret"] not in json.dumps(app)
+    # a new incarnation of the application gets a Secret of a new name (the old one may still be
+    # waiting for the garbage collector)
+    assert build("flights", 1, cfg)["spec"]["driver"]["template"]["spec"]["volumes"] != \
+        app["spec"]["driver"]["template"]["spec"]["volumes"]
+
+
+def test_a_refused_rpc_key_secret_deletes_the_new_application_and_says_why(cfg):
+    from tests.kube_api import KubeApi, _error
+
+    class NoSecrets(KubeApi):
+        def create_namespaced_secret(self, namespace, body, **kw):
+            raise _error(403, "Forbidden", 'secrets is forbidden: User "system:serviceaccount:data:kappa-dagster-run" '
+                         'cannot create resource "secrets"')
+
+    api = NoSecrets()
+    runner, _ = _runner(cfg, api)
+    with pytest.raises(RunError, match=r"data/flights-v1: its Spark RPC key Secret was refused \(403 .*"
+                                       r"create on secrets.*the application was deleted"):
         runner.start(CATALOG["flights"], _v("flights", 1))
     assert api.names() == set()

@@ -43,12 +43,16 @@ policies all use this one reference. */}}
 {{- printf "%s-kafka-bootstrap.%s.svc:%v" .Values.kafka.name .Release.Namespace .Values.kafka.listener.port -}}
 {{- end -}}
 
-{{/* One NetworkPolicy egress rule: `to` the given peers (none: any address) on the given TCP ports. */}}
+{{/* One NetworkPolicy egress rule: `to` the given peers on the given TCP ports. The peers are
+required (`name` is the value's path, for the message): a rule without `to` would open the ports
+to every address, so that takes saying so, e.g. `[{ipBlock: {cidr: 0.0.0.0/0}}]` for AWS S3,
+which has no fixed addresses. values.schema.json holds the same rule (minItems 1). */}}
 {{- define "kappa.egressRule" -}}
-- {{- with .peers }}
-  to:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
+{{- if not .peers -}}
+{{- fail (printf "%s is required: the NetworkPolicy peers (`to:` entries, e.g. [{ipBlock: {cidr: 10.0.5.0/24}}]) of what it names; without them its ports would be open to any address (write [{ipBlock: {cidr: 0.0.0.0/0}}] to mean that)" .name) -}}
+{{- end -}}
+- to:
+    {{- toYaml .peers | nindent 4 }}
   ports:
     {{- range .ports }}
     - protocol: TCP

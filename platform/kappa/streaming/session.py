@@ -32,7 +32,9 @@ _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 #: configuration from the driver rather than a ConfigMap (the drivers may not write ConfigMaps).
 SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})  # local[…]
 APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.kubernetes.executor.disableConfigMap",
-                              "spark.authenticate", "spark.jars"})
+                              "spark.authenticate", "spark.network.crypto.enabled",
+                              "spark.authenticate.secret.driver.file", "spark.authenticate.secret.executor.file",
+                              "spark.jars"})
 #: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
 #: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
 #: SparkApplication. A path of the machine that rendered the application must never reach a pod.
@@ -43,6 +45,10 @@ MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOpt
 LOG_STORE_CLASS = "dev.kappa.delta.S3ConditionalLogStore"
 IMAGE_LOG4J = "/opt/kappa/venv/lib/python3.11/site-packages/kappa/resources/log4j2.properties"
 IMAGE_WORK_DIR = "/opt/kappa/work"
+#: Where a SparkApplication's driver and executors read their application's Spark RPC key: the
+#: runner mounts the application's own Secret there (kappa.runners.kubernetes.application); the
+#: chart's admission requires exactly this path.
+AUTH_SECRET_FILE = "/etc/kappa/spark-auth/secret"
 
 
 def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[str] | None = None) -> dict[str, str]:
@@ -153,10 +159,15 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         # Executors get their configuration from the driver, not from a ConfigMap the driver would
         # create: the drivers' Role (helm/kappa, 021-Role-spark-drivers) grants no ConfigMap writes.
         conf["spark.kubernetes.executor.disableConfigMap"] = "true"
-        # Driver-executor RPC authenticated with a secret Spark generates per application (on
-        # Kubernetes it reaches the executors in their environment): another application's pod
-        # cannot join. Spark docs, "Security: Spark RPC".
+        # Driver-executor RPC authenticated and encrypted (AES, Spark's "Security" docs, "Spark
+        # RPC") with a key of the application's own: another application's pod cannot join or
+        # read it. The key is a file from the application's Secret in driver and executors alike;
+        # without the files Spark generates one and writes it into every executor pod's
+        # environment, readable by anyone who may `get pods` (Spark docs, "Security" -> Kubernetes).
         conf["spark.authenticate"] = "true"
+        conf["spark.network.crypto.enabled"] = "true"
+        conf["spark.authenticate.secret.driver.file"] = AUTH_SECRET_FILE
+        conf["spark.authenticate.secret.executor.file"] = AUTH_SECRET_FILE
         if jars:
             conf["spark.jars"] = ",".join(str(j) for j in jars)
     else:

@@ -12,7 +12,9 @@ versions), everything about where data lives and how to reach Kafka from
 
 from __future__ import annotations
 
+import base64
 import posixpath
+import secrets
 from typing import Any
 
 from kappa.config import Settings, aws_environment
@@ -30,7 +32,9 @@ from kappa.runners.kubernetes.naming import (
     LABEL_VERSION,
     NETWORKING_GROUP,
     NETWORKING_VERSION,
+    AUTH_SECRET_KEY,
     application_name,
+    auth_secret_name,
     dns_name,
     gate_application_name,
     group_prefix,
@@ -45,6 +49,23 @@ ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
 KAPPA_CLI_FILE = "local:///opt/kappa/bin/kappa.py"
 #: Where the Kafka cluster CA certificate (PEM) is mounted when ``KAPPA_KAFKA_SSL_TRUSTSTORE_LOCATION`` is unset.
 KAFKA_CA_DIR = "/etc/kappa/kafka-ca"
+#: The pod volume of the application's Spark RPC key Secret (driver and executors).
+AUTH_VOLUME = "spark-auth"
+
+
+def _auth_volume(application: str, nonce: str) -> dict:
+    """The application's RPC key Secret (:func:`~kappa.runners.kubernetes.naming.auth_secret_name`)
+    as a volume with its mount point: the key lands at :data:`kappa.streaming.session.AUTH_SECRET_FILE`,
+    where ``spark.authenticate.secret.{driver,executor}.file`` point, readable by the owner and the
+    pod's group (its ``fsGroup``, the Spark user's) only."""
+    from kappa.streaming.session import AUTH_SECRET_FILE
+
+    return {
+        "name": AUTH_VOLUME,
+        "secret": {"secretName": auth_secret_name(application, nonce), "defaultMode": 0o440,
+                   "items": [{"key": AUTH_SECRET_KEY, "path": posixpath.basename(AUTH_SECRET_FILE)}]},
+        "mountPath": posixpath.dirname(AUTH_SECRET_FILE),
+    }
 
 
 def _pod_security_context() -> dict:
@@ -186,10 +207,11 @@ def kafka_env(spec: AssetSpec, version: int, settings: Settings, cfg: Kubernetes
 def _application(
     name: str, labels: dict[str, str], main_file: str, arguments: list[str], env: tuple[list, list],
     volumes: list[dict], spec: AssetSpec | None, settings: Settings, cfg: KubernetesRunnerConfig,
-    restart: dict, driver_sa: str,
+    restart: dict, driver_sa: str, auth_nonce: str | None,
 ) -> dict:
     from kappa.streaming.session import spark_conf
 
+    volumes = [*volumes, _auth_volume(name, auth_nonce or secrets.token_hex(4))]
     res = asset_resources(spec) if spec is not None else None
     driver_res = (res.driver if res else None) or cfg.driver
     executor_res = (res.executor if res else None) or cfg.executor
@@ -235,7 +257,8 @@ def _labels(asset: str, version: int, component: str) -> dict[str, str]:
 
 
 def build_spark_application(
-    spec: AssetSpec, version: Version, cfg: KubernetesRunnerConfig, settings: Settings,
+    spec: AssetSpec, version: Version, cfg: KubernetesRunnerConfig, settings: Settings, *,
+    auth_nonce: str | None = None,
 ) -> dict:
     """The ``SparkApplication`` that runs ``version`` (the registry's record) of ``spec`` as a
     long-running streaming query with its processing-time trigger.
@@ -245,7 +268,9 @@ def build_spark_application(
     it against ``KAPPA_TABLE_PATH``, ``KAPPA_CHECKPOINT_PATH`` and ``KAPPA_TXN_APP_ID``, which this
     sets from the same record (so ``kubectl describe`` shows them). Driver and executor get
     :func:`settings_env`, the object-store keys as ``AWS_*`` from ``cfg.object_store_secret`` and,
-    for an asset that reads Kafka, :func:`kafka_env`.
+    for an asset that reads Kafka, :func:`kafka_env`. Both mount the application's Spark RPC key
+    Secret ``<application>-auth-<auth_nonce>`` (8 hex digits; random when None), which
+    :func:`build_auth_secret` makes once the application exists.
 
     Raises ``ValueError`` for a version whose upstream record misses one of ``spec.upstream`` or
     whose name is too long for Kubernetes.
@@ -283,17 +308,19 @@ def build_spark_application(
         "onSubmissionFailureRetryInterval": cfg.on_submission_failure_retry_interval_s,
     }
     return _application(application_name(spec.name, version.version), labels, ENTRYPOINT_FILE, arguments,
-                        (driver_env, executor_env), volumes, spec, settings, cfg, restart, cfg.service_account)
+                        (driver_env, executor_env), volumes, spec, settings, cfg, restart, cfg.service_account,
+                        auth_nonce)
 
 
 def build_gate_application(
-    spec: AssetSpec, version: Version, cfg: KubernetesRunnerConfig, settings: Settings,
+    spec: AssetSpec, version: Version, cfg: KubernetesRunnerConfig, settings: Settings, *,
+    auth_nonce: str | None = None,
 ) -> dict:
     """The batch ``SparkApplication`` that runs ``kappa gate ASSET VERSION`` from the image: the
     gate (GX suite, quarantine rate, shadow diff) over the version's table on the object store,
     recorded in the registry (``gate_passed`` / ``gate_failed``). It exits 1 when the gate fails,
     which the operator reports as FAILED; the registry says which. Never restarted: a gate is
-    re-run by creating the application again."""
+    re-run by creating the application again. Its RPC key Secret as in :func:`build_spark_application`."""
     labels = _labels(spec.name, version.version, GATE_COMPONENT)
     env = [
         *settings_env(settings),
@@ -302,7 +329,39 @@ def build_gate_application(
     ]
     return _application(gate_application_name(spec.name, version.version), labels, KAPPA_CLI_FILE,
                         ["gate", spec.name, str(version.version)], (list(env), list(env)), [], spec, settings,
-                        cfg, {"type": "Never"}, cfg.service_account)
+                        cfg, {"type": "Never"}, cfg.service_account, auth_nonce)
+
+
+def auth_secret_of(app: dict) -> str:
+    """The name of the RPC key Secret the SparkApplication ``app`` mounts (its driver template's
+    :data:`AUTH_VOLUME`). Raises ``KeyError`` for an application without one."""
+    for volume in app["spec"]["driver"]["template"]["spec"].get("volumes") or []:
+        if volume.get("name") == AUTH_VOLUME:
+            return volume["secret"]["secretName"]
+    raise KeyError(f"SparkApplication {app['metadata']['name']} mounts no {AUTH_VOLUME} Secret")
+
+
+def build_auth_secret(app: dict) -> dict:
+    """The Secret with the Spark RPC key of the SparkApplication ``app`` (as the API server
+    returned it: name, namespace, uid): 32 random bytes under the one key ``secret``, named as
+    ``app`` mounts it (:func:`auth_secret_of`), owned by ``app`` (no ``blockOwnerDeletion``) so the
+    garbage collector deletes it with the application. Spark reads it from the file in driver and
+    executors (``spark.authenticate.secret.{driver,executor}.file``), so no pod spec carries it.
+    The chart's admission admits exactly this shape from the run account. Raises ``KeyError`` for
+    an ``app`` without ``metadata.uid`` or without the Secret's volume."""
+    meta = app["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": auth_secret_of(app),
+            "namespace": meta["namespace"],
+            "labels": dict(meta.get("labels") or {}),
+            "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"]}],
+        },
+        "data": {AUTH_SECRET_KEY: base64.b64encode(secrets.token_bytes(32)).decode("ascii")},
+    }
 
 
 def build_peers_policy(app: dict) -> dict:

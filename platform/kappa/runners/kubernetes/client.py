@@ -33,9 +33,10 @@ def use_kubernetes_api(api: Any) -> Iterator[None]:
 
 class SparkApplications:
     """Create, get, delete and list Kappa's SparkApplications in one namespace, through the official
-    ``kubernetes`` client's ``CustomObjectsApi``, and each one's peers NetworkPolicy (:meth:`isolate`).
-    Only the verbs the chart's Role grants Dagster's runs are used (applications: create, get, watch,
-    delete; NetworkPolicies: get, create), nothing cluster-wide.
+    ``kubernetes`` client's ``CustomObjectsApi``, each one's peers NetworkPolicy (:meth:`isolate`)
+    and its Spark RPC key Secret (:meth:`provide_auth_secret`). Only the verbs the chart's Role
+    grants Dagster's runs are used (applications: create, get, watch, delete; NetworkPolicies: get,
+    create; Secrets: create), nothing cluster-wide.
 
     ``api``: a ``kubernetes.client.CustomObjectsApi``; by default one built from the in-cluster
     service account, else the local kubeconfig.
@@ -119,6 +120,35 @@ class SparkApplications:
             if exc.status != 409:  # 409: created since our get
                 raise
             return policy
+
+    @property
+    def core(self) -> Any:
+        """The ``CoreV1Api`` for the application's RPC key Secret, on the same connection as
+        :attr:`api` (Secrets are core objects, not under ``/apis``). An ``api`` that has
+        ``create_namespaced_secret`` itself (the tests' in-memory stand-in) serves both."""
+        if hasattr(self.api, "create_namespaced_secret"):
+            return self.api
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api.api_client)
+
+    def provide_auth_secret(self, app: Mapping[str, Any]) -> str:
+        """Make sure the Spark RPC key Secret ``app`` mounts exists
+        (:func:`~kappa.runners.kubernetes.application.build_auth_secret`, a fresh random key, owned
+        by ``app``): one create; 409 means it exists (made by whoever created ``app``) and is kept,
+        since the run account may not read Secrets. Returns its name. Raises ``ApiException`` (403
+        when the caller may not create Secrets or admission refuses the shape)."""
+        from kubernetes.client.exceptions import ApiException
+
+        from kappa.runners.kubernetes.application import build_auth_secret
+
+        secret = build_auth_secret(dict(app))
+        try:
+            self.core.create_namespaced_secret(self.namespace, secret)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        return secret["metadata"]["name"]
 
     def outcome(self, name: str, *, streaming: bool = True) -> Outcome | None:
         """:func:`outcome_of` the named application; None if it does not exist."""

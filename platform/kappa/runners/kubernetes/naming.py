@@ -10,6 +10,7 @@ group id prefix of v<N>    ``kappa-<name>-v<N>-``                          ``kap
 SparkApplication           ``<name, _ -> ->>-v<N>``                        ``flights-bronze-v3``
 gate SparkApplication      ``<name, _ -> ->>-v<N>-gate``                   ``flights-bronze-v3-gate``
 its peers NetworkPolicy    ``<application>-peers-<uid[:8]>``               ``flights-bronze-v3-peers-1f0c…``
+its Spark RPC key Secret   ``<application>-auth-<8 random hex>``           ``flights-bronze-v3-auth-9b2e…``
 =========================  ==============================================  ==========================
 
 Asset names match ``[a-z][a-z0-9_]*`` (no ``-``), so the ``-`` that ends a group prefix cannot be part
@@ -78,3 +79,18 @@ def peers_policy_name(application: str, uid: str) -> str:
     ``<application>-peers-<first 8 characters of its uid>`` (a new name for an application created
     again under the same name, so the garbage collector's deletion of the old one never races it)."""
     return f"{application}-peers-{uid[:8]}"
+
+
+#: The one key of an application's RPC key Secret (the file name where it is mounted).
+AUTH_SECRET_KEY = "secret"
+
+
+def auth_secret_name(application: str, nonce: str) -> str:
+    """The Secret holding the Spark RPC key of one application incarnation:
+    ``<application>-auth-<nonce>``, ``nonce`` 8 lowercase hex digits chosen when the application is
+    built (a new name for an application created again under the same name, as for its peers
+    NetworkPolicy). The chart's admission admits exactly this shape. Raises ``ValueError`` for
+    another ``nonce``."""
+    if len(nonce) != 8 or any(c not in "0123456789abcdef" for c in nonce):
+        raise ValueError(f"the RPC key Secret's nonce must be 8 lowercase hex digits, got {nonce!r}")
+    return f"{application}-auth-{nonce}"

@@ -121,6 +121,8 @@ class KubernetesRunner:
                 if exc.status != 409:  # 409: someone created it since our get; observe theirs
                     raise
                 app = self.apps.get(name)
+        if app is not None:
+            self._provide_key(app, created)
         if app is not None and self.cfg.network_policies:
             self._isolate(app, created)
         deadline = self._clock() + timeout_s
@@ -132,6 +134,25 @@ class KubernetesRunner:
                 return status
             self._sleep(self.poll_s)
             app = self.apps.get(name)
+
+    def _provide_key(self, app: Mapping[str, Any], created: bool) -> None:
+        """Create the application's Spark RPC key Secret (:meth:`SparkApplications.provide_auth_secret`);
+        its driver and executors wait for it (a pod does not start before its Secret volume
+        exists). When that is refused, delete the application this call created and raise
+        :class:`~kappa.runners.base.RunError` naming the Secret and the server's reason."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.apps.provide_auth_secret(app)
+        except ApiException as exc:
+            name = app["metadata"]["name"]
+            if created:
+                self.apps.delete(name)
+            raise RunError(
+                f"SparkApplication {self.apps.namespace}/{name}: its Spark RPC key Secret was refused "
+                f"({exc.status} {exc.reason}: {str(exc.body or '')[:300]}); the run account needs create on "
+                f"secrets (the chart's Role kappa-dagster-sparkapplications)"
+                + ("; the application was deleted" if created else "")) from exc
 
     def _isolate(self, app: Mapping[str, Any], created: bool) -> None:
         """Create the application's peers NetworkPolicy (:meth:`SparkApplications.isolate`); when
