@@ -68,12 +68,20 @@ install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_J
 demo: install $(if $(KAPPA_OBJECT_STORE),objectstore-tools)
 	$(BIN)/kappa demo
 
+# The run ends with its 25 slowest tests and the total, and leaves a JUnit file (every test's time)
+# beside the previous run's, so `python -m tests.times` compares them file by file (README, Tests).
+TEST_ARTIFACTS := .kappa/test-artifacts
+KEEP_PREVIOUS = @[ ! -f $(TEST_ARTIFACTS)/$(1).xml ] || mv -f $(TEST_ARTIFACTS)/$(1).xml $(TEST_ARTIFACTS)/$(1)-previous.xml
+TIMES = --durations=25 --junitxml=$(TEST_ARTIFACTS)/$(1).xml
+
 test: install k8s-validate chromium cluster-tools objectstore-tools
-	$(BIN)/pytest -m "not heavy" --durations=30
+	$(call KEEP_PREVIOUS,junit)
+	$(BIN)/pytest -m "not heavy" $(call TIMES,junit)
 
 # The tests marked heavy (see README, Tests): long fault sweeps and tests not yet proven in CI.
 test-heavy: install cluster-tools
-	$(BIN)/pytest -m heavy
+	$(call KEEP_PREVIOUS,junit-heavy)
+	$(BIN)/pytest -m heavy $(call TIMES,junit-heavy)
 
 # Headless Chromium for the Dagster UI screenshot test (Debian's package; skipped when present).
 .PHONY: chromium
