@@ -128,8 +128,38 @@ def full_run(tmp_path_factory, broker_settings, spark) -> FullRun:
     return FullRun(settings, suffix, reports, results)
 
 
+#: The markers that say which real part a test starts or uses (registered in pyproject.toml);
+#: `make test-fast` leaves every test carrying one of them out.
+INFRA_MARKERS = ("broker", "spark", "objectstore", "plane", "browser", "postgres")
+
+#: The session fixtures that start a part, and its marker. A test that asks for one, directly or
+#: through another fixture (``item.fixturenames`` is the whole closure: ``make_env``, ``full_run``,
+#: ``analysts_state`` reach ``broker_settings``), is marked by :func:`pytest_collection_modifyitems`;
+#: a test that starts a part itself (the CLI in a subprocess, ``object_store``, ``Browser``) carries
+#: the marker in its file (tests/unit/test_markers.py checks the files).
+INFRA_FIXTURES = {
+    "broker_settings": "broker",
+    "spark": "spark",
+    "cdc_settings": "postgres",  # and Kafka Connect, on the session broker
+    "plane": "plane",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
 def pytest_collection_modifyitems(config, items):
-    """Tests that change the shared full-data run go last, so every reader sees it as built."""
+    """Mark each test by the infrastructure it uses (:data:`INFRA_FIXTURES`; every test under
+    tests/kubernetes/ uses the control plane), and mark ``integration`` every test that uses any.
+    Tests that change the shared full-data run go last, so every reader sees it as built."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        wanted = {marker for fixture, marker in INFRA_FIXTURES.items() if fixture in names}
+        if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
+            wanted.add("plane")
+        for marker in sorted(wanted):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if item.get_closest_marker("integration") is None and any(item.get_closest_marker(m) for m in INFRA_MARKERS):
+            item.add_marker("integration")
     items.sort(key=lambda item: item.get_closest_marker("mutates_full_run") is not None)
 
 

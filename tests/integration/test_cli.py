@@ -99,6 +99,7 @@ def test_broken_asset_yaml_fails_naming_file_and_field(make_env):
     assert f"{path}: layer: Input should be" in result.stderr.replace("\n", "") and "Traceback" not in result.stderr
 
 
+@pytest.mark.spark
 def test_bad_sql_prints_sparks_message_not_a_traceback(tmp_path):
     result = kappa("sql", "SELECT * FROM no_such_table", env={"KAPPA_HOME": str(tmp_path)})
     assert result.returncode == 1
@@ -112,6 +113,7 @@ NOT_KAPPA = re.compile(r"^\d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR) |^WARNING
                        r"|py4j|^%\d\|", re.MULTILINE)
 
 
+@pytest.mark.spark
 def test_a_continuous_run_shows_kappas_progress_only_and_stops_cleanly_on_sigint(make_env):
     """`kappa run --continuous` of silver and a stateful asset (pattern: transformWithStateInPandas,
     whose Python worker prints its start-up) shows Kappa's progress only; Spark's JVM, its Python
@@ -169,6 +171,7 @@ def test_run_until_caught_up_prints_each_batch_the_results_and_the_time(make_env
     assert re.search(r"^caught up in \d+\.\d s$", done.output, re.MULTILINE), done.output
 
 
+@pytest.mark.spark
 def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     result = kappa("--verbose", "sql", "SELECT 1 AS one", env={"KAPPA_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr

@@ -25,7 +25,7 @@ import pytest
 
 from ..conftest import REPO, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker, pytest.mark.spark, pytest.mark.objectstore]
 
 VERSITYGW = REPO / "build" / "tools" / "bin" / "versitygw"
 #: flights published before the query starts, and in all (the second ingest re-publishes the first
