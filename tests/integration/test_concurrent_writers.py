@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..kappa_cli import run_kappa
 from .helpers import object_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.objectstore]
@@ -61,8 +62,7 @@ READY_S, RUN_S = 180.0, 120.0
 
 
 def kappa(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=60, cwd=REPO)
+    return run_kappa(*args, env=env, timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, free_port
+from ..kappa_cli import run_kappa
 from .helpers import object_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.objectstore]
@@ -23,8 +24,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.objectstore]
 
 
 def kappa(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
-                          env={**env, "COLUMNS": "200"}, timeout=timeout, cwd=REPO)
+    return run_kappa(*args, env=env, timeout=timeout)
 
 
 def python(script: str, env: dict[str, str], timeout: float = 60) -> str:
