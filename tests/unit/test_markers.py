@@ -56,9 +56,9 @@ def _is_fixture(fn: ast.FunctionDef) -> bool:
     return any("fixture" in ast.unparse(d) for d in fn.decorator_list)
 
 
-def _started(fn: ast.FunctionDef, source: str) -> set[str]:
-    """The parts ``fn``'s body (not its decorators) starts."""
-    body = "\n".join(ast.get_source_segment(source, s) or "" for s in fn.body)
+def _started(fn: ast.FunctionDef, lines: list[str]) -> set[str]:
+    """The parts ``fn``'s body (not its decorators) starts; ``lines``: its module's source lines."""
+    body = "\n".join(lines[fn.body[0].lineno - 1:fn.end_lineno])
     return {marker for marker, patterns in STARTERS.items() if any(re.search(p, body) for p in patterns)}
 
 
@@ -81,9 +81,12 @@ def unmarked_starts(source: str, name: str) -> list[str]:
         return own | class_marks | module_marks | {INFRA_FIXTURES[a] for a in args if a in INFRA_FIXTURES}
 
     tests = [(fn, cm) for fn, cm in functions if fn.name.startswith("test_")]
+    calls = {test.name: {n.func.id for n in ast.walk(test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+             for test, _ in tests}
+    lines = source.splitlines()
     problems = []
     for fn, class_marks in functions:
-        parts = _started(fn, source)
+        parts = _started(fn, lines)
         if not parts:
             continue
         if _is_fixture(fn):
@@ -93,8 +96,7 @@ def unmarked_starts(source: str, name: str) -> list[str]:
             problems += [f"{name}::{fn.name}: starts {p} unmarked" for p in sorted(parts - covered(fn, class_marks))]
         else:  # a helper: each test of the module that calls it
             for test, cm in tests:
-                calls = {n.func.id for n in ast.walk(test) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-                if fn.name in calls:
+                if fn.name in calls[test.name]:
                     problems += [f"{name}::{test.name}: starts {p} (through {fn.name}) unmarked"
                                  for p in sorted(parts - covered(test, cm))]
     return problems
