@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,12 @@ from kappa.runners import run_until_caught_up
 from kappa.runners.local import LogicChangedError
 from kappa.streaming.policy import PolicyError
 
-from ..kappa_cli import run_kappa, settings_env
 from .helpers import ingest, table
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+KAPPA = str(Path(sys.executable).parent / "kappa")
 SLICE = 2_000
 
 LATE = """\
@@ -55,7 +56,10 @@ transform:
 
 
 def kappa(settings, *args: str) -> subprocess.CompletedProcess:
-    return run_kappa(*args, env={**os.environ, **settings_env(settings)}, timeout=300)
+    env = {**os.environ, "COLUMNS": "200", "KAPPA_HOME": str(settings.home),
+           "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
+           "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
+    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
 def test_an_asset_added_at_run_time_runs_and_checks_the_text_its_version_recorded(make_env, spark):
