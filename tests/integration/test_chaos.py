@@ -17,7 +17,7 @@ from kappa.config import load_settings
 
 from ..conftest import REPO
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
 
 def _run(mode: str, tmp_path, kills: int, **kw) -> dict:

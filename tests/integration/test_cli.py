@@ -1,4 +1,6 @@
-"""The `kappa` command as a user runs it: a subprocess, real broker, clear errors, no tracebacks."""
+"""The `kappa` command: its help, option checks and one-line errors in process (Typer's CliRunner,
+tests/kappa_cli.py), and as a user runs it, a subprocess, where a process boundary is the point
+(signals, Spark's output); a real broker; clear errors, no tracebacks."""
 
 from __future__ import annotations
 
@@ -14,21 +16,15 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, free_port
+from ..kappa_cli import KAPPA, invoke_kappa, run_kappa
+from ..kappa_cli import settings_env as env_for
 
 pytestmark = pytest.mark.integration
 
-KAPPA = str(Path(sys.executable).parent / "kappa")
-
 
 def kappa(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {}), "COLUMNS": "200"}
-    return subprocess.run([KAPPA, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO)
-
-
-def env_for(settings) -> dict[str, str]:
-    return {"KAPPA_HOME": str(settings.home), "KAPPA_ASSETS_DIR": str(settings.assets_dir),
-            "KAPPA_KAFKA_PORT": str(settings.kafka_port),
-            "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
+    """`kappa ARGS` in a subprocess with this process's environment plus ``env``."""
+    return run_kappa(*args, env={**os.environ, **(env or {})}, timeout=timeout)
 
 
 @pytest.mark.parametrize("command", [[], ["kafka"], ["kafka", "start"], ["kafka", "stop"], ["kafka", "status"],
@@ -40,7 +36,7 @@ def env_for(settings) -> dict[str, str]:
                                      ["objectstore", "start"], ["objectstore", "stop"], ["objectstore", "status"],
                                      ["cdc", "simulate"]])
 def test_every_command_has_help(command):
-    result = kappa(*command, "--help")
+    result = invoke_kappa(*command, "--help")
     assert result.returncode == 0, result.stderr
     assert "Usage" in result.stdout
 
@@ -55,37 +51,37 @@ def test_every_command_has_help(command):
     (["chaos", "driver", "--trigger", "soon"], "--trigger"),
 ])
 def test_bad_bench_and_chaos_options_are_refused_before_anything_starts(args, option):
-    result = kappa(*args)
+    result = invoke_kappa(*args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert option in result.stderr and "Traceback" not in result.stderr
 
 
 def test_status_json_reports_the_running_broker(broker_settings):
-    result = kappa("kafka", "status", "--format", "json", env=env_for(broker_settings))
+    result = invoke_kappa("kafka", "status", "--format", "json", env=env_for(broker_settings))
     status = json.loads(result.stdout)
     assert status["up"] is True and status["bootstrap_servers"] == broker_settings.bootstrap_servers
 
 
 def test_second_start_is_a_clear_error(broker_settings):
-    result = kappa("kafka", "start", env=env_for(broker_settings))
+    result = invoke_kappa("kafka", "start", env=env_for(broker_settings))
     assert result.returncode == 1
     assert "already running" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_stop_when_not_running_is_a_clear_error(tmp_path):
-    result = kappa("kafka", "stop", env={"KAPPA_HOME": str(tmp_path)})
+    result = invoke_kappa("kafka", "stop", env={"KAPPA_HOME": str(tmp_path)})
     assert result.returncode == 1 and "not running" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_start_on_a_taken_port_is_a_clear_error(tmp_path, broker_settings):
-    result = kappa("kafka", "start", env={"KAPPA_HOME": str(tmp_path), "KAPPA_KAFKA_PORT": str(broker_settings.kafka_port),
+    result = invoke_kappa("kafka", "start", env={"KAPPA_HOME": str(tmp_path), "KAPPA_KAFKA_PORT": str(broker_settings.kafka_port),
                                           "KAPPA_KAFKA_CONTROLLER_PORT": str(free_port())})
     assert result.returncode == 1
     assert f"port {broker_settings.kafka_port}" in result.stderr and "already in use" in result.stderr
 
 
 def test_start_without_java_is_a_clear_error(tmp_path):
-    result = kappa("kafka", "start", env={"KAPPA_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent),
+    result = invoke_kappa("kafka", "start", env={"KAPPA_HOME": str(tmp_path), "PATH": str(Path(sys.executable).parent),
                                           "KAPPA_KAFKA_PORT": str(free_port()), "KAPPA_KAFKA_CONTROLLER_PORT": str(free_port())})
     assert result.returncode == 1 and "Java is not installed" in result.stderr
 
@@ -94,11 +90,12 @@ def test_broken_asset_yaml_fails_naming_file_and_field(make_env):
     settings, _ = make_env()
     path = settings.assets_dir / "flights" / "flights.yaml"
     path.write_text(path.read_text().replace("layer: silver", "layer: silverish"))
-    result = kappa("assets", env=env_for(settings))
+    result = invoke_kappa("assets", env=env_for(settings))
     assert result.returncode == 1
     assert f"{path}: layer: Input should be" in result.stderr.replace("\n", "") and "Traceback" not in result.stderr
 
 
+@pytest.mark.spark
 def test_bad_sql_prints_sparks_message_not_a_traceback(tmp_path):
     result = kappa("sql", "SELECT * FROM no_such_table", env={"KAPPA_HOME": str(tmp_path)})
     assert result.returncode == 1
@@ -112,6 +109,7 @@ NOT_KAPPA = re.compile(r"^\d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR) |^WARNING
                        r"|py4j|^%\d\|", re.MULTILINE)
 
 
+@pytest.mark.spark
 def test_a_continuous_run_shows_kappas_progress_only_and_stops_cleanly_on_sigint(make_env):
     """`kappa run --continuous` of silver and a stateful asset (pattern: transformWithStateInPandas,
     whose Python worker prints its start-up) shows Kappa's progress only; Spark's JVM, its Python
@@ -169,6 +167,7 @@ def test_run_until_caught_up_prints_each_batch_the_results_and_the_time(make_env
     assert re.search(r"^caught up in \d+\.\d s$", done.output, re.MULTILINE), done.output
 
 
+@pytest.mark.spark
 def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     result = kappa("--verbose", "sql", "SELECT 1 AS one", env={"KAPPA_HOME": str(tmp_path)})
     assert result.returncode == 0, result.stderr

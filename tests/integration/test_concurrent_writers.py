@@ -40,9 +40,10 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO
+from ..kappa_cli import run_kappa
 from .helpers import object_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.objectstore]
 #: The unsafe setting's demonstration (a race; see UNSAFE_COMMITS): `make test-heavy`.
 heavy = pytest.mark.heavy
 
@@ -61,8 +62,7 @@ READY_S, RUN_S = 180.0, 120.0
 
 
 def kappa(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=60, cwd=REPO)
+    return run_kappa(*args, env=env, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +231,7 @@ def test_delta_rs_without_conditional_puts_refuses_every_commit(store_env, tmp_p
     assert len(errors) == 2 * DELTA_RS_COMMITS and all("conditional put is disabled" in e for e in errors), counts
 
 
+@pytest.mark.spark
 def test_many_spark_and_delta_rs_writers_lose_no_commit(store_env, tmp_path):
     started = time.monotonic()
     counts = run_writers("safe", store_env, tmp_path / "sync")
@@ -238,6 +239,7 @@ def test_many_spark_and_delta_rs_writers_lose_no_commit(store_env, tmp_path):
     _assert_none_lost(counts, {"spark": SPARK_WRITERS, "delta-rs": DELTA_RS_WRITERS})
 
 
+@pytest.mark.spark
 def test_the_log_store_refuses_the_second_of_two_simultaneous_commits(store_env, tmp_path):
     # Kappa's log store: of two writers creating one version at the same moment, one is refused
     race = run_log_store_race("safe", store_env, tmp_path / "sync")
@@ -246,6 +248,7 @@ def test_the_log_store_refuses_the_second_of_two_simultaneous_commits(store_env,
     assert race["versions"] == race["created"] == RACE_COMMITS and race["refused"] == RACE_COMMITS, race
 
 
+@pytest.mark.spark
 def test_the_log_store_kappa_replaced_tells_both_writers_they_committed(store_env, tmp_path):
     # the setting it replaced: both are told they created the version, one's commit is gone
     race = run_log_store_race("unsafe", store_env, tmp_path / "sync")
@@ -255,6 +258,7 @@ def test_the_log_store_kappa_replaced_tells_both_writers_they_committed(store_en
 
 
 @heavy  # a race: lost 1 commit of 12 on 2026-11-27, so 3.3x the commits to make a loss near certain
+@pytest.mark.spark
 def test_the_log_store_kappa_replaced_loses_commits(store_env, tmp_path):
     started = time.monotonic()
     counts = run_writers("unsafe", store_env, tmp_path / "sync", delta_rs_writers=0, spark_commits=UNSAFE_COMMITS)["spark"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -40,11 +39,11 @@ from kappa.runners import run_until_caught_up
 from kappa.streaming.writers import committed_txn_version
 
 from ..conftest import REPO, copy_assets
+from ..kappa_cli import run_kappa
 from .helpers import assert_departures_equal
 
 pytestmark = pytest.mark.integration
 
-KAPPA = str(Path(sys.executable).parent / "kappa")
 SLICE = 2_400  # flights
 HELD_BACK = 40  # the earliest flights, sent late (behind silver's watermark)
 BAD_EVERY = 40  # one malformed record per this many
@@ -108,8 +107,7 @@ def _kappa_run(settings, fault: str | None, timeout: float = 900,
         env["KAPPA_FAULT"] = fault
     started = time.monotonic()
     # A session of its own: the fault kills the run's whole process group (JVM included), never pytest.
-    done = subprocess.run([KAPPA, "run", *assets, "--until-caught-up"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, start_new_session=True)
+    done = run_kappa("run", *assets, "--until-caught-up", env=env, timeout=timeout, start_new_session=True)
     return done, time.monotonic() - started
 
 

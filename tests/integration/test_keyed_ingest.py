@@ -233,6 +233,7 @@ class ResentBatch:
         return part.responses[0].partition_responses[0].base_offset
 
 
+@pytest.mark.broker
 def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
     """A private broker (the shared one must not die), killed with SIGKILL while `kappa ingest` is
     publishing, then restarted: the ingest finishes and the log holds each event_id once.

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pandas as pd
@@ -29,6 +28,7 @@ from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 
 from ..conftest import REPO
+from ..kappa_cli import run_kappa
 from .helpers import renamed
 
 pytestmark = pytest.mark.integration
@@ -148,8 +148,7 @@ def _cli(*args: str, home) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
     env.update({"PYTHONPATH": str(REPO / "platform"), "KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(home),
                 "COLUMNS": "200"})
-    return subprocess.run([sys.executable, "-m", "kappa.cli", "maintain", *args], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=120)
+    return run_kappa("maintain", *args, env=env, timeout=120)
 
 
 def test_the_command_reports_every_table_and_refuses_zero_retention(tmp_path):

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, free_port
+from ..kappa_cli import run_kappa
 from .helpers import object_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.objectstore]
 
 
 
 def kappa(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
-                          env={**env, "COLUMNS": "200"}, timeout=timeout, cwd=REPO)
+    return run_kappa(*args, env=env, timeout=timeout)
 
 
 def python(script: str, env: dict[str, str], timeout: float = 60) -> str:
@@ -153,6 +153,7 @@ def test_delete_tree_removes_a_nested_folder_that_delete_dir_leaves_behind(store
     assert json.loads(out.strip().splitlines()[-1]) == {"files": 242, "exists": False, "again": 0}
 
 
+@pytest.mark.spark
 def test_spark_writes_and_reads_a_delta_table_at_s3a(store):
     base, st = store
     out = python("""
@@ -278,6 +279,8 @@ def test_the_sql_endpoints_identity_reads_the_warehouse_and_writes_only_dbts_loc
     }, got
 
 
+@pytest.mark.broker
+@pytest.mark.spark
 def test_assets_run_with_tables_checkpoints_and_registry_on_the_object_store(store, tmp_path):
     """Issue 20 item 2, Spark side: `kappa run` with the printed env keeps every table, checkpoint
     and the registry at s3a://<bucket>/…; a second run restarts from those checkpoints and adds

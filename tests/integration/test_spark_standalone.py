@@ -24,8 +24,9 @@ import urllib.request
 import pytest
 
 from ..conftest import REPO, free_port
+from ..kappa_cli import run_kappa
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker, pytest.mark.spark, pytest.mark.objectstore]
 
 VERSITYGW = REPO / "build" / "tools" / "bin" / "versitygw"
 #: flights published before the query starts, and in all (the second ingest re-publishes the first
@@ -34,8 +35,7 @@ FIRST, TOTAL = 1500, 3000
 
 
 def kappa(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "kappa.cli", *args], capture_output=True, text=True,
-                          env={**env, "COLUMNS": "200"}, timeout=timeout, cwd=REPO)
+    done = run_kappa(*args, env=env, timeout=timeout)
     assert done.returncode == 0, f"kappa {' '.join(args)}: {done.stdout}{done.stderr}"
     return done
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from deltalake.exceptions import TableNotFoundError
 from kubernetes import client
 from typer.testing import CliRunner
@@ -46,6 +47,9 @@ from kappa.lifecycle.promotion import commit_promotion
 from tests.integration.helpers import ingest, object_store
 from tests.kubernetes.kubelet import KubeletWatcher
 from tests.kubernetes.plane import ROOT, wait_for
+
+# the driver pods' commands run as local processes: Spark, on the object store
+pytestmark = [pytest.mark.objectstore, pytest.mark.spark]
 
 IMAGE = "registry.example.com/kappa/kappa:test"
 

@@ -9,19 +9,18 @@ import os
 import re
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kappa.config import load_settings
+from tests.kappa_cli import run_kappa
 from kappa.services.serve import (AUTH_CLASS, GUARD_CLASS, ServeError, ServeStatus, check_exposure, client_credentials,
                                   is_loopback, server_conf)
 from kappa.services.serve_users import (MIN_ITERATIONS, PasswordFileError, PasswordHash, add_user, hash_password,
                                         read_password_file, user_line, verify_password)
 
 REPO = Path(__file__).resolve().parents[2]
-KAPPA = str(Path(sys.executable).parent / "kappa")
 LINE = re.compile(r"[^:]+:pbkdf2_sha256\$\d+\$[A-Za-z0-9+/]{22}==\$[A-Za-z0-9+/]{43}=")
 #: The cheapest cost the file accepts: these tests check the format, not the cost.
 CHEAP = MIN_ITERATIONS
@@ -133,7 +132,7 @@ def test_add_user_refuses_a_name_the_file_cannot_hold(tmp_path, name):
 def _kappa(*args: str, home: Path, stdin: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_SERVE_")}
     env.update(KAPPA_HOME=str(home), COLUMNS="200")
-    return subprocess.run([KAPPA, *args], input=stdin, capture_output=True, text=True, env=env, timeout=120)
+    return run_kappa(*args, env=env, timeout=120, stdin=stdin)
 
 
 def test_kappa_serve_user_add_reads_the_password_from_standard_input_never_the_command_line(tmp_path):
