@@ -63,6 +63,10 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_AWS_SECRET_ACCESS_KEY`` runs with (its ``AWS_*``): read the         ``AWS_*``)
                                warehouse, write only ``<warehouse>/_dbt``
                                (``kappa objectstore``'s ``env`` sets them)
+``KAPPA_SERVE_OBJECT_STORE_KEYS`` a folder with the files ``AWS_ACCESS_KEY_ID``  none (``kappa serve``
+                               and ``AWS_SECRET_ACCESS_KEY``: the endpoint      writes one, 0700/0600,
+                               process's object-store keys (read from files,    from the keys above or
+                               never its environment; the chart mounts them)    the caller's ``AWS_*``)
 ``KAPPA_S3_ENDPOINT``          S3-compatible object-store endpoint              AWS S3
 ``KAPPA_S3_PATH_STYLE_ACCESS`` path-style bucket addressing                     ``false``
 ``KAPPA_OBJECTSTORE_PORT``     the local object store's S3 port                 ``59000``
@@ -315,6 +319,10 @@ class Settings(BaseSettings):
     #: endpoint inherits the caller's keys. On Kubernetes the chart gives the endpoint its own Secret.
     serve_aws_access_key_id: str | None = None
     serve_aws_secret_access_key: str | None = None
+    #: ``KAPPA_SERVE_OBJECT_STORE_KEYS``: the folder the endpoint's process reads its object-store
+    #: keys from (files ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY``), so they are in no
+    #: process's environment; :func:`kappa.services.serve.start` writes it, the chart mounts it.
+    serve_object_store_keys: Path | None = None
 
     #: ``KAPPA_DAGSTER_URL``: the Dagster webserver that ``add_asset``, ``edit_asset`` and
     #: ``retire_asset`` ask to reload the code location ``dagster_location`` (``make dagster``'s).

@@ -23,8 +23,11 @@ from ..kappa_cli import run_kappa
 SLICE = 3_000
 ANALYSTS_ASSETS = ["flights_bronze", "weather_bronze", "flights", "weather", "departures_hourly"]
 
-#: The login the session's endpoint accepts (the first user of its password file).
-SERVE_USER, SERVE_PASSWORD = "analyst", "s3cret:with-colon"
+#: dbt's login on the session's endpoint (the first user of its password file, role ``dbt``: the one
+#: login that may write the ``analytics`` schema); `kappa dbt` and Dagster's dbt assets log in so.
+SERVE_USER, SERVE_PASSWORD = "dbt", "s3cret:with-colon"
+#: An analyst's login (role ``analyst``: reads only), the one the attack tests use.
+ANALYST_USER, ANALYST_PASSWORD = "analyst", "an4lyst:pass"
 
 
 def kappa(settings, *args: str, timeout: float = 600, stdin: str | None = None,
@@ -88,15 +91,16 @@ SERVE_CA = Path(tempfile.gettempdir()) / f"kappa-test-serve-ca-{os.getpid()}.pem
 def served(analysts_state):
     """`kappa serve --auth FILE --tls-keystore K --tls-password-file P` on the analysts' state
     (started with the CLI, stopped at the end): TLS as on the chart, with a key made here (its
-    certificate at :data:`SERVE_CA`); only SERVE_USER with SERVE_PASSWORD logs in (a salted hash of
-    the real cost, as `kappa serve user add` writes it). `kappa dbt` logs in as SERVE_USER
-    (:func:`kappa`) over TLS."""
+    certificate at :data:`SERVE_CA`); only SERVE_USER (role ``dbt``) and ANALYST_USER (role
+    ``analyst``) log in, with their passwords (salted hashes of the real cost, as `kappa serve user
+    add` writes them). `kappa dbt` logs in as SERVE_USER (:func:`kappa`) over TLS."""
     from kappa.services.serve_users import add_user
 
     settings, _ = analysts_state
     port = free_port()
     passwords = settings.home / "serve-passwords"
-    add_user(passwords, SERVE_USER, SERVE_PASSWORD)
+    add_user(passwords, SERVE_USER, SERVE_PASSWORD, role="dbt")
+    add_user(passwords, ANALYST_USER, ANALYST_PASSWORD)
     keystore, secret, pem = make_keystore(settings.home / "serve-tls")
     shutil.copyfile(pem, SERVE_CA)
     started = kappa(settings, "serve", "--port", str(port), "--auth", str(passwords),

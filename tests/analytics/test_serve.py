@@ -97,7 +97,7 @@ def test_the_password_file_holds_salted_hashes_only(served):
     lines = text.splitlines()
     assert lines[0].startswith(f"{SERVE_USER}:")
     for line in lines:  # other tests add users: every line is a salted hash all the same
-        assert re.fullmatch(r"[^:]+:pbkdf2_sha256\$600000\$[A-Za-z0-9+/]{22}==\$[A-Za-z0-9+/]{43}=", line), line
+        assert re.fullmatch(r"[^:]+:pbkdf2_sha256\$600000\$[A-Za-z0-9+/]{22}==\$[A-Za-z0-9+/]{43}=(:dbt)?", line), line
     assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
 
 

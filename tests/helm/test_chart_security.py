@@ -547,13 +547,19 @@ def test_sql_endpoint_runs_kappa_serve_with_password_file_authentication(rendere
     # mounted 0440 (owner and group read): readable by the image's user only through fsGroup
     assert volume["secret"]["defaultMode"] == 0o440
     assert pod["securityContext"]["runAsUser"] == 185 and pod["securityContext"]["fsGroup"] == 185
-    assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(env)
-    # its own object-store identity (issue 23 item 1), never the read-write keys every writer uses
+    # its own object-store identity (issue 23 item 1), never the read-write keys every writer uses,
+    # as files (issue 40 item 2): no secret in the container's environment, none from a Secret
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(env)
+    assert not [e for e in ctr["env"] if "secretKeyRef" in e.get("valueFrom", {})]
     (cm,) = kinds(rendered, "ConfigMap")
-    keys = {env[k]["valueFrom"]["secretKeyRef"]["name"] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    assert keys == {"kappa-serve-object-store"} != {cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]}
+    folder = env["KAPPA_SERVE_OBJECT_STORE_KEYS"]["value"]
+    (mount,) = [m for m in ctr["volumeMounts"] if m["mountPath"] == folder]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert mount["readOnly"] is True and volume["secret"]["defaultMode"] == 0o440
+    assert volume["secret"]["secretName"] == "kappa-serve-object-store" != cm["data"]["KAPPA_K8S_OBJECT_STORE_SECRET"]
+    assert {i["path"] for i in volume["secret"]["items"]} == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     assert {"configMapRef": {"name": "kappa-config"}} in ctr["envFrom"]
-    assert pod["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
     # the Service selects exactly the endpoint's pods, on its port
     assert service["spec"]["type"] == "ClusterIP"
     labels = deployment["spec"]["template"]["metadata"]["labels"]

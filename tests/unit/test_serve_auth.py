@@ -251,6 +251,27 @@ def test_java_verifies_what_python_writes_and_refuses_wrong_or_unknown_logins(tm
     assert out[5].endswith("authentication failed for user mallory (1 consecutive failure)")
 
 
+def test_a_role_in_the_password_file_reads_the_same_in_python_and_java(tmp_path):
+    """Issue 40: only a ``dbt`` login may write dbt's schema; the endpoint's guard asks the Java
+    provider for the role of the session's user. A line without a role is an analyst's; an unknown
+    role makes the whole file refused, on both sides."""
+    from kappa.services.serve_users import read_roles
+
+    f = tmp_path / "users"
+    add_user(f, "dbt", "pw-dbt", CHEAP, role="dbt")
+    add_user(f, "analyst", "pw-an", CHEAP)
+    assert f.read_text().splitlines()[0].endswith("=:dbt") and not f.read_text().splitlines()[1].endswith(":analyst")
+    assert read_roles(f) == {"dbt": "dbt", "analyst": "analyst"}
+    out = java_logins(f, [("login", "dbt", "pw-dbt"), ("role", "dbt"), ("role", "analyst"), ("role", "mallory")])
+    assert [o.split()[0] for o in out[:1]] == ["ok"] and out[1:] == ["role dbt", "role analyst", "role null"], out
+    with pytest.raises(ValueError, match="role 'admin' is not one of analyst, dbt"):
+        add_user(f, "eve", "pw", CHEAP, role="admin")
+    f.write_text(f.read_text().replace(":dbt\n", ":admin\n"))
+    with pytest.raises(PasswordFileError, match="line 1 \\(user 'dbt'\\): role 'admin' is not one of"):
+        read_password_file(f)
+    assert java_logins(f, [("role", "dbt"), ("login", "analyst", "pw-an")])[0] == "role null"
+
+
 def test_java_refuses_every_login_when_a_line_is_plain_text_naming_file_and_line(tmp_path):
     f = tmp_path / "users"
     add_user(f, "ascii", "pw", CHEAP)

@@ -229,6 +229,7 @@ def serve_user_add(
     name: str = typer.Argument(..., help="User name (no ':' or white space)."),
     file: Path = typer.Option(..., "--file", help="The password file (created with mode 0600 if missing)."),
     iterations: int = typer.Option(DEFAULT_ITERATIONS, "--iterations", help="PBKDF2 rounds (100,000 to 10,000,000)."),
+    role: str = typer.Option("analyst", "--role", help="analyst (reads) or dbt (may also write the analytics schema)."),
 ) -> None:
     """Add NAME to the password file, or replace its line, with a salted hash of the password read
     from standard input (asked twice on a terminal; else the first line). Never from the command
@@ -245,7 +246,7 @@ def serve_user_add(
         else:
             password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
         try:
-            replaced = add_user(file, name, password, iterations)
+            replaced = add_user(file, name, password, iterations, role)
         except ValueError as err:
             fail(f"{err}; nothing written")
         console.print(f"{'replaced' if replaced else 'added'} {name} in {file}")

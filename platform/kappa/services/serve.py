@@ -25,12 +25,16 @@ name out for a while after repeated failures; the Kubernetes chart always runs i
 mounted from a Secret. State (pid file, state JSON, the server's log) lives in
 ``<KAPPA_HOME>/serve``.
 
-Every login is read-only outside dbt's schema: :data:`GUARD_CLASS` (``jvm/sql-guard``), a Spark
-session extension, refuses ``reflect``/``java_method``, path reads (``spark.sql.runSQLOnFiles`` is
-off), ``ADD JAR``/``ADD FILE``, ``CREATE FUNCTION``, ``INSERT … DIRECTORY``, ``SET``/``RESET``, Delta's
-maintenance and history statements, and any DDL or DML outside ``analytics`` or with a location
-outside ``<warehouse>/_dbt``; the error names the rule (``kappa sql guard: <rule>: …``). Only the
-endpoint's own session, which keeps the catalog in step, is exempt.
+Every statement is held to an allow-list: :data:`GUARD_CLASS` (``jvm/sql-guard``), a Spark session
+extension, admits queries made of allow-listed operators (:data:`OPERATORS_PATH`) and built-in
+functions (:data:`kappa.core.sql_functions.TABLE_PATH`) over the catalog's tables, read-only
+commands, and writes only from a login whose role in the password file is ``dbt``
+(:mod:`kappa.services.serve_users`), only in ``analytics`` with a location under
+``<warehouse>/_dbt``; variable substitution and path reads are off and a session that changes a
+setting off a short list is refused; the error names the rule (``kappa sql guard: <rule>: …``). Only
+the endpoint's own session, which keeps the catalog in step, is exempt. The endpoint's process
+starts with an allow-listed environment (:func:`endpoint_env`) and reads its object-store keys from
+files (:func:`read_object_store_keys`).
 
 Sources: Spark docs, "Distributed SQL Engine" (Thrift JDBC/ODBC server, ``hive.server2.thrift.*``);
 Delta docs, "Table batch reads and writes" (``delta.`path``` identifiers).
@@ -49,6 +53,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kappa.core import processes, storage
+from kappa.core.sql_functions import TABLE_PATH
 from kappa.config import Settings, join
 from kappa.core.service import LocalService
 from kappa.errors import KappaError
@@ -65,6 +70,9 @@ AUTH_CLASS = "dev.kappa.serve.PasswordFileAuthenticator"
 #: The endpoint's statement policy, a Spark session extension (jvm/sql-guard; the jar is
 #: build/jars/serve/kappa-sql-guard.jar): read-only except in :data:`DBT_SCHEMA`, see :func:`server_conf`.
 GUARD_CLASS = "dev.kappa.serve.ReadOnlySqlGuard"
+#: The guard's table of Spark's logical operators (``kappa/resources/sql_operators.json``): which may
+#: make up a query, which commands any login may run, which writes dbt's login may make.
+OPERATORS_PATH = TABLE_PATH.parent / "sql_operators.json"
 #: The schema dbt builds its models in (``dbt/profiles.yml``), the only one a login may write in.
 DBT_SCHEMA = "analytics"
 #: The schema of the tables the stable names' views read (one per promoted version, plus
@@ -354,7 +362,9 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
         raise ServeError(f"port {port} is already in use on {host}; choose another with `kappa serve --port P`")
     paths["dir"].mkdir(parents=True, exist_ok=True)
     paths["state"].unlink(missing_ok=True)
-    env = endpoint_env(settings, os.environ, password_file)
+    keys = object_store_keys(settings, os.environ)
+    keys_dir = write_object_store_keys(paths["dir"] / "object-store-keys", keys) if keys else None
+    env = endpoint_env(settings, os.environ, password_file, keys_dir)
     # start_new_session (in spawn): Ctrl-C in the calling shell must not stop the endpoint
     proc = processes.spawn([sys.executable, "-m", "kappa.services.serve", "--host", host, "--port", str(port)],
                            paths["log"], paths["pid"], env=env)
@@ -363,28 +373,84 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
     return status(settings)
 
 
-def endpoint_env(settings: Settings, base: Mapping[str, str], password_file: Path | str | None) -> dict[str, str]:
-    """The environment of the endpoint process :func:`start` spawns: ``base`` (the caller's) with
-    this state dir's ``KAPPA_*`` paths, the password file and TLS keystore as given, and, when
-    ``settings.serve_aws_access_key_id``/``serve_aws_secret_access_key`` are set, those keys as
-    ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: the endpoint's own object-store identity (read
-    the warehouse, write only ``<warehouse>/_dbt``; :func:`kappa.services.objectstore.serve_policy`)."""
-    env = {**base, "KAPPA_PROJECT_DIR": str(settings.project_dir), "KAPPA_HOME": str(settings.home),
-           "KAPPA_WAREHOUSE": str(settings.warehouse), "KAPPA_CHECKPOINTS": str(settings.checkpoints),
-           "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_JARS_DIR": str(settings.jars_dir),
-           "KAPPA_SPARK_DRIVER_MEMORY": settings.spark_driver_memory}
-    if settings.serve_aws_access_key_id and settings.serve_aws_secret_access_key:
-        env.update(AWS_ACCESS_KEY_ID=settings.serve_aws_access_key_id,
-                   AWS_SECRET_ACCESS_KEY=settings.serve_aws_secret_access_key)
-    env.pop("KAPPA_SERVE_PASSWORD_FILE", None)
+#: Variables of the caller's environment the endpoint process keeps (none holds a secret): what
+#: Python, the JVM and Spark need to start, and the object store's region. Every other one (a
+#: writer's ``AWS_*`` keys, ``KAPPA_SERVE_PASSWORD``, database passwords) stays out: a statement
+#: that could read the server's environment would find nothing worth having.
+ENV_ALLOWED = ("PATH", "HOME", "JAVA_HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
+               "VIRTUAL_ENV", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "AWS_REGION")
+#: The settings the endpoint process reads, passed as their ``KAPPA_*`` variables.
+ENV_SETTINGS = ("project_dir", "home", "warehouse", "checkpoints", "assets_dir", "jars_dir", "spark_driver_memory",
+                "shuffle_partitions", "delta_snapshot_partitions", "spark_ui", "spark_ui_port", "s3_endpoint",
+                "s3_path_style_access", "serve_tls_keystore", "serve_tls_password_file", "verbose")
+#: The two files of an object-store keys folder (:data:`kappa.config.Settings.serve_object_store_keys`).
+KEY_FILES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def endpoint_env(settings: Settings, base: Mapping[str, str], password_file: Path | str | None,
+                 keys_dir: Path | None = None) -> dict[str, str]:
+    """The environment of the endpoint process :func:`start` spawns, built from an allow-list: the
+    :data:`ENV_ALLOWED` variables of ``base`` (the caller's), the :data:`ENV_SETTINGS` of
+    ``settings`` as ``KAPPA_*`` (paths resolved), the password file as given and, with
+    ``keys_dir``, ``KAPPA_SERVE_OBJECT_STORE_KEYS`` naming the folder of its object-store keys
+    (:func:`write_object_store_keys`). No secret: never an ``AWS_ACCESS_KEY_ID`` or
+    ``AWS_SECRET_ACCESS_KEY``, whoever calls."""
+    env = {k: base[k] for k in ENV_ALLOWED if base.get(k)}
+    for name in ENV_SETTINGS:
+        value = getattr(settings, name)
+        if value is None:
+            continue
+        if name in ("serve_tls_keystore", "serve_tls_password_file"):
+            value = Path(value).resolve()
+        env[f"KAPPA_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
     if password_file is not None:
         env["KAPPA_SERVE_PASSWORD_FILE"] = str(password_file)
-    for name, value in (("KAPPA_SERVE_TLS_KEYSTORE", settings.serve_tls_keystore),
-                        ("KAPPA_SERVE_TLS_PASSWORD_FILE", settings.serve_tls_password_file)):
-        env.pop(name, None)
-        if value is not None:
-            env[name] = str(Path(value).resolve())
+    if keys_dir is not None:
+        env["KAPPA_SERVE_OBJECT_STORE_KEYS"] = str(keys_dir)
     return env
+
+
+def object_store_keys(settings: Settings, base: Mapping[str, str]) -> dict[str, str] | None:
+    """The object-store keys a local endpoint runs with: ``KAPPA_SERVE_AWS_*`` (its own identity,
+    ``kappa objectstore``'s read-only account) when set, else the caller's ``AWS_*`` from ``base``;
+    None when neither has both keys (a warehouse in a local folder needs none)."""
+    if settings.serve_aws_access_key_id and settings.serve_aws_secret_access_key:
+        return dict(zip(KEY_FILES, (settings.serve_aws_access_key_id, settings.serve_aws_secret_access_key)))
+    if all(base.get(k) for k in KEY_FILES):
+        return {k: base[k] for k in KEY_FILES}
+    return None
+
+
+def write_object_store_keys(folder: Path, keys: Mapping[str, str]) -> Path:
+    """Write ``keys`` (:data:`KEY_FILES`) as one file each in ``folder`` (mode 0700; files 0600,
+    created so, never readable by others for an instant); returns ``folder``."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    for name in KEY_FILES:
+        path = folder / name
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(keys[name])
+    return folder
+
+
+def read_object_store_keys(settings: Settings) -> dict[str, str] | None:
+    """The keys of ``settings.serve_object_store_keys`` (:data:`KEY_FILES`, each file's text without
+    its line end); None when it is not set. Raises :class:`ServeError` naming the file when one is
+    missing or empty."""
+    folder = settings.serve_object_store_keys
+    if folder is None:
+        return None
+    keys = {}
+    for name in KEY_FILES:
+        try:
+            keys[name] = (Path(folder) / name).read_text().strip()
+        except OSError as exc:
+            raise ServeError(f"KAPPA_SERVE_OBJECT_STORE_KEYS: cannot read {Path(folder) / name}: {exc.strerror}") from exc
+        if not keys[name]:
+            raise ServeError(f"KAPPA_SERVE_OBJECT_STORE_KEYS: {Path(folder) / name} is empty")
+    return keys
 
 
 def stop(settings: Settings, grace_s: float = 30.0) -> int:
@@ -504,16 +570,21 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     ``spark.jars`` does not reach.
 
     With ``settings.serve_tls_keystore``: ``hive.server2.use.SSL`` with that keystore (its password
-    is not in this dict, see :data:`KEYSTORE_PASSWORD_KEY`).
+    is not in this dict, see :data:`KEYSTORE_PASSWORD_KEY`). With ``settings.serve_object_store_keys``:
+    S3A's ``SimpleAWSCredentialsProvider``, whose keys :func:`serve_forever` sets in the running JVM
+    from those files (not in this dict, not in the environment).
 
     With ``settings.serve_password_file``: ``hive.server2.authentication=CUSTOM`` with
     :data:`AUTH_CLASS` (its jar on the driver's class path). Hive instantiates the provider from a
     fresh ``HiveConf``, which reads JVM system properties but not Spark's ``spark.hadoop.*``, so the
     class is also given as a ``-D`` option of the driver.
 
-    The statement policy: :data:`GUARD_CLASS` joins ``spark.sql.extensions``; path reads are off;
-    ``spark.kappa.sql.guard.schema`` / ``.location`` (SparkConf, which no session can change) name
-    where a login may write: :data:`DBT_SCHEMA` and :func:`marts_root`."""
+    The statement policy: :data:`GUARD_CLASS` joins ``spark.sql.extensions``; path reads and variable
+    substitution (``${env:…}``, ``${system:…}``, which Spark would replace before parsing) are off;
+    ``spark.kappa.sql.guard.functions`` / ``.operators`` name its allow-lists
+    (:data:`kappa.core.sql_functions.TABLE_PATH`, :data:`OPERATORS_PATH`); ``spark.kappa.sql.guard.schema``
+    / ``.location`` name where dbt's login may write: :data:`DBT_SCHEMA` and :func:`marts_root`. All
+    are SparkConf, which no session can change (a session that changes its SQL settings is refused)."""
     from kappa.core.jvm import spark_jars
     from kappa.streaming.session import spark_conf
 
@@ -526,6 +597,9 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
         conf["spark.hadoop.hive.server2.custom.authentication.class"] = AUTH_CLASS
         conf["spark.driver.extraJavaOptions"] = (conf.get("spark.driver.extraJavaOptions", "")
                                                  + f" -Dhive.server2.custom.authentication.class={AUTH_CLASS}").strip()
+    if settings.serve_object_store_keys is not None:
+        # the keys come from files, set in the running JVM by serve_forever: never the environment
+        conf["spark.hadoop.fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
     if settings.serve_tls_keystore is not None:
         # HiveServer2 SSL (binary transport); the keystore's password is set in the driver's
         # Hadoop configuration by serve_forever (KEYSTORE_PASSWORD_KEY), not here.
@@ -544,6 +618,9 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
         "spark.sql.hive.thriftServer.async": "true",
         "spark.sql.extensions": f"{conf['spark.sql.extensions']},{GUARD_CLASS}",
         "spark.sql.runSQLOnFiles": "false",
+        "spark.sql.variable.substitute": "false",
+        "spark.kappa.sql.guard.functions": str(TABLE_PATH),
+        "spark.kappa.sql.guard.operators": str(OPERATORS_PATH),
         "spark.kappa.sql.guard.schema": DBT_SCHEMA,
         "spark.kappa.sql.guard.location": str(marts_root(settings)),
     })
@@ -579,7 +656,8 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
 def serve_forever(settings: Settings, host: str, port: int) -> None:
     """The endpoint's process, in the foreground (``python -m kappa.services.serve``; what the Kubernetes
     Deployment runs): a Spark driver running HiveThriftServer2 until SIGTERM. Raises
-    :class:`ServeError` for a non-loopback ``host`` without a password file,
+    :class:`ServeError` for a non-loopback ``host`` without a password file, or object-store keys
+    (``KAPPA_SERVE_OBJECT_STORE_KEYS``) that cannot be read,
     :class:`~kappa.services.serve_users.PasswordFileError` when the password file is malformed."""
     from pyspark.sql import SparkSession
 
@@ -590,6 +668,7 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     if settings.serve_password_file is not None:
         read_password_file(settings.serve_password_file)  # fail now, naming the file, not at the first login
     keystore = tls_keystore(settings)
+    keys = read_object_store_keys(settings)
     _paths(settings)["dir"].mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -600,6 +679,15 @@ def serve_forever(settings: Settings, host: str, port: int) -> None:
     spark.sparkContext.setLogLevel("WARN")
     if keystore is not None:  # read by the Thrift server's HiveConf, built from this configuration
         spark.sparkContext._jsc.hadoopConfiguration().set(KEYSTORE_PASSWORD_KEY, keystore[1])
+    if keys is not None:
+        # The object-store keys, read from their files: into the running JVM's Hadoop configuration
+        # (S3A's SimpleAWSCredentialsProvider, see server_conf), which no SQL statement reads (SET
+        # shows the SQL configuration only), and, now that the JVM runs without them in its
+        # environment, into this Python process's for its own registry reads (delta-rs, pyarrow).
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        hadoop.set("fs.s3a.access.key", keys["AWS_ACCESS_KEY_ID"])
+        hadoop.set("fs.s3a.secret.key", keys["AWS_SECRET_ACCESS_KEY"])
+        os.environ.update(keys)
     # This session keeps the catalog in step; every client session is a new one, under the policy.
     spark.sparkContext._jvm.dev.kappa.serve.ReadOnlySqlGuard.trust(spark._jsparkSession)
 

@@ -1,8 +1,10 @@
 """The SQL endpoint's password file: salted, slow password hashes, one user a line.
 
-Each line is ``name:pbkdf2_sha256$<iterations>$<salt>$<hash>``: PBKDF2-HMAC-SHA256 (RFC 8018,
+Each line is ``name:pbkdf2_sha256$<iterations>$<salt>$<hash>[:role]``: PBKDF2-HMAC-SHA256 (RFC 8018,
 section 5.2) of the UTF-8 password with a random 16-byte salt, ``<iterations>`` rounds and a 32-byte
-output, salt and hash in standard base64 (with padding). Blank lines and lines starting with ``#``
+output, salt and hash in standard base64 (with padding); ``role`` is one of :data:`ROLES`
+(``analyst`` when absent: reads; ``dbt``: may also write dbt's schema, the endpoint's guard asks
+the Java check for it). Blank lines and lines starting with ``#``
 are ignored. The same format is read by the endpoint's Java check,
 ``dev.kappa.serve.PasswordFileAuthenticator`` (``jvm/serve-auth``), with
 ``SecretKeyFactory("PBKDF2WithHmacSHA256")``, and written only by :func:`add_user`
@@ -44,6 +46,9 @@ from pathlib import Path
 from kappa.errors import KappaError
 
 SCHEME = "pbkdf2_sha256"
+#: The roles of the endpoint's logins: ``analyst`` (the default) reads; ``dbt`` may also write the
+#: ``analytics`` schema (:data:`kappa.services.serve.DBT_SCHEMA`). The Java check has the same list.
+ROLES = ("analyst", "dbt")
 #: OWASP Password Storage Cheat Sheet (PBKDF2-HMAC-SHA256, 2023 figure).
 DEFAULT_ITERATIONS = 600_000
 #: Fewer rounds than this and an offline guess is cheap (Django's default in 2017; a quarter of OWASP's).
@@ -137,13 +142,22 @@ def check_name(name: str) -> str:
     return name
 
 
-def user_line(name: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> str:
-    """``name:pbkdf2_sha256$…`` for a password file (without the newline)."""
-    return f"{check_name(name)}:{hash_password(password, iterations).encode()}"
+def check_role(role: str) -> str:
+    """``role`` if it is one of :data:`ROLES`; raises ValueError naming them otherwise."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    return role
 
 
-def _parse(path: Path, lines: list[str]) -> dict[str, tuple[int, PasswordHash]]:
-    users: dict[str, tuple[int, PasswordHash]] = {}
+def user_line(name: str, password: str, iterations: int = DEFAULT_ITERATIONS, role: str = ROLES[0]) -> str:
+    """``name:pbkdf2_sha256$…[:role]`` for a password file (without the newline; no role for
+    the default one)."""
+    suffix = "" if check_role(role) == ROLES[0] else f":{role}"
+    return f"{check_name(name)}:{hash_password(password, iterations).encode()}{suffix}"
+
+
+def _parse(path: Path, lines: list[str]) -> dict[str, tuple[int, PasswordHash, str]]:
+    users: dict[str, tuple[int, PasswordHash, str]] = {}
     for n, line in enumerate(lines, start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -152,8 +166,9 @@ def _parse(path: Path, lines: list[str]) -> dict[str, tuple[int, PasswordHash]]:
             raise PasswordFileError(f"{path}: line {n} is not `user:{_FORMAT}`")
         if name in users:
             raise PasswordFileError(f"{path}: line {n}: user {name!r} is already on line {users[name][0]}")
+        encoded, _, role = encoded.partition(":")
         try:
-            users[name] = (n, PasswordHash.decode(encoded))
+            users[name] = (n, PasswordHash.decode(encoded), check_role(role or ROLES[0]))
         except ValueError as err:
             hint = f"; set it with `kappa serve user add {name} --file {path}`" if "plain-text" in str(err) else ""
             raise PasswordFileError(f"{path}: line {n} (user {name!r}): {err}{hint}") from None
@@ -171,24 +186,33 @@ def read_password_file(path: Path | str) -> dict[str, PasswordHash]:
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else err
         raise PasswordFileError(f"{path}: cannot read the password file ({reason})") from err
-    users = {name: h for name, (_, h) in _parse(path, lines).items()}
+    users = {name: h for name, (_, h, _role) in _parse(path, lines).items()}
     if not users:
         raise PasswordFileError(f"{path}: no `user:{_FORMAT}` line")
     return users
 
 
-def add_user(path: Path | str, name: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> bool:
-    """Write ``name``'s salted hash of ``password`` to the password file at ``path``: its line is
+def read_roles(path: Path | str) -> dict[str, str]:
+    """User -> role (:data:`ROLES`) of every line of the password file at ``path``; raises as
+    :func:`read_password_file`."""
+    read_password_file(path)
+    return {name: role for name, (_, _h, role) in _parse(Path(path), Path(path).read_text(encoding="utf-8").splitlines()).items()}
+
+
+def add_user(path: Path | str, name: str, password: str, iterations: int = DEFAULT_ITERATIONS,
+             role: str = ROLES[0]) -> bool:
+    """Write ``name``'s salted hash of ``password``, with ``role`` (:data:`ROLES`), to the password
+    file at ``path``: its line is
     replaced where it is, or appended; every other line (comments too) is kept as it is. Returns
     True when ``name`` was already there.
 
     The file is replaced atomically (a temporary file in the same folder, then ``os.replace``), so
     the endpoint, which re-reads the file when it changes, never reads half of it. A new file is
     created with mode 0600; an existing file keeps its mode. Raises ValueError for a bad name,
-    empty password or iteration count, :class:`PasswordFileError` when the file cannot be read or
+    role, empty password or iteration count, :class:`PasswordFileError` when the file cannot be read or
     written."""
     path = Path(path)
-    line = user_line(name, password, iterations)
+    line = user_line(name, password, iterations, role)
     try:
         lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o600

@@ -28,7 +28,9 @@ import org.apache.hive.service.auth.PasswdAuthenticationProvider;
  * (Hive's "Setting Up HiveServer2", Authentication/Security Configuration). The file is named by
  * the environment variable {@code KAPPA_SERVE_PASSWORD_FILE} (or the system property
  * {@code kappa.serve.password.file}). One {@code user:pbkdf2_sha256$<iterations>$<salt>$<hash>}
- * per line (salt and hash in standard base64), as {@code kappa serve user add} writes it
+ * per line (salt and hash in standard base64), optionally followed by {@code :<role>} ({@link #ROLES};
+ * none is {@code analyst}, who reads; {@code dbt} may also write dbt's schema, see
+ * {@code dev.kappa.serve.ReadOnlySqlGuard} and {@link #role}), as {@code kappa serve user add} writes it
  * ({@code platform/kappa/services/serve_users.py}, which documents the format and its numbers);
  * blank lines and lines starting with {@code #} are ignored. A plain-text {@code user:password}
  * line, or any line not in that form, makes the whole file refused (every login fails, the log
@@ -56,6 +58,8 @@ public final class PasswordFileAuthenticator implements PasswdAuthenticationProv
   public static final String PROPERTY = "kappa.serve.password.file";
 
   static final String SCHEME = "pbkdf2_sha256";
+  /** The roles a line may give its user; a line without one is the first's. */
+  public static final List<String> ROLES = List.of("analyst", "dbt");
   // the bounds of serve_users.py (MIN_ITERATIONS, MAX_ITERATIONS, SALT_BYTES, HASH_BYTES)
   static final int MIN_ITERATIONS = 100_000;
   static final int MAX_ITERATIONS = 10_000_000;
@@ -83,8 +87,8 @@ public final class PasswordFileAuthenticator implements PasswdAuthenticationProv
   /** One stored hash: PBKDF2-HMAC-SHA256 of the password with {@code salt} over {@code iterations}. */
   record Hash(int iterations, byte[] salt, byte[] hash) {}
 
-  /** The file's users and a dummy hash of the file's highest cost (checked for unknown users). */
-  record Users(Map<String, Hash> byName, Hash dummy) {}
+  /** The file's users, their roles, and a dummy hash of the file's highest cost (checked for unknown users). */
+  record Users(Map<String, Hash> byName, Map<String, String> roles, Hash dummy) {}
 
   /** The password file's path, or null when none is configured. */
   static Path passwordFile() {
@@ -135,6 +139,7 @@ public final class PasswordFileAuthenticator implements PasswdAuthenticationProv
   /** Parse the file's lines; throws IOException naming the file and line if one is not a hash line. */
   static Users parse(Path file, List<String> lines) throws IOException {
     Map<String, Hash> out = new HashMap<>();
+    Map<String, String> roles = new HashMap<>();
     Map<String, Integer> lineOf = new HashMap<>();
     int maxIterations = 0;
     for (int i = 0; i < lines.size(); i++) {
@@ -151,9 +156,17 @@ public final class PasswordFileAuthenticator implements PasswdAuthenticationProv
         throw new IOException(file + ": line " + (i + 1) + ": user '" + user + "' is already on line "
             + lineOf.get(user));
       }
+      String rest = line.substring(colon + 1);
+      int roleColon = rest.indexOf(':');
+      String role = roleColon < 0 ? ROLES.get(0) : rest.substring(roleColon + 1);
+      if (!ROLES.contains(role)) {
+        throw new IOException(file + ": line " + (i + 1) + " (user '" + user + "'): role '" + role
+            + "' is not one of " + ROLES);
+      }
       try {
-        Hash h = decode(line.substring(colon + 1));
+        Hash h = decode(roleColon < 0 ? rest : rest.substring(0, roleColon));
         out.put(user, h);
+        roles.put(user, role);
         lineOf.put(user, i + 1);
         maxIterations = Math.max(maxIterations, h.iterations());
       } catch (IllegalArgumentException e) {
@@ -167,7 +180,7 @@ public final class PasswordFileAuthenticator implements PasswdAuthenticationProv
     byte[] hash = new byte[HASH_BYTES];
     RANDOM.nextBytes(salt);
     RANDOM.nextBytes(hash);  // no password derives to it: an unknown user never logs in
-    return new Users(Map.copyOf(out), new Hash(maxIterations, salt, hash));
+    return new Users(Map.copyOf(out), Map.copyOf(roles), new Hash(maxIterations, salt, hash));
   }
 
   private static Users current() throws AuthenticationException {
@@ -192,6 +205,18 @@ public final class PasswordFileAuthenticator implements PasswdAuthenticationProv
         loadedPath = null;
         throw new AuthenticationException("cannot use the password file: " + e.getMessage(), e);
       }
+    }
+  }
+
+  /**
+   * The role the password file gives {@code user} ({@link #ROLES}), read from the file as it is now
+   * (the one logins are checked against); null for a user not in it or when the file cannot be used.
+   */
+  public static String role(String user) {
+    try {
+      return current().roles().get(user);
+    } catch (AuthenticationException e) {
+      return null;
     }
   }
 
