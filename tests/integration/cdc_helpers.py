@@ -139,15 +139,24 @@ def wait_records(settings: Settings, topic: str, match, count: int = 1, from_off
         time.sleep(0.5)
 
 
-def delta_rows(settings: Settings, asset: str, table: str) -> dict[tuple, dict]:
-    """The latest version of ``asset`` (a current-state table of ``table``) keyed by primary key,
-    with PostgreSQL's columns only (metadata columns dropped), dates as days since the epoch and
-    missing values as None, to compare with :func:`pg_rows`."""
+def delta_rows(settings: Settings, asset: str, table: str, pinned: bool = False) -> dict[tuple, dict]:
+    """The latest version of ``asset`` (a current-state table of ``table``; ``pinned``: what its
+    stable name reads, the promoted version's pinned snapshot) keyed by primary key, with
+    PostgreSQL's columns only (metadata columns dropped), dates as days since the epoch and missing
+    values as None, to compare with :func:`pg_rows`."""
     from deltalake import DeltaTable
 
+    import kappa.tables
     from kappa.delta.registry import Registry
 
-    df = DeltaTable(Registry(settings).latest(asset).table_path).to_pandas()
+    df = (kappa.tables.dataset(asset, settings).to_table().to_pandas() if pinned else
+          DeltaTable(Registry(settings).latest(asset).table_path).to_pandas())
+    return frame_rows(df, table)
+
+
+def frame_rows(df, table: str) -> dict[tuple, dict]:
+    """Rows of ``df`` (a Delta table of PostgreSQL's ``table`` as pandas) keyed by primary key, as
+    :func:`delta_rows` gives them."""
     cols = [c for c in df.columns if not c.startswith("_")]
     out = {}
     for rec in df[cols].astype(object).to_dict("records"):
@@ -156,3 +165,23 @@ def delta_rows(settings: Settings, asset: str, table: str) -> dict[tuple, dict]:
                for c, v in rec.items()}
         out[tuple(rec[k] for k in PRIMARY_KEYS[table])] = rec
     return out
+
+
+def fleet_by_airline_of(fleet: dict, airlines: dict, planes: dict) -> dict[str, tuple]:
+    """fleet_by_airline's SQL (``FLEET_BY_AIRLINE_SQL``) over rows keyed as :func:`pg_rows` gives
+    them: carrier -> (airline name, fleet rows, their planes' seats or None)."""
+    out: dict[str, tuple] = {}
+    for (tailnum,), f in fleet.items():
+        airline = airlines.get((f["carrier"],))
+        if airline is None:
+            continue
+        seats = (planes.get((tailnum,)) or {}).get("seats")
+        _, n, total = out.get(f["carrier"], (None, 0, None))
+        out[f["carrier"]] = (airline["name"], n + 1, total if seats is None else (total or 0) + seats)
+    return out
+
+
+def view_rows(df) -> dict[str, tuple]:
+    """fleet_by_airline's rows (pandas) as :func:`fleet_by_airline_of` gives them."""
+    return {r.carrier: (r.airline_name, int(r.planes), None if r.seats != r.seats or r.seats is None else int(r.seats))
+            for r in df.itertuples()}

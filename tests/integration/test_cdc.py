@@ -299,6 +299,8 @@ def test_flights_enriched_joins_planes_as_of_the_flight_time(cdc_settings, spark
         wait_topic_equals_table(cdc_settings, t)
     chain = ["flights", "planes_history", "airlines_history", "flights_enriched"]
     run_until_caught_up(settings, chain, spark=spark)
+    promoted = {a: Registry(settings).latest(a).version for a in chain}
+    promotion.commit_promotion(settings, promoted, reason="test")
     v1 = table(settings, "flights_enriched")
     assert len(v1) == 1_500 and v1.event_id.is_unique
 
@@ -323,6 +325,11 @@ def test_flights_enriched_joins_planes_as_of_the_flight_time(cdc_settings, spark
     wait_topic_equals_table(cdc_settings, "planes")
     run_until_caught_up(settings, ["planes_history"], spark=spark)
 
+    # Issue 47: the chain promoted at its first batches; `kappa advance` after the history's new
+    # batch: planes_history's current rows at its pin are PostgreSQL's planes, and flights_enriched
+    # at its pin joined each flight with the plane version valid at its time in that history.
+    assert_lookup_chain_follows_postgres(settings, cdc_settings, promoted)
+
     # Replay: v2 equals v1, the changes notwithstanding.
     report = promotion.replay(settings, "flights_enriched", spark=spark)
     v2_version = Registry(settings).version("flights_enriched", report.versions["flights_enriched"])
@@ -346,6 +353,150 @@ def test_flights_enriched_joins_planes_as_of_the_flight_time(cdc_settings, spark
     assert (row.seats, row.model) == now_rows[changed[0]]
     old = after[(after.tailnum == changed[0]) & (after.event_id != event["event_id"])]
     assert (old.seats == planes.loc[changed[0], "seats"]).all()
+
+
+def test_the_cut_advances_through_the_cdc_lineage_and_every_name_equals_postgres(cdc_settings, spark, tmp_path):
+    """Issue 47: the stable names of the CDC lineage (planes, fleet, airlines and the table-table
+    join fleet_by_airline over their change data feeds) follow the changes: promoted at their first
+    micro-batch, changes go through in another micro-batch of each query, `kappa advance`, and
+    every name read at its pin equals PostgreSQL. Then the lineage runs continuously while changes
+    arrive, and two advances move its names, which agree with each other at each cut
+    (fleet_by_airline at its pin equals its SQL over the three tables at theirs); a pin left before
+    its table's latest micro-batch names the reader that holds it. (The lookup lineage:
+    test_flights_enriched_joins_planes_as_of_the_flight_time.) Private home; the session's
+    changelog topics and PostgreSQL."""
+    import time
+    import uuid
+
+    from kappa.config import load_settings
+    from kappa.delta.registry import Registry
+    from kappa.lifecycle.cut import advance
+    from kappa.lifecycle.promotion import commit_promotion
+    from kappa.runners import run_until_caught_up
+    from kappa.runners.local import LocalRunner
+    from kappa.spec import load_catalog
+    from kappa.streaming.provenance import batch_commits
+    from kappa.tables import dataset
+
+    from ..conftest import REPO, copy_assets
+    from .cdc_helpers import fleet_by_airline_of, view_rows
+    from .test_cli import env_for
+
+    took, t0 = {}, time.monotonic()
+    suffix = uuid.uuid4().hex[:8]  # no topic of its own: the changelogs are shared
+    settings = load_settings(
+        project_dir=REPO, home=tmp_path / "home", assets_dir=copy_assets(tmp_path / "assets", suffix, shared=("ops.",)),
+        kafka_port=cdc_settings.kafka_port, kafka_controller_port=cdc_settings.kafka_controller_port,
+        postgres_port=cdc_settings.postgres_port, connect_port=cdc_settings.connect_port)
+    cdc = ["planes", "fleet", "airlines", "fleet_by_airline"]
+    tables = {"planes": "planes", "fleet": "fleet", "airlines": "airlines"}
+
+    def settle() -> None:
+        for t in tables.values():
+            wait_topic_equals_table(cdc_settings, t)
+
+    settle()
+    run_until_caught_up(settings, cdc, spark=spark)
+    registry = Registry(settings)
+    commit_promotion(settings, {a: registry.latest(a).version for a in cdc}, reason="test")
+    took["first load"], t0 = time.monotonic() - t0, time.monotonic()
+    simulate(cdc_settings, 40, seed=47)  # another micro-batch of every changelog query and of the view
+    settle()
+    run_until_caught_up(settings, cdc, spark=spark)
+    took["a round"], t0 = time.monotonic() - t0, time.monotonic()
+
+    view = registry.latest("fleet_by_airline")
+    latest = batch_commits(settings, view)[1][-1]
+    print(f"\nfleet_by_airline batch {latest.batch_id} provenance: {json.dumps(latest.sources, sort_keys=True)}")
+    out = kappa("advance", "--format", "json", env=env_for(settings))
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    pins = report["pins"]
+    print("kappa advance pins: " + json.dumps({a: {k: pins[a][k] for k in ("snapshot", "batch_id", "reads", "verified")}
+                                               for a in cdc}, sort_keys=True))
+    assert {"planes", "fleet", "fleet_by_airline"} <= set(report["moved"]), report["moved"]
+    for asset in cdc:  # each at its latest micro-batch, verified
+        v = registry.latest(asset)
+        assert pins[asset]["batch_id"] == batch_commits(settings, v)[1][-1].batch_id, (asset, pins[asset])
+        assert pins[asset]["held_back"] is None
+    assert all(pins[a]["verified"] for a in cdc), pins
+    for asset, table in tables.items():
+        assert_equals_postgres(cdc_settings, table, delta_rows(settings, asset, table, pinned=True),
+                               pg_rows(cdc_settings, table), f"{asset} at its pin")
+    with postgres.connect(cdc_settings) as conn:
+        expected_view = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(FLEET_BY_AIRLINE_SQL)}
+    assert view_rows(dataset("fleet_by_airline", settings).to_table().to_pandas()) == expected_view
+    # its newest batch read every table completely through a Delta version (issue 47: partway before)
+    assert latest.batch_id >= 1 and all(s["delta"]["complete"] for s in latest.sources), latest.sources
+
+    took["advance and checks"], t0 = time.monotonic() - t0, time.monotonic()
+
+    # continuously: the CDC lineage runs, changes arrive, each advance moves the names together
+    catalog = load_catalog(settings.assets_dir)
+    versions = {a: registry.latest(a) for a in cdc}
+    runner = LocalRunner(settings, spark=spark)
+    try:
+        for a in cdc:
+            runner.start(catalog[a], versions[a], bounded=False)
+        for seed in (49, 50):
+            simulate(cdc_settings, 30, seed=seed)
+            settle()
+            # the view has read planes past its pin (a 10 s trigger): bounded poll
+            deadline = time.monotonic() + 120
+            while not any((c.reads("planes", versions["fleet_by_airline"].upstream["planes"])[0] or -1)
+                          > pins["planes"]["snapshot"]
+                          for c in batch_commits(settings, versions["fleet_by_airline"])[1]):
+                assert time.monotonic() < deadline, "fleet_by_airline did not read the new planes within 120 s"
+                time.sleep(1)
+            moved = advance(settings, cdc, wait_s=30)
+            assert not moved.refused, moved.refused
+            assert {"fleet_by_airline", "planes"} <= set(moved.moved), moved.moved
+            pins = {**pins, **moved.pins}
+            rows = {a: delta_rows(settings, a, t, pinned=True) for a, t in tables.items()}
+            got = view_rows(dataset("fleet_by_airline", settings).to_table().to_pandas())
+            assert got == fleet_by_airline_of(rows["fleet"], rows["airlines"], rows["planes"])
+            for a in cdc:  # a pin before its table's latest batch says which reader holds it
+                if pins[a]["batch_id"] < batch_commits(settings, versions[a])[1][-1].batch_id:
+                    assert pins[a]["held_back"] and "fleet_by_airline/v1" in pins[a]["held_back"], pins[a]
+        took["continuous"], t0 = time.monotonic() - t0, time.monotonic()
+    finally:
+        for a in cdc:
+            runner.stop(a, versions[a].version)
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in took.items()))
+
+
+def assert_lookup_chain_follows_postgres(settings, cdc_settings, promoted: dict[str, int]) -> None:
+    """`kappa advance` over the promoted lookup chain (flights, planes_history, airlines_history,
+    flights_enriched): planes_history moves to its latest batch and its current rows at the pin are
+    PostgreSQL's planes; flights_enriched at its pin joined every flight with the plane version of
+    the pinned history valid at the flight's time, and its pin names the table side as not evaluated."""
+    import pandas as pd
+
+    from kappa.delta.registry import Registry
+    from kappa.lifecycle.cut import advance
+    from kappa.streaming.provenance import batch_commits
+    from kappa.tables import dataset
+
+    from .cdc_helpers import frame_rows
+
+    report = advance(settings, wait_s=30)
+    assert not report.refused and "planes_history" in report.moved, report.to_json()
+    pins = report.pins
+    history_version = Registry(settings).version("planes_history", promoted["planes_history"])
+    assert pins["planes_history"]["batch_id"] == batch_commits(settings, history_version)[1][-1].batch_id
+    history = dataset("planes_history", settings).to_table().to_pandas()
+    current = history[history.is_current].drop(columns=["valid_from", "valid_to", "is_current"])
+    assert_equals_postgres(cdc_settings, "planes", frame_rows(current, "planes"), pg_rows(cdc_settings, "planes"),
+                           "planes_history current rows at its pin")
+    enriched = dataset("flights_enriched", settings).to_table().to_pandas()
+    joined = enriched[["event_id", "tailnum", "event_time", "seats"]].merge(
+        history[["tailnum", "valid_from", "valid_to", "seats"]], on="tailnum", suffixes=("", "_h"))
+    at = pd.to_datetime(joined.event_time, utc=True)
+    valid = joined[(pd.to_datetime(joined.valid_from, utc=True) <= at)
+                   & (joined.valid_to.isna() | (at < pd.to_datetime(joined.valid_to, utc=True)))]
+    assert len(valid) > 1_000 and valid.event_id.is_unique
+    assert (valid.seats.fillna(-1) == valid.seats_h.fillna(-1)).all()
+    assert "planes_history as a lookup's table side" in pins["flights_enriched"]["why_unverified"]
 
 
 def nycflights13_flight_event(tailnum: str) -> str:

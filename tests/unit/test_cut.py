@@ -233,3 +233,84 @@ def test_kappa_promote_and_versions_name_the_unverified_pins_of_the_commit(tmp_p
                                      "pin (its stable name reads the table as it comes)")
     assert pin_verification("flights", Registry(settings).promoted("flights").pin) == {
         "verified": False, "why_unverified": pins["flights"]["why_unverified"]}
+
+
+# --- a table-table join over changelog tables (MERGE commits, read as change data feeds) -----------
+
+def _log(table, n: int, actions: list[dict]) -> None:
+    """Delta version ``n`` of ``table``'s log: ``actions`` (one JSON line each)."""
+    import json
+
+    log = table / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    (log / f"{n:020d}.json").write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+def test_a_change_feed_reader_of_merge_commits_is_pinned_at_its_newest_batch(tmp_path, monkeypatch):
+    """A CDC lineage: changelog tables planes and fleet, each micro-batch one MERGE (an insert-only
+    first load: add files only; then updates and deletes: ``cdc`` files), and a materialized view
+    reading their change data feeds. Delta ends a batch that read a version with change data files
+    at (v, k - 1), k its cdc files (no end placeholder follows them; Delta admits such a version
+    whole): complete through v, so the cut pins the view at its newest batch with the changelog
+    batches it read. The same position is partway into v for a plain Delta read, or when k - 1 is
+    not the last index; read so, the lineage stays at its first batch, and the held-back lines say
+    which reader holds each pin and why."""
+    from kappa.config import load_settings
+    from kappa.lifecycle.cut import build_pins
+    from kappa.streaming.provenance import describe_sources
+
+    monkeypatch.setenv("KAPPA_HOME", str(tmp_path / "home"))
+    settings = load_settings()
+    add = {"add": {"path": "part-0.parquet", "dataChange": True}}
+    cdc = {"cdc": {"path": "_change_data/cdc-0.parquet", "dataChange": False}}
+    # planes: 0 create, 1 first load, 2 MERGE writing two change data files, 3 MERGE writing one
+    # fleet: 0 create, 1 first load, 2 MERGE writing one change data file
+    for name, versions in (("planes", [[], [add], [add, cdc, cdc, {"remove": {"path": "p"}}], [add, cdc]]),
+                           ("fleet", [[], [add], [add, cdc]])):
+        for n, actions in enumerate(versions):
+            _log(tmp_path / name, n, [{"commitInfo": {"operation": "MERGE"}}, *actions])
+    ids = {"pid": ("planes", 1, str(tmp_path / "planes")), "fid": ("fleet", 1, str(tmp_path / "fleet"))}
+    view = version("v", {"planes": 1, "fleet": 1})
+
+    def wal(planes: tuple[int, int], fleet: tuple[int, int]) -> list[dict]:
+        return [{"sourceVersion": 1, "reservoirId": rid, "reservoirVersion": v, "index": i, "isStartingVersion": False}
+                for rid, (v, i) in (("pid", planes), ("fid", fleet))]
+
+    # the view's batches: the first load (both at a version start), then planes' v2 and fleet's v2
+    # (the last cdc file of each), then planes' v3 (fleet unchanged)
+    entries = [wal((2, -1), (2, -1)), wal((2, 1), (2, 0)), wal((3, 0), (2, 0))]
+
+    def lineage(change_feed: bool) -> dict[str, CutTable]:
+        commits = [BatchCommit(b + 1, b, describe_sources(settings, view, e, ids, change_feed=change_feed))
+                   for b, e in enumerate(entries)]
+        changelog = {name: CutTable(version(name), len(vs), [BatchCommit(v, v - 1, [{"kafka": {name: {"0": 10 * v}}}])
+                                                             for v in vs]) for name, vs in (("planes", [1, 2, 3]),
+                                                                                            ("fleet", [1, 2]))}
+        return {**changelog, "v": CutTable(view, 3, commits, ["planes", "fleet"])}
+
+    tables = lineage(change_feed=True)
+    assert tables["v"].commits[2].sources[0] == {"delta": {
+        "asset": "planes", "version": 1, "table_version": 3, "complete": True,
+        "position": {"reservoirVersion": 3, "index": 0, "change_data_feed": True}}}
+    choice, unconstrained = solve(tables)
+    assert not unconstrained and choice == {"planes": 2, "fleet": 1, "v": 2}  # every latest batch
+    pins = build_pins(tables, choice, unconstrained)
+    assert pins["v"]["reads"] == {"planes": 3, "fleet": 2} and all(p["verified"] for p in pins.values())
+    assert not any(p["held_back"] for p in pins.values())
+    assert pins["v"]["cut"] == {"planes": {"0": 30}, "fleet": {"0": 20}}
+
+    # index 0 of planes' v2 (two change data files): inside the version, not complete
+    assert describe_sources(settings, view, wal((2, 0), (2, 0)), ids, change_feed=True)[0]["delta"]["complete"] is False
+
+    # read as a plain Delta source (or before this rule): every batch after the first is partway
+    tables = lineage(change_feed=False)
+    choice, unconstrained = solve(tables)
+    assert choice == {"planes": 0, "fleet": 0, "v": 0}
+    held = {a: p["held_back"] for a, p in build_pins(tables, choice, unconstrained).items()}
+    assert held["v"] == ("v/v1 held at batch 0 (Delta version 1), not its latest batch 2 (Delta version 3): "
+                         "its batch 2 read planes partway into Delta version 3 (Delta's end position "
+                         '{"index": 0, "reservoirVersion": 3} is not a version boundary), so it is not a complete '
+                         "read of any planes version")
+    assert held["planes"] == ("planes/v1 held at batch 0 (Delta version 1), not its latest batch 2 (Delta version 3): "
+                              "its reader v/v1 batch 0 (Delta version 1), where that reader is held (see its "
+                              "held_back), read it through Delta version 1")

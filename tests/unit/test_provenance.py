@@ -32,6 +32,11 @@ def test_a_delta_end_position_at_the_start_of_a_version_read_the_one_before():
     assert read_through(2, -1) == (1, True)
     assert read_through(2, 5) == (2, False)  # stopped inside version 2 (rate-limited)
     assert read_through(None, -1) == (None, False)
+    # a change data feed read of a version with 3 change data files: admitted whole, ends at index 2
+    assert read_through(4, 2, change_files=3) == (4, True)
+    assert read_through(4, 1, change_files=3) == (4, False)  # not its last file: not a whole version
+    assert read_through(4, 0, change_files=0) == (4, False)  # no change data files: index 0 is partway
+    assert read_through(4, -1, starting=True) == (4, False)  # the initial snapshot not read yet
 
 
 def test_an_append_writer_starts_after_the_last_batch_its_table_holds_for_it_or_for_deltas_sink(tmp_path):

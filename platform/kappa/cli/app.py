@@ -352,9 +352,12 @@ def status(
     micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor. For
     assets that keep late rows, ``late``: rows named in the late-events table, Spark's drops over
     the recorded runs, and those not named; ``stable_name``: the promoted version's pinned snapshot
-    and cut, ``verified`` and ``why_unverified``."""
+    and cut, ``verified``, ``why_unverified`` and ``held_back`` (why the newest consistent cut, as
+    ``kappa advance`` would choose it now, stays before the table's latest micro-batch, naming the
+    reader that holds it; one line, also printed under the table)."""
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
+    from kappa.lifecycle.cut import held_back_now
     from kappa.streaming.checkpoint import observe
     from kappa.streaming.kinds import kind_of
     from kappa.streaming.late import late_counts
@@ -367,11 +370,13 @@ def status(
         found = observe(settings, catalog, stall_after, names=assets or None)
         registry = Registry(settings)
         promoted = registry.promoted_all()
+        held = held_back_now(settings) if promoted else {}
 
         def stable_name(asset: str) -> dict | None:
             v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
             return None if v is None else {"version": v.version, "snapshot": v.snapshot,
-                                           "cut": (v.pin or {}).get("cut"), **pin_verification(asset, v.pin)}
+                                           "cut": (v.pin or {}).get("cut"), **pin_verification(asset, v.pin),
+                                           "held_back": held.get(asset)}
 
         rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
                  "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
@@ -399,6 +404,7 @@ def status(
                               f" [red](+{late['not_named']:,} dropped, not named)[/]" if late["not_named"] else ""),
                           "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
         console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
+        print_held_back({a: line for a, line in held.items() if not assets or a in assets})
 
 
 @app.command("gate")
@@ -607,7 +613,9 @@ def advance(
 ) -> None:
     """Move the cut forward: pin every promoted stable name at the newest Delta snapshot where all of
     them agree (each covers exactly what the tables it reads hold), in one registry commit. Names
-    every new pin whose consistency was not evaluated, and why (json: ``unverified``)."""
+    every new pin whose consistency was not evaluated, and why (json: ``unverified``), and every
+    pin left before its table's latest micro-batch, with the reader that holds it and why (json:
+    ``held_back``)."""
     from kappa.lifecycle.cut import advance as advance_cut
 
     with Guard():
@@ -616,6 +624,7 @@ def advance(
             print(json.dumps(report.to_json(), default=str))
         else:
             print_unverified(report.unverified)
+            print_held_back(report.held_back)
             for asset, (before, after) in sorted(report.moved.items()):
                 console.print(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
             if not report.moved:
@@ -634,6 +643,13 @@ def pin_verification(asset: str, pin: dict | None) -> dict:
     if pin is None:
         return {"verified": None, "why_unverified": None}
     return {"verified": bool(pin.get("verified")), "why_unverified": unverified({asset: pin}).get(asset)}
+
+
+def print_held_back(why: dict[str, str]) -> None:
+    """One line per pin before its table's latest micro-batch: which reader holds it, and why
+    (asset -> line, :func:`kappa.lifecycle.cut.held_back`)."""
+    for _asset, reason in sorted(why.items()):
+        console.print(f"[yellow]held back[/] {reason}", highlight=False)
 
 
 def print_unverified(why: dict[str, str]) -> None:

@@ -47,6 +47,7 @@ Checkpointing"); DDIA ch. 11, "Keeping Systems in Sync" (a consistent snapshot a
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -147,7 +148,8 @@ def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | 
              events: list[dict] | None = None) -> dict[str, dict]:
     """The pins of one consistent cut over ``versions`` (asset -> version; every lineage in it is
     cut on its own): asset -> ``{"version", "snapshot", "batch_id", "reads", "offsets", "cut",
-    "verified"}`` (see :mod:`kappa.delta.registry` for the fields).
+    "verified", "why_unverified", "held_back"}`` (see :mod:`kappa.delta.registry` for the fields;
+    ``held_back``: :func:`held_back`, None at the latest micro-batch).
 
     A version without a table yet is pinned to nothing (``snapshot`` None: readers read its table
     as it comes) and is not verified, nor is anything reading it.
@@ -179,7 +181,8 @@ def plan_cut(settings: Settings, versions: dict[str, int], registry: Registry | 
 def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrained: set[str],
                no_table: dict[str, list[str]] | None = None) -> dict[str, dict]:
     """The pins of :func:`solve`'s ``choice`` over ``tables`` (upstream first): asset -> ``{"version",
-    "snapshot", "batch_id", "reads", "offsets", "cut", "verified", "why_unverified"}``. Pure.
+    "snapshot", "batch_id", "reads", "offsets", "cut", "verified", "why_unverified", "held_back"}``
+    (``held_back``: :func:`held_back`). Pure.
 
     Raises :class:`CutError` when an asset reads one Kafka topic partition, itself or through its
     upstream pins, to two different offsets (two readers of one topic in a lineage not at one
@@ -194,6 +197,7 @@ def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrai
     (:attr:`CutTable.table_sides`); an upstream whose own pin is not verified."""
     no_table = no_table or {}
     pins: dict[str, dict] = {}
+    held = held_back(tables, choice, unconstrained)
     for asset in upstream_first({a: t.ups for a, t in tables.items()}):
         t, i = tables[asset], choice[asset]
         commit = t.commits[i] if i >= 0 else None
@@ -216,8 +220,60 @@ def build_pins(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrai
         why = _why_unverified(t, commit, asset in unconstrained, no_table.get(asset, []), pins)
         pins[asset] = {"version": t.version.version, "snapshot": t.snapshot(i),
                        "batch_id": commit.batch_id if commit else None, "reads": reads, "offsets": offsets,
-                       "cut": cut, "verified": why is None, "why_unverified": why}
+                       "cut": cut, "verified": why is None, "why_unverified": why, "held_back": held.get(asset)}
     return pins
+
+
+def held_back(tables: dict[str, "CutTable"], choice: dict[str, int], unconstrained: set[str]) -> dict[str, str]:
+    """asset -> one line saying why :func:`solve`'s ``choice`` pins it before its latest micro-batch
+    commit, and which reader holds it there: a reader whose chosen batch read it only that far; its
+    own later batches reading an upstream partway into a Delta version (not complete: the line gives
+    Delta's end position); or its later batches reading an upstream past that upstream's pin. Assets
+    at their latest batch (or without one) are left out. Pure."""
+    out: dict[str, str] = {}
+    for a, t in tables.items():
+        i, last = choice.get(a, -1), len(t.commits) - 1
+        if i < 0 or i >= last:
+            continue
+        why = None
+        for d, r in tables.items():
+            if a not in r.ups or d in unconstrained or choice.get(d, -1) < 0:
+                continue
+            through, _ = r.commits[choice[d]].reads(a, r.version.upstream[a])
+            if t.batch_at(through) == i:
+                latest = choice[d] == len(r.commits) - 1
+                why = (f"its reader {r.version.name} {_batch(r, choice[d])}, "
+                       + ("its latest" if latest else "where that reader is held (see its held_back)")
+                       + f", read it through Delta version {through}")
+                break
+        if why is None:
+            why = _own_reason(tables, choice, a, last)
+        out[a] = f"{t.version.name} held at {_batch(t, i)}, not its latest {_batch(t, last)}: {why}"
+    return out
+
+
+def _batch(t: "CutTable", i: int) -> str:
+    """``batch B (Delta version V)`` for commit ``i`` of ``t``."""
+    return f"batch {t.commits[i].batch_id} (Delta version {t.commits[i].table_version})"
+
+
+def _own_reason(tables: dict[str, "CutTable"], choice: dict[str, int], a: str, j: int) -> str:
+    """Why batch ``j`` of ``a`` is not chosen: an upstream read partway into a version, or past
+    the upstream's pin."""
+    t = tables[a]
+    c = t.commits[j]
+    for u in t.ups:
+        through, complete = c.reads(u, t.version.upstream[u])
+        if not complete:
+            d = next((s["delta"] for s in c.sources or [] if (s.get("delta") or {}).get("asset") == u), {})
+            return (f"its batch {c.batch_id} read {u} partway into Delta version {through} (Delta's end position "
+                    f"{json.dumps(d.get('position'), sort_keys=True)} is not a version boundary), so it is not a "
+                    f"complete read of any {u} version")
+        up = tables[u]
+        if up.batch_at(through) > choice[u]:
+            return (f"its batch {c.batch_id} read {u} through Delta version {through}, past {u}'s pin at "
+                    f"{up.describe(choice[u])} (see that pin's held_back)")
+    return "no later batch is consistent with the pins it reads"
 
 
 def _why_unverified(t: "CutTable", commit: BatchCommit | None, unconstrained: bool, no_table: list[str],
@@ -337,6 +393,25 @@ def cut_for(settings: Settings, targets: dict[str, int], registry: Registry | No
     return pins
 
 
+def held_back_now(settings: Settings) -> dict[str, str]:
+    """asset -> why the newest consistent cut (:func:`plan_cut` over every promoted lineage, as
+    ``kappa advance`` would choose it now) pins it before its table's latest micro-batch, one line
+    each (:func:`held_back`); a lineage that cannot be cut names the :class:`CutError` for each of
+    its assets. For ``kappa status``."""
+    registry = Registry(settings)
+    events = registry.events()
+    current = {a: v.version for a, v in registry.promoted_all().items()}
+    out: dict[str, str] = {}
+    for group in lineages(settings, current, registry, events):
+        try:
+            pins = plan_cut(settings, {a: current[a] for a in group}, registry, events)
+        except CutError as exc:
+            out.update({a: f"{a}: the lineage cannot be cut now: {exc}" for a in group})
+            continue
+        out.update({a: p["held_back"] for a, p in pins.items() if p.get("held_back")})
+    return out
+
+
 @dataclass
 class AdvanceReport:
     """What ``kappa advance`` did: the new pins (asset -> pin), the snapshots before (asset ->
@@ -351,10 +426,17 @@ class AdvanceReport:
         """asset -> why its new pin is not verified (:func:`unverified`)."""
         return unverified(self.pins)
 
+    @property
+    def held_back(self) -> dict[str, str]:
+        """asset -> why its new pin is before its table's latest micro-batch, and which reader holds
+        it there (one line, :func:`held_back`)."""
+        return {a: p["held_back"] for a, p in self.pins.items() if p.get("held_back")}
+
     def to_json(self) -> dict:
-        """``pins``, ``moved`` (asset -> [before, after]), ``refused``, ``unverified`` as JSON values."""
+        """``pins``, ``moved`` (asset -> [before, after]), ``refused``, ``unverified``, ``held_back``
+        as JSON values."""
         return {"pins": self.pins, "moved": {a: list(m) for a, m in self.moved.items()}, "refused": self.refused,
-                "unverified": self.unverified}
+                "unverified": self.unverified, "held_back": self.held_back}
 
     @property
     def moved(self) -> dict[str, tuple[int | None, int]]:

@@ -14,7 +14,8 @@ query's write-ahead log (:func:`kappa.streaming.checkpoint.batch_sources`)::
 A Kafka source gives each partition's end offset (exclusive); a Delta source (an upstream asset)
 ``{"delta": {"asset", "version", "table_version", "complete", "position"}}``: the upstream version's
 Delta version the batch read through (``complete`` false: part of it, a rate-limited batch) and
-Delta's own end position (``reservoirVersion``, ``index``; Delta's ``DeltaSourceOffset``).
+Delta's own end position (``reservoirVersion``, ``index``; Delta's ``DeltaSourceOffset``; with
+``change_data_feed`` for a read of the upstream's change data feed, see :func:`read_through`).
 
 Tables written before the append kinds (raw, sql, python, join, sliding and windows in append
 mode) moved to :class:`kappa.streaming.writers.AppendWriter` hold commits of Delta's own streaming
@@ -70,24 +71,28 @@ class Coverage:
         return {**asdict(self), "offsets": self.offsets}
 
 
-def upstream_table_ids(settings: Settings, version: Version) -> dict[str, tuple[str, int]]:
-    """Delta table id (``metaData.id``, Delta's ``reservoirId``) -> (upstream asset, version) for
-    every upstream version ``version`` is pinned to whose table exists."""
+def upstream_table_ids(settings: Settings, version: Version) -> dict[str, tuple[str, int, str]]:
+    """Delta table id (``metaData.id``, Delta's ``reservoirId``) -> (upstream asset, version, table
+    path) for every upstream version ``version`` is pinned to whose table exists."""
     registry, ids = Registry(settings), {}
     for name in version.upstream:
         up = registry.upstream_of(version, name)
         table_id = _table_id(up.table_path, settings)
         if table_id is not None:
-            ids[table_id] = (name, up.version)
+            ids[table_id] = (name, up.version, up.table_path)
     return ids
 
 
 def describe_sources(settings: Settings, version: Version, sources: list[dict],
-                     upstream_ids: dict[str, tuple[str, int]] | None = None) -> list[dict]:
+                     upstream_ids: dict[str, tuple[str, int, str]] | None = None,
+                     change_feed: bool = False) -> list[dict]:
     """A write-ahead log entry's sources (:func:`kappa.streaming.checkpoint.batch_sources`) as
     provenance: Kafka offsets as they are, a Delta source named by the upstream asset version whose
     table it is (matched on the table id; ``upstream_ids`` from :func:`upstream_table_ids`, looked
-    up when not given)."""
+    up when not given) with the Delta version it read through (:func:`read_through`).
+    ``change_feed``: the Delta sources are reads of the upstreams' change data feeds (a
+    ``materialized_view``), whose end position inside a version is read against the version's
+    ``cdc`` actions in the upstream's log (:func:`change_files`)."""
     if not any("reservoirId" in s for s in sources):
         return [{"kafka": s} for s in sources]
     ids = upstream_ids if upstream_ids is not None else upstream_table_ids(settings, version)
@@ -96,22 +101,58 @@ def describe_sources(settings: Settings, version: Version, sources: list[dict],
         if "reservoirId" not in src:
             out.append({"kafka": src})
             continue
-        name, n = ids.get(src["reservoirId"], (None, None))
+        name, n, path = ids.get(src["reservoirId"], (None, None, None))
         v, i = src.get("reservoirVersion"), src.get("index", -1)
-        through, complete = read_through(v, i)
+        starting = bool(src.get("isStartingVersion", False))
+        position = {"reservoirVersion": v, "index": i}
+        cdc = None
+        if change_feed:
+            position["change_data_feed"] = True
+            if v is not None and i >= 0 and path is not None:
+                cdc = change_files(path, v, settings)
+        through, complete = read_through(v, i, starting=starting, change_files=cdc)
         out.append({"delta": {"asset": name, "version": n, "table_version": through, "complete": complete,
-                              "position": {"reservoirVersion": v, "index": i}}})
+                              "position": position}})
     return out
 
 
-def read_through(reservoir_version: int | None, index: int) -> tuple[int | None, bool]:
-    """The Delta version a batch read through, from a Delta source's end position (Delta's
-    ``DeltaSourceOffset``: ``reservoirVersion`` v, ``index`` i): i = -1 is the start of v, so the
-    batch read all of v - 1 (``complete``); otherwise it stopped inside v after its file i (a
-    rate-limited batch: ``complete`` False)."""
+def read_through(reservoir_version: int | None, index: int, starting: bool = False,
+                 change_files: int | None = None) -> tuple[int | None, bool]:
+    """(the Delta version a batch read through, complete) from a Delta source's end position
+    (Delta's ``DeltaSourceOffset``: ``reservoirVersion`` v, ``index`` i, ``isStartingVersion``).
+
+    Delta's source indexes each version's changes as a placeholder before them (index -1), its
+    files (0, 1, ...) and a placeholder after them; the one after them is always admitted once the
+    version's last file is, and turns the position into (v + 1, -1). So i = -1 is the start of v:
+    the batch read all of v - 1 (``complete``); i >= 0 stopped inside v after its file i (a batch
+    cut by ``maxFilesPerTrigger``/``maxBytesPerTrigger``: ``complete`` False), with one exception.
+    A read of the change data feed (``readChangeFeed``) indexes a version whose commit wrote
+    ``cdc`` files (an update or delete of a MERGE) as those files alone, 0 .. k - 1, with no
+    placeholder after them, and admits such a version whole or not at all (so an update's pre-
+    and post-image stay together): its end position is (v, k - 1) once the batch read all of v.
+    ``change_files``: k for such a read (None: not a change data feed read, or not looked up);
+    i = k - 1 is then complete through v. A position still in the initial snapshot (``starting``,
+    i = -1) read nothing yet: not complete. Sources: delta-io ``DeltaSourceOffset.scala``
+    (``BASE_INDEX``, ``END_INDEX``), ``DeltaSource.scala`` (``buildOffsetFromIndexedFile``,
+    ``AdmissionLimits.admit``), ``DeltaSourceCDCSupport.scala`` (``filterFiles``)."""
     if reservoir_version is None:
         return None, False
-    return (reservoir_version - 1, True) if index == -1 else (reservoir_version, False)
+    if index == -1 and not starting:
+        return reservoir_version - 1, True
+    if change_files is not None and change_files > 0 and index == change_files - 1:
+        return reservoir_version, True
+    return reservoir_version, False
+
+
+def change_files(table_path: str, n: int, settings: Settings) -> int:
+    """How many ``cdc`` actions (Delta's ``AddCDCFile``: the change data a MERGE, UPDATE or DELETE
+    wrote) Delta version ``n`` of the table at ``table_path`` holds, from its log entry
+    ``_delta_log/<n>.json``; 0 when it holds none (or the entry is gone: log retention)."""
+    try:
+        text = read_text(join(join(str(table_path), "_delta_log"), f"{n:020d}.json"), settings)
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return sum(1 for line in text.splitlines() if line.strip() and "cdc" in json.loads(line))
 
 
 _TABLE_IDS: dict[str, str] = {}

@@ -22,12 +22,17 @@
 * ``materialized_view`` — a **table–table join** (materialized view maintenance): ``sql`` over
   current-state tables, registered as temporary views named after their assets. The query's input
   is the union of the tables' Delta change data feeds (Delta docs, "Change data feed": each
-  insert, update pre/post image and delete of a MERGE); a micro-batch with any change recomputes
-  ``sql`` over the tables' current snapshots and MERGEs the result into the view's table on ``key``:
-  changed rows are updated, new keys inserted, keys the result no longer has deleted, unchanged
-  rows left alone (no new files for them). A change is in the feed only once its table commit
-  exists, so the recomputation sees at least that change: once the changelogs settle, the view
-  equals ``sql`` over the tables. The MERGE carries the version's transaction id.
+  insert, update pre/post image and delete of a MERGE), each read a whole Delta version at a time
+  (no file limit per micro-batch; Delta admits a commit with change data files whole anyway); a
+  micro-batch with any change recomputes ``sql`` over each table **as of the Delta version its
+  feed has read through** in this batch (the batch's write-ahead log entry, the same reading its
+  provenance records: :func:`kappa.streaming.provenance.read_through`), and MERGEs the result into
+  the view's table on ``key``: changed rows are updated, new keys inserted, keys the result no
+  longer has deleted, unchanged rows left alone (no new files for them). So each view commit is
+  exactly ``sql`` over the tables at the versions its provenance names, complete, and the cut
+  (:mod:`kappa.lifecycle.cut`) can pin the view with those versions of the tables; once the
+  changelogs settle, the view equals ``sql`` over the tables. The MERGE carries the version's
+  transaction id.
 """
 
 from __future__ import annotations
@@ -75,6 +80,13 @@ class LookupWriter(MicroBatchWriter):
         self.at("after_table_commit", batch_id)
 
 
+#: ``maxFilesPerTrigger`` of a view's change data feeds: no limit in practice (Delta's own cap when
+#: only ``maxBytesPerTrigger`` is set, Int.MaxValue - 8), so a micro-batch never stops inside a
+#: Delta version of a table (Delta's default, 1000 files, may stop inside a version without change
+#: data files), and always ends on a version boundary the view can read the table at.
+WHOLE_VERSIONS = 2**31 - 9
+
+
 def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings) -> DataFrame:
     """The input stream of a materialized view: the change data feeds of its tables (pinned
     versions) from their first Delta version, reduced to the table's name and the change's Delta
@@ -83,6 +95,7 @@ def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, setting
     assert mv is not None
     registry = Registry(settings)
     feeds = [spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+             .option("maxFilesPerTrigger", WHOLE_VERSIONS)
              .load(registry.upstream_of(version, name).table_path)
              .select(F.lit(name).alias("_table"), F.col("_commit_version")) for name in mv.tables]
     return reduce(DataFrame.unionByName, feeds)
@@ -105,12 +118,31 @@ class ViewWriter(MicroBatchWriter):
                             f"of its sql ({schema.names})")
         ensure_table(spark, version.table_path, schema)
 
-    def result(self, spark: SparkSession) -> DataFrame:
-        """``sql`` over the tables' current snapshots (each a temporary view named after its asset,
-        in ``spark``: the micro-batch's own session, so the names do not leak)."""
+    #: The tables are read as change data feeds: their provenance is positioned against the
+    #: versions' change data files (:func:`kappa.streaming.provenance.read_through`).
+    change_feed = True
+
+    def result(self, spark: SparkSession, versions: dict[str, int] | None = None) -> DataFrame:
+        """``sql`` over the tables (each a temporary view named after its asset, in ``spark``: the
+        micro-batch's own session, so the names do not leak), each as of its Delta version in
+        ``versions`` (table asset -> Delta version), its latest snapshot when not there."""
         for name, path in self.paths.items():
-            spark.read.format("delta").load(path).createOrReplaceTempView(name)
+            reader = spark.read.format("delta")
+            if (versions or {}).get(name) is not None:
+                reader = reader.option("versionAsOf", versions[name])
+            reader.load(path).createOrReplaceTempView(name)
         return spark.sql(self.mv.sql)
+
+    def read_versions(self, batch_id: int) -> dict[str, int]:
+        """table asset -> the Delta version micro-batch ``batch_id`` evaluates it at: the last
+        version its feed has read completely (:meth:`provenance_sources`; one before a version it
+        stopped inside, which the feeds' unlimited admission does not do), never below 0."""
+        out = {}
+        for src in self.provenance_sources(batch_id):
+            d = src.get("delta")
+            if d and d.get("asset") in self.paths and d.get("table_version") is not None:
+                out[d["asset"]] = max(0, d["table_version"] - (0 if d["complete"] else 1))
+        return out
 
     def write(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
@@ -119,9 +151,10 @@ class ViewWriter(MicroBatchWriter):
             return
         spark = batch.sparkSession
         self.at("before_write", batch_id)
+        versions = self.read_versions(batch_id)
 
         def merge() -> None:
-            result = self.result(spark)  # the upstream snapshots as of this attempt
+            result = self.result(spark, versions)  # the tables as of what the batch's feeds read
             keys = self.mv.key
             values = [c for c in result.columns if c not in keys]
             on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)

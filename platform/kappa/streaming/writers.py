@@ -181,11 +181,16 @@ class MicroBatchWriter:
     """A ``foreachBatch`` body of one asset version (see the module docstring). Subclasses
     implement :meth:`write`; calling the writer runs it, then the ``after_batch`` fault point."""
 
+    #: Whether the query's Delta sources read the upstreams' change data feeds (``readChangeFeed``),
+    #: which positions its provenance against (:func:`kappa.streaming.provenance.read_through`).
+    change_feed = False
+
     def __init__(self, spec: AssetSpec, version: Version, settings: Settings):
         self.spec, self.version, self.settings = spec, version, settings
         self.fault = settings.fault
         self._provenance: tuple[int | None, str] = (None, "")  # (batch id, its userMetadata)
-        self._upstream_ids: dict | None = None  # Delta table id -> upstream (asset, version)
+        self._described: tuple[int | None, list[dict]] = (None, [])  # (batch id, its provenance sources)
+        self._upstream_ids: dict | None = None  # Delta table id -> upstream (asset, version, table path)
         self._sources: dict[int, list[dict]] = {}  # the last two batches' write-ahead log entries
 
     def writer_id(self, side: str | None = None) -> str:
@@ -206,20 +211,30 @@ class MicroBatchWriter:
     def provenance(self, batch_id: int) -> str:
         """The ``commitInfo.userMetadata`` of every Delta commit micro-batch ``batch_id`` makes: JSON
         ``{"kappa": 1, "asset", "version", "batch_id", "sources": [...]}``, the sources being what
-        the batch reads up to (:func:`kappa.streaming.provenance.describe_sources` of its
-        write-ahead log entry). Read back by :func:`kappa.streaming.provenance.covered`."""
+        the batch reads up to (:meth:`provenance_sources`). Read back by
+        :func:`kappa.streaming.provenance.covered`."""
         if self._provenance[0] != batch_id:
-            from kappa.streaming.provenance import describe_sources, upstream_table_ids
+            sources = self.provenance_sources(batch_id)
+            self._provenance = (batch_id, json.dumps(
+                {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
+                 "sources": sources}, separators=(",", ":"), sort_keys=True))
+        return self._provenance[1]
 
+    def provenance_sources(self, batch_id: int) -> list[dict]:
+        """What micro-batch ``batch_id`` reads up to, as provenance
+        (:func:`kappa.streaming.provenance.describe_sources` of its write-ahead log entry; a Delta
+        source as the upstream's Delta version it read through, complete or not; read as a change
+        data feed when :attr:`change_feed`)."""
+        from kappa.streaming.provenance import describe_sources, upstream_table_ids
+
+        if self._described[0] != batch_id:
             sources = self.sources(batch_id)
             if any("reservoirId" in src for src in sources) and not self._upstream_ids:
                 # Looked up once per query (the registry and the upstream tables are read), not per batch.
                 self._upstream_ids = upstream_table_ids(self.settings, self.version)
-            self._provenance = (batch_id, json.dumps(
-                {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
-                 "sources": describe_sources(self.settings, self.version, sources, self._upstream_ids)},
-                separators=(",", ":"), sort_keys=True))
-        return self._provenance[1]
+            self._described = (batch_id, describe_sources(self.settings, self.version, sources, self._upstream_ids,
+                                                          change_feed=self.change_feed))
+        return self._described[1]
 
     @contextmanager
     def step(self, spark: SparkSession, name: str):
