@@ -138,40 +138,34 @@ class KubernetesRunner:
     def _provide_key(self, app: Mapping[str, Any], created: bool) -> None:
         """Create the application's Spark RPC key Secret (:meth:`SparkApplications.provide_auth_secret`);
         its driver and executors wait for it (a pod does not start before its Secret volume
-        exists). When that is refused, delete the application this call created and raise
-        :class:`~kappa.runners.base.RunError` naming the Secret and the server's reason."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self.apps.provide_auth_secret(app)
-        except ApiException as exc:
-            name = app["metadata"]["name"]
-            if created:
-                self.apps.delete(name)
-            raise RunError(
-                f"SparkApplication {self.apps.namespace}/{name}: its Spark RPC key Secret was refused "
-                f"({exc.status} {exc.reason}: {str(exc.body or '')[:300]}); the run account needs create on "
-                f"secrets (the chart's Role kappa-dagster-sparkapplications)"
-                + ("; the application was deleted" if created else "")) from exc
+        exists). Refused: see :meth:`_companion`."""
+        self._companion(app, created, self.apps.provide_auth_secret, "its Spark RPC key Secret",
+                        "the run account needs create on secrets (the chart's Role kappa-dagster-sparkapplications)")
 
     def _isolate(self, app: Mapping[str, Any], created: bool) -> None:
-        """Create the application's peers NetworkPolicy (:meth:`SparkApplications.isolate`); when
-        that is refused, delete the application this call created (on a cluster that enforces the
-        chart's policies its driver could not reach its executors) and raise
-        :class:`~kappa.runners.base.RunError` naming the policy and the server's reason."""
+        """Create the application's peers NetworkPolicy (:meth:`SparkApplications.isolate`): on a
+        cluster that enforces the chart's policies its driver could not reach its executors without
+        it. Refused: see :meth:`_companion`."""
+        self._companion(app, created, self.apps.isolate, "its peers NetworkPolicy",
+                        "the run account needs get and create on networkpolicies (the chart's Role "
+                        "kappa-dagster-sparkapplications), or set KAPPA_K8S_NETWORK_POLICIES=false where the "
+                        "cluster enforces no NetworkPolicies")
+
+    def _companion(self, app: Mapping[str, Any], created: bool, make, what: str, remedy: str) -> None:
+        """``make(app)``, an object the application needs beside it; when the API server refuses it,
+        delete the application this call created and raise :class:`~kappa.runners.base.RunError`
+        naming ``what``, the server's reason and ``remedy``."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.apps.isolate(app)
+            make(app)
         except ApiException as exc:
             name = app["metadata"]["name"]
             if created:
                 self.apps.delete(name)
             raise RunError(
-                f"SparkApplication {self.apps.namespace}/{name}: its peers NetworkPolicy was refused "
-                f"({exc.status} {exc.reason}: {str(exc.body or '')[:300]}); the run account needs get and create on "
-                f"networkpolicies (the chart's Role kappa-dagster-sparkapplications), or set "
-                f"KAPPA_K8S_NETWORK_POLICIES=false where the cluster enforces no NetworkPolicies"
+                f"SparkApplication {self.apps.namespace}/{name}: {what} was refused "
+                f"({exc.status} {exc.reason}: {str(exc.body or '')[:300]}); {remedy}"
                 + ("; the application was deleted" if created else "")) from exc
 
     def start(self, spec: "AssetSpec", version: "Version", *, bounded: bool = False,
