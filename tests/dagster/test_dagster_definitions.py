@@ -279,7 +279,7 @@ def test_the_advance_sensor_runs_by_default_with_continuous_assets_and_the_job_m
     result = build_advance_job(component.catalog, component.options).execute_in_process(
         resources={"kappa": KappaResource(home=str(tmp_path))})
     assert result.success and result.output_for_node("advance_cut") == {"pins": {}, "moved": {}, "refused": {},
-                                                                         "unverified": {}}
+                                                                         "unverified": {}, "held_back": {}}
     # a promoted version without a table: its pin is not evaluated, and the run's output says why
     from kappa.delta.registry import Registry
 
