@@ -58,7 +58,7 @@ from pyspark.sql import functions as F
 
 from kappa.config import Settings
 from kappa.core.storage import join, read_text
-from kappa.delta.registry import Registry, Version, late_events_path
+from kappa.delta.registry import Version, late_events_path
 from kappa.spec import AssetSpec
 from kappa.delta.declarations import catalog as catalog_of
 from kappa.streaming.kinds import kind_of
@@ -227,10 +227,9 @@ def _inputs(spark: SparkSession, settings: Settings, spec: AssetSpec, version: V
     for before, after in zip(prev[1], this[1]):
         if "reservoirId" not in after:
             return "the query reads Kafka: only Delta sources are rebuilt"
-        asset, n = ids.get(after["reservoirId"], (None, None))
+        asset, n, path = ids.get(after["reservoirId"], (None, None, None))
         if asset is None:
             return f"the source table {after['reservoirId']} is no upstream version of {version.name}"
-        path = Registry(settings).upstream_of(version, asset).table_path
         files = batch_files(path, before, after, settings)
         if isinstance(files, str):
             return f"{asset} v{n}: {files}"
