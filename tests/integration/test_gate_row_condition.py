@@ -26,6 +26,9 @@ def test_a_row_condition_that_matches_no_row_is_a_result_not_a_crash(spark, tmp_
     df = spark.createDataFrame([("EWR", 3.0), (None, 9.0)], "origin string, dep_delay double")
     checks, _ = _run_gx(spark, settings, spec, 1, df)
     matched_none, whole = checks
-    assert matched_none.passed and whole.passed is False
+    # nothing measured: "not evaluated" (never "passed"), and it does not block the version
+    assert (matched_none.evaluated, matched_none.passed, matched_none.blocking) == (False, False, False)
+    assert matched_none.describe().startswith(f"{matched_none.name}: NOT EVALUATED")
     assert matched_none.observed == "no row matched its row_condition"
+    assert whole.evaluated and whole.passed is False and whole.blocking
     assert whole.observed == "1 unexpected (50%)"

@@ -201,19 +201,23 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
         name = names_by_id[res.expectation_config.id]
         r = res.result or {}
         observed = r.get("observed_value")
-        if observed is None and "unexpected_count" in r:
-            # GX leaves the count and percent None when no row matched the expectation's row_condition
-            count, percent = r["unexpected_count"], r.get("unexpected_percent")
-            observed = ("no row matched its row_condition" if count is None
-                        else f"{count} unexpected" + ("" if percent is None else f" ({percent:.4g}%)"))
+        # GX leaves the count and percent None (and says success) when no row matched the
+        # expectation's row_condition: nothing was measured, so the check is not evaluated, and it
+        # does not block (a condition that matches no row of this version is not a defect of it)
+        measured = not (observed is None and "unexpected_count" in r and r["unexpected_count"] is None)
+        if not measured:
+            observed = "no row matched its row_condition"
+        elif observed is None and "unexpected_count" in r:
+            percent = r.get("unexpected_percent")
+            observed = f"{r['unexpected_count']} unexpected" + ("" if percent is None else f" ({percent:.4g}%)")
         kwargs = {k: v for k, v in res.expectation_config.kwargs.items() if k not in ("batch_id",)}
         details = {k: v for k, v in r.items() if k in ("unexpected_count", "unexpected_percent",
                                                          "partial_unexpected_list", "element_count")}
         if res.exception_info and res.exception_info.get("raised_exception"):
             details["exception"] = str(res.exception_info.get("exception_message"))[:500]
-        checks_by_name[name] = CheckResult(name=name, passed=bool(res.success), blocking=True,
+        checks_by_name[name] = CheckResult(name=name, passed=measured and bool(res.success), blocking=measured,
                                            observed=_jsonable(observed), expected=str(kwargs),
-                                           details=_jsonable(details))
+                                           details=_jsonable(details), evaluated=measured)
     checks = [checks_by_name[name] for name, _ in declared]
     docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
     return checks, str(docs) if docs.exists() else None
