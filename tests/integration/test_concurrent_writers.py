@@ -20,12 +20,16 @@ exactly once, with one table version per commit:
 - The log store alone (the step of a Delta commit that makes or loses it): two processes create
   versions 1-8 of one log at the same moments. Kappa's: 8 created, 8 refused, none lost; the one it
   replaced: both writers told they created 7 of the 8 (2026-11-27).
-- The setting Kappa replaced through whole Spark appends (heavy: a race, see ``UNSAFE_COMMITS``): Delta's
-  ``S3SingleDriverLogStore`` over S3A's unconditional creates, which must lose a commit (its
-  existence check and upload are separate requests, guarded only inside one JVM). 2026-11-27:
-  12 commits returned, 11 versions, 3 rows lost (64 s); another run, 40 commits, 1 lost. With S3A's conditional create left on, the
-  same log store lost nothing (12 of 12): its ``create(overwrite=false)`` is then a conditional
-  PutObject as well, so the test switches both off, as they were before.
+- The setting Kappa replaced through whole Spark appends: Delta's ``S3SingleDriverLogStore`` over
+  S3A's unconditional creates, which loses a commit when two writers' existence checks both come
+  before either's upload (separate requests, guarded only inside one JVM). Left to timing that was
+  rare (1 commit of 12, 1 of 40 on 2026-11-27), so the test makes every round collide: a proxy
+  (tests/s3_barrier.py) holds each upload of a ``<version>.json`` until both writers' have arrived.
+  2026-11-28: 8 appends returned, 4 versions, 4 commits (12 rows) lost, one per round; Kappa's log
+  store under the same barrier: 8 of 8, the second upload refused and retried as the next version.
+  With S3A's conditional create left on, the replaced log store lost nothing either (12 of 12): its
+  ``create(overwrite=false)`` is then a conditional PutObject as well, so the test switches both
+  off, as they were before.
 """
 
 from __future__ import annotations
@@ -41,19 +45,17 @@ import pytest
 
 from ..conftest import REPO
 from ..kappa_cli import run_kappa
+from ..s3_barrier import CommitBarrier
 from .helpers import object_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.objectstore]
-#: The unsafe setting's demonstration (a race; see UNSAFE_COMMITS): `make test-heavy`.
-heavy = pytest.mark.heavy
 
 #: Writers per table, commits per writer, rows per commit, seconds between a writer's commits.
 #: Spark's period leaves room for one small append on a busy 2-core machine.
 SPARK_WRITERS, DELTA_RS_WRITERS = 2, 2
 SPARK_COMMITS, DELTA_RS_COMMITS, ROWS = 6, 12, 3
-#: Commits per Spark writer with the unsafe setting: it loses a commit only when two commits race
-#: inside one existence-check-then-upload window (1 of 12 on 2026-11-27).
-UNSAFE_COMMITS = 20
+#: Rounds of the collision tests: each writer's commit k waits at the barrier for the other's.
+COLLISIONS = 4
 SPARK_PERIOD, DELTA_RS_PERIOD = 2.0, 0.4
 #: The log-store race: versions each writer tries to create, and seconds between them.
 RACE_COMMITS, RACE_PERIOD = 8, 1.0
@@ -168,10 +170,11 @@ print(json.dumps(out))
 
 
 def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int = SPARK_WRITERS,
-                delta_rs_writers: int = DELTA_RS_WRITERS, spark_commits: int = SPARK_COMMITS) -> dict[str, dict]:
+                delta_rs_writers: int = DELTA_RS_WRITERS, spark_commits: int = SPARK_COMMITS,
+                writers_env: dict[str, str] | None = None) -> dict[str, dict]:
     """Create the two shared tables under ``<warehouse>/<test>/<mode>/_kappa/`` (``<test>``: the
     folder holding ``sync``, one per test), run every writer in
-    ``mode``, and count per table: rows appended (by commits that returned), rows found, ids found
+    ``mode`` (with ``writers_env`` when given: the tables are created and read with ``env``), and count per table: rows appended (by commits that returned), rows found, ids found
     more than once or never appended, commits that returned, versions the table has after its
     empty version 0, commits lost (a commit that returned but whose rows are not all there)."""
     root = f"{env['KAPPA_WAREHOUSE']}/{sync.parent.name}/{mode}/_kappa"  # the store is the module's: a folder per test
@@ -185,7 +188,7 @@ def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int =
     plan = [("spark", f"spark-{i}", spark_commits, SPARK_PERIOD) for i in range(spark_writers)]
     plan += [("delta-rs", f"rs-{i}", DELTA_RS_COMMITS, DELTA_RS_PERIOD) for i in range(delta_rs_writers)]
     results = _run([(engine, writer, tables[engine], commits, period) for engine, writer, commits, period in plan],
-                   mode, env, sync)
+                   mode, writers_env or env, sync)
     counts = {}
     for engine, table in tables.items():
         mine = [r for r in results.values() if r["engine"] == engine]
@@ -204,10 +207,10 @@ def run_writers(mode: str, env: dict[str, str], sync: Path, spark_writers: int =
     return counts
 
 
-def _assert_none_lost(counts: dict, writers: dict[str, int]) -> None:
+def _assert_none_lost(counts: dict, writers: dict[str, int], spark_commits: int = SPARK_COMMITS) -> None:
     for engine, c in counts.items():
         assert c["failed"] == {}, (engine, c)
-        assert c["commits"] == writers[engine] * {"spark": SPARK_COMMITS, "delta-rs": DELTA_RS_COMMITS}[engine]
+        assert c["commits"] == writers[engine] * {"spark": spark_commits, "delta-rs": DELTA_RS_COMMITS}[engine]
         # every appended row exactly once, nothing else, and one version per commit
         assert c["rows_found"] == c["rows_appended"] == c["commits"] * ROWS, (engine, c)
         assert c["rows_lost"] == c["duplicates"] == c["unexpected"] == c["commits_lost"] == 0, (engine, c)
@@ -257,14 +260,36 @@ def test_the_log_store_kappa_replaced_tells_both_writers_they_committed(store_en
     assert race["lost"] > 0 and race["created"] == race["versions"] + race["lost"], race
 
 
-@heavy  # a race: lost 1 commit of 12 on 2026-11-27, so 3.3x the commits to make a loss near certain
 @pytest.mark.spark
-def test_the_log_store_kappa_replaced_loses_commits(store_env, tmp_path):
+def test_the_log_store_kappa_replaced_loses_a_commit_in_every_collision(store_env, tmp_path):
+    # whole Spark appends with the setting Kappa replaced, two writers whose uploads of each
+    # version's commit file are held until both have arrived (tests/s3_barrier.py): both checked
+    # that the version was free, both are told they committed it, one commit of each round is gone
+    upstream = int(store_env["KAPPA_S3_ENDPOINT"].rsplit(":", 1)[1])
     started = time.monotonic()
-    counts = run_writers("unsafe", store_env, tmp_path / "sync", delta_rs_writers=0, spark_commits=UNSAFE_COMMITS)["spark"]
-    print(f"\nunsafe: {json.dumps(counts)} ({time.monotonic() - started:.0f} s)")
-    # what is lost is whole commits: nothing duplicated or invented
-    assert counts["duplicates"] == counts["unexpected"] == 0, counts
-    assert counts["rows_lost"] == counts["commits_lost"] * ROWS, counts
-    # Delta's single-driver log store on S3 with two drivers: commits lost
-    assert counts["commits_lost"] > 0, counts
+    with CommitBarrier(upstream, writers=SPARK_WRITERS) as barrier:
+        writers_env = {**store_env, "KAPPA_S3_ENDPOINT": f"http://127.0.0.1:{barrier.port}"}
+        counts = run_writers("unsafe", store_env, tmp_path / "sync", delta_rs_writers=0,
+                             spark_commits=COLLISIONS, writers_env=writers_env)["spark"]
+    print(f"\nunsafe, collided: {json.dumps(counts)} ({time.monotonic() - started:.0f} s)")
+    assert barrier.released_by_timeout == [], barrier.released_by_timeout  # every round collided
+    assert len(barrier.held) == COLLISIONS and set(barrier.held.values()) == {SPARK_WRITERS}, dict(barrier.held)
+    # every append returned, one version per round, and of each round's two commits one is gone:
+    # whole commits, nothing duplicated or invented
+    assert counts["failed"] == {} and counts["commits"] == SPARK_WRITERS * COLLISIONS, counts
+    assert counts["versions"] == COLLISIONS and counts["commits_lost"] == COLLISIONS, counts
+    assert counts["rows_lost"] == COLLISIONS * ROWS and counts["duplicates"] == counts["unexpected"] == 0, counts
+
+
+@pytest.mark.spark
+def test_kappas_log_store_refuses_the_colliding_commit_and_delta_retries_it(store_env, tmp_path):
+    # the same collisions with Kappa's log store: the second upload is a conditional PUT the store
+    # refuses, Delta retries it as the next version, and nothing is lost
+    upstream = int(store_env["KAPPA_S3_ENDPOINT"].rsplit(":", 1)[1])
+    with CommitBarrier(upstream, writers=SPARK_WRITERS, timeout_s=5.0) as barrier:  # a retry has no peer
+        writers_env = {**store_env, "KAPPA_S3_ENDPOINT": f"http://127.0.0.1:{barrier.port}"}
+        counts = run_writers("safe", store_env, tmp_path / "sync", delta_rs_writers=0,
+                             spark_commits=COLLISIONS, writers_env=writers_env)
+    print(f"\nsafe, collided: {json.dumps(counts)}")
+    assert any(n == SPARK_WRITERS for n in barrier.held.values()), dict(barrier.held)  # some collided
+    _assert_none_lost(counts, {"spark": SPARK_WRITERS}, spark_commits=COLLISIONS)
