@@ -45,7 +45,6 @@ def _corpus(good_value: bytes) -> list[tuple[bytes | None, bytes | None, str]]:
     ]
 
 
-@pytest.mark.heavy  # 6 min on the 2026-11-26 machine; over CI's 90 minutes with the rest on the 2026-11-26 machine (README, Tests)
 def test_bad_input_corpus_loses_nothing(make_env, spark):
     settings, suffix = make_env()
     topic = flights_topic(settings, suffix)

@@ -46,7 +46,6 @@ def _assert_exact(summary: dict, kills: int) -> None:
 
 # Generous timeouts: a driver restart takes ~30 s on an idle 2-core machine, but took ~4 minutes
 # when three other Spark jobs shared it.
-@pytest.mark.heavy  # 4.6 min on this machine (2026-11-26): over the suite's budget
 @pytest.mark.timeout(1500)
 def test_sigkill_of_the_spark_driver_loses_and_duplicates_nothing(tmp_path):
     summary = _run("driver", tmp_path, kills=2)
@@ -54,7 +53,6 @@ def test_sigkill_of_the_spark_driver_loses_and_duplicates_nothing(tmp_path):
     assert all(k["killed_processes"] >= 2 for k in summary["kills"])  # the Python driver and its JVM
 
 
-@pytest.mark.heavy  # 3.9 min on this machine (2026-11-26): over the suite's budget
 @pytest.mark.timeout(1200)
 def test_sigkill_of_the_broker_loses_and_duplicates_nothing(tmp_path):
     summary = _run("broker", tmp_path, kills=2, assets=["flights", "weather", "departures_hourly"])

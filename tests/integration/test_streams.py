@@ -174,7 +174,6 @@ def _fast_trigger(name: str, doc: dict) -> None:
     doc["trigger"] = {"processing_time": "1 second"}
 
 
-@pytest.mark.heavy  # 503 s under load before; over CI's 90 minutes with the rest on the 2026-11-26 machine (README, Tests)
 def test_stream_assets_survive_a_stop_mid_stream_and_replay_into_v2_equals_v1(make_env, spark):
     """Silver grows in two steps while the four stateful queries run with a 1-second trigger; they
     are stopped mid-stream and restarted from their checkpoints (state included). The tables must
