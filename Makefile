@@ -78,9 +78,12 @@ TEST_ARTIFACTS := .kappa/test-artifacts
 KEEP_PREVIOUS = @[ ! -f $(TEST_ARTIFACTS)/$(1).xml ] || mv -f $(TEST_ARTIFACTS)/$(1).xml $(TEST_ARTIFACTS)/$(1)-previous.xml
 TIMES = --durations=25 --junitxml=$(TEST_ARTIFACTS)/$(1).xml
 
+# Two pytest-xdist workers (the machine CI runs on has two cores); a session fixture's shared state
+# is built once, on the worker that runs every test using it (xdist_group, tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install k8s-validate chromium cluster-tools objectstore-tools
 	$(call KEEP_PREVIOUS,junit)
-	$(BIN)/pytest -m "not heavy" $(call TIMES,junit)
+	$(BIN)/pytest -m "not heavy" -n $(TEST_WORKERS) --dist loadgroup $(call TIMES,junit)
 
 # The inner loop: every test that starts no broker, Spark, object store, control plane, browser or
 # PostgreSQL (markers by infrastructure, tests/conftest.py): unit, helm, policy, import graph,

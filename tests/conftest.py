@@ -176,13 +176,29 @@ INFRA_FIXTURES = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
+#: Session fixtures that build shared state, in precedence order: with ``pytest -n 2 --dist
+#: loadgroup`` (``make test``), every test that uses one runs on the worker that built it, so each is
+#: built once per run (a test using two goes with the first). Tests using none are spread over the
+#: workers, each worker starting its own broker and Spark when a test asks.
+SHARED_STATE_FIXTURES = ("analysts_state", "full_run", "cdc_settings", "plane")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here, and before xdist's
 def pytest_collection_modifyitems(config, items):
     """Mark each test by the infrastructure it uses (:data:`INFRA_FIXTURES`; every test under
     tests/kubernetes/ uses the control plane), and mark ``integration`` every test that uses any.
-    Tests that change the shared full-data run go last, so every reader sees it as built."""
+    Under pytest-xdist, put each test that uses shared state in that state's ``xdist_group``
+    (:data:`SHARED_STATE_FIXTURES`). Tests that change the shared full-data run go last, so every
+    reader sees it as built."""
+    grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        if grouping and item.get_closest_marker("xdist_group") is None:
+            shared = [f for f in SHARED_STATE_FIXTURES if f in names]
+            if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
+                shared.append("plane")
+            if shared:
+                item.add_marker(pytest.mark.xdist_group(shared[0]))
         wanted = {marker for fixture, marker in INFRA_FIXTURES.items() if fixture in names}
         if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
             wanted.add("plane")
