@@ -19,6 +19,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kappa.cli.bench import bench_command
+from kappa.cli.chaos import chaos_app
 from kappa.cli.declarations import declarations_app
 from kappa.cli.demo import demo
 from kappa.cli.ingest import ingest_app
@@ -31,8 +33,6 @@ from kappa.errors import KappaError
 from kappa.services import serve as serve_service
 from kappa.services import services
 from kappa.services.serve_users import DEFAULT_ITERATIONS
-from kappa.harness.bench import bench_command
-from kappa.harness.chaos import chaos_app
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
@@ -113,7 +113,7 @@ def cdc_latency(
             table.add_row(name, str(p["n"]), *(str(p.get(k, "not evaluated")) for k in ("p50_s", "p99_s", "max_s")))
         console.print(table)
         console.print(f"{changes} changes applied in {report.simulate_s} s; the last one visible {report.settle_s} s later")
-        from kappa.harness.bench import describe_per_batch
+        from kappa.harness.bench.report import describe_per_batch
 
         for asset, pb in report.per_batch.items():
             console.print(describe_per_batch(asset, pb), highlight=False)
