@@ -28,7 +28,7 @@ from kappa.core import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
 from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 
 if TYPE_CHECKING:
     from kappa.spec import TopicSpec
@@ -170,7 +170,7 @@ def load_connectors(assets_dir: Path) -> dict[str, ConnectorSpec]:
 
 
 @dataclass
-class ConnectStatus:
+class ConnectStatus(ServiceStatus):
     """The Connect worker as ``kappa connect status`` reports it: ``up`` (the REST API answers), ``url``,
     ``pid``, state folder and log, and each declared connector's and task's state."""
     up: bool
@@ -185,10 +185,6 @@ class ConnectStatus:
     #: fields of :class:`kappa.cdc.postgres.SlotPosition` (null when the slot does not exist yet or
     #: PostgreSQL does not answer; ``error`` says which).
     slots: dict[str, dict] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """Where the worker listens, each declared connector's and task's state, then where each
@@ -480,9 +476,14 @@ def wait_snapshot(settings: Settings, timeout_s: float = 300.0) -> dict[str, int
             for t in s.topics}
 
 
-SERVICE = LocalService(
-    name="connect", title="Connect worker",
-    help="The local Kafka Connect worker (distributed mode) with Debezium: `start` also creates the changelog "
-         "topics and registers the connectors declared in assets/connectors.yaml.",
-    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
-    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=120.0)
+class ConnectService(LocalService):
+    """The Connect worker as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "connect", "Connect worker", 120.0
+    help = ("The local Kafka Connect worker (distributed mode) with Debezium: `start` also creates the changelog "
+            "topics and registers the connectors declared in assets/connectors.yaml.")
+    start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
+    ensure_running = staticmethod(ensure_running)
+
+
+SERVICE = ConnectService()

