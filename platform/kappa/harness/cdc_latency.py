@@ -88,9 +88,9 @@ def percentiles(samples: list[float]) -> dict:
 def _current_assets(settings: Settings, catalog) -> dict[str, str]:
     """Current-state changelog assets of the operational tables: PostgreSQL table -> asset (the
     table whose changelog topic the asset reads, as ``assets/connectors.yaml`` names the topics)."""
-    from kappa.cdc import connect
+    from kappa.cdc.connectors import load_connectors
 
-    tables = {c.topic(t): t for c in connect.load_connectors(settings.assets_dir).values() for t in c.tables}
+    tables = {c.topic(t): t for c in load_connectors(settings.assets_dir).values() for t in c.tables}
     out = {}
     for spec in catalog:
         ch = spec.transform.changelog
