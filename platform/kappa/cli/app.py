@@ -16,21 +16,22 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kappa.cli.bench import bench_command
+from kappa.cli.cdc import cdc_app
 from kappa.cli.chaos import chaos_app
 from kappa.cli.command import guarded
 from kappa.cli.declarations import declarations_app
 from kappa.cli.demo import demo
+from kappa.cli.forget import forget
 from kappa.cli.ingest import ingest_app
 from kappa.cli.output import (OutputFormat, StatusFormat, console, format_option, gate_table, print_frame,
                               progress_printer, results_table)
 from kappa.cli.services import service_app
 from kappa.config import Settings, load_settings
 from kappa.core import logs
-from kappa.core.guard import Guard, err_console, fail, positive_option
+from kappa.core.guard import Guard, err_console, fail
 from kappa.errors import KappaError
 from kappa.services import serve as serve_service
 from kappa.services import services
@@ -43,7 +44,6 @@ for _service in services():
     if _service.name != "serve":
         app.add_typer(service_app(_service, console), name=_service.name)
 app.add_typer(ingest_app, name="ingest")
-cdc_app = typer.Typer(help="Change data capture: changes to the operational database.", no_args_is_help=True)
 app.add_typer(cdc_app, name="cdc")
 app.add_typer(declarations_app, name="declarations")  # kappa declarations add|edit|retire|list
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
@@ -63,65 +63,6 @@ def main(verbose: bool = typer.Option(
         os.environ["KAPPA_VERBOSE"] = "true"
     with Guard():
         logs.route(load_settings())
-
-
-# --- cdc ------------------------------------------------------------------------------------------
-@cdc_app.command("simulate")
-@guarded
-def cdc_simulate(
-    settings: Settings,
-    changes: int = typer.Option(..., "--changes", min=1, help="How many row changes (statements) to apply."),
-    seed: int = typer.Option(0, help="Seed of the change generator (same seed + same data = same changes)."),
-    rate: Optional[float] = typer.Option(None, callback=positive_option, help="Changes per second (default: as fast as PostgreSQL commits)."),
-) -> None:
-    """Apply realistic transactions of 1-5 statements to the operational tables: plane updates,
-    airline renames, fleet reassignments, new planes, retired planes, planes leaving the fleet."""
-    from kappa.cdc.simulate import simulate
-
-    with Progress(TextColumn("[bold]changes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        task = progress.add_task("changes", total=changes)
-        report = simulate(settings, changes, seed=seed, rate=rate, on_progress=lambda n: progress.advance(task, n))
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_kind.items()))
-    console.print(f"{report.changes:,} changes in {report.transactions:,} transactions in {report.seconds:.1f} s "
-                  f"({kinds})" + (f"; {report.retries} transactions retried after a lost connection"
-                                   if report.retries else ""), highlight=False)
-
-
-@cdc_app.command("latency")
-@guarded
-def cdc_latency(
-    settings: Settings,
-    changes: int = typer.Option(200, "--changes", min=1, help="How many changes to apply while measuring."),
-    rate: float = typer.Option(20.0, callback=positive_option, help="Changes per second."),
-    seed: int = typer.Option(0, help="Seed of the change generator."),
-    fmt: StatusFormat = format_option(),
-) -> None:
-    """Measure change-to-table latency: from a change's commit in PostgreSQL to the Delta commit that
-    makes it visible in its current-state table (p50, p99, max per table), with the changelog
-    assets running continuously in this process, and judge it against the targets (p50 <= 2 s,
-    p99 <= 5 s: met, missed or not evaluated). Needs PostgreSQL and Connect running."""
-    from dataclasses import asdict
-
-    from kappa.harness.cdc_latency import measure
-
-    report = measure(settings, changes, rate=rate, seed=seed,
-                     say=(lambda m: None) if fmt is StatusFormat.json else (lambda m: console.print(m)))
-    if fmt is StatusFormat.json:
-        print(json.dumps(asdict(report)))
-        return
-    table = Table("table", "changes", "p50 s", "p99 s", "max s")
-    for name, p in [*report.tables.items(), ("all", report.overall)]:
-        table.add_row(name, str(p["n"]), *(str(p.get(k, "not evaluated")) for k in ("p50_s", "p99_s", "max_s")))
-    console.print(table)
-    console.print(f"{changes} changes applied in {report.simulate_s} s; the last one visible {report.settle_s} s later")
-    from kappa.harness.bench.report import describe_per_batch
-
-    for asset, pb in report.per_batch.items():
-        console.print(describe_per_batch(asset, pb), highlight=False)
-    for j in report.judged:
-        verdict = "not evaluated" if j["met"] is None else ("[green]met[/]" if j["met"] else "[red]missed[/]")
-        console.print(f"target {j['target']}: {j['value'] if j['value'] is not None else '-'} s, {verdict}")
 
 
 # --- run ------------------------------------------------------------------------------------------
@@ -452,67 +393,7 @@ def replay(
                       f"`kappa replay --promote` next time or `kappa promote {asset} {report.versions[asset]}`.")
 
 
-@app.command("forget")
-@guarded
-def forget(
-    settings: Settings,
-    topic: Optional[str] = typer.Option(None, "--topic", help="The topic the key was published to."),
-    key: Optional[str] = typer.Option(None, "--key", help="The record key to forget (UTF-8; for flights, the tailnum; for a changelog topic, its key column's value or a JSON object of its key columns)."),
-    reason: str = typer.Option("", "--reason", help="Why (kept with the request)."),
-    truncate_log: bool = typer.Option(False, "--truncate-log", help="Also delete the log prefix up to the key's last "
-                                      "offset (Kafka DeleteRecords): every older record of every key is lost and "
-                                      "replays of the topic refuse from then on."),
-    status: bool = typer.Option(False, "--status", help="List forget requests and what was done for each."),
-    fmt: StatusFormat = format_option("text or json (with --status)"),
-) -> None:
-    """Delete a record key from every table version derived from TOPIC, keep it out of every later
-    run and replay, and from the log where Kafka allows. Resumes an unfinished request. Time travel
-    to before the forget is gone (the old files are vacuumed)."""
-    from kappa.lifecycle import forget as forgetting
-
-    if status:
-        reqs = forgetting.requests(settings)
-        if fmt == StatusFormat.json:
-            print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
-            return
-        table = Table(title="forget requests")
-        for col in ("request", "topic", "key (SHA-256)", "requested at", "reason", "state", "steps done"):
-            table.add_column(col)
-        for r in reqs:
-            table.add_row(r.request_id, r.topic, r.key_sha256[:16] + "…", f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.reason, r.state,
-                          _forget_steps(r.steps))
-        console.print(table)
-        return
-    if not topic or not key:
-        fail("give --topic and --key (or --status)")
-
-    def show(step: str, details: dict) -> None:
-        console.print(f"  {step}: {_forget_steps({step: details})}", highlight=False)
-
-    report = forgetting.forget(settings, topic, key, reason, truncate_log=truncate_log, on_step=show)
-    console.print(f"forgot key {key!r} on {topic} (request {report.request.request_id}) in {report.seconds:.1f} s; "
-                  "time travel to before the forget is no longer possible")
-
-
-def _forget_steps(steps: dict[str, dict]) -> str:
-    parts = []
-    for step, d in steps.items():
-        if step == "located":
-            parts.append(f"located {d.get('records', 0)} records")
-        elif step == "deleted":
-            parts.append(f"deleted {d.get('rows', 0)} rows from {sum(1 for n in d.get('tables', {}).values() if n)} tables")
-        elif step == "replayed":
-            parts.append("replayed " + (", ".join(f"{a} v{x['version']}{' (promoted)' if x['promoted'] else ''}"
-                                                  for a, x in d.items()) or "nothing"))
-        elif step == "checkpoints":
-            parts.append("deleted the checkpoints of " + (", ".join(d.get("checkpoints", {})) or "no stateful version"))
-        elif step == "vacuumed":
-            parts.append(f"vacuumed {len(d.get('files_removed', {}))} tables")
-        elif step == "log":
-            parts.append("log: " + "; ".join(f"{k} {v}" for k, v in d.items()))
-        elif step == "done":
-            parts.append("done")
-    return "; ".join(parts)
+app.command("forget")(forget)  # kappa forget: delete a record key everywhere
 
 
 @app.command("maintain")
