@@ -81,7 +81,7 @@ variable                       meaning                                         d
                                ``<home>/logs/kappa-<pid>.log`` (``kappa
                                --verbose``; see :mod:`kappa.core.logs`)
 ``KAPPA_FAULT``                ``<asset>:<point>:<batch_id>``: exit there      none
-                               (fault injection, see :class:`Fault`)
+                               (fault injection, see :class:`kappa.faults.Fault`)
 ``KAPPA_DEDUP_ANTI_JOIN``      test only: ``false`` turns off silver's          ``true``
                                anti-join on ``event_id`` against the table
 =============================  ==============================================  ======================
@@ -97,7 +97,6 @@ import os
 import re
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -106,6 +105,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pydantic_settings import SettingsError as _SourceError
 
 from kappa.errors import KappaError
+from kappa.faults import FAULT_FORM, Fault
 
 ENV_PREFIX = "KAPPA_"
 
@@ -148,61 +148,6 @@ def join(root: Path | str, *parts: str) -> Path | str:
     if isinstance(root, str):
         return "/".join([root.rstrip("/"), *parts])
     return root.joinpath(*parts)
-
-
-#: Where a streaming asset's micro-batch can be stopped by ``KAPPA_FAULT``, in the order a batch
-#: reaches them: the batch is computed and nothing written; the quarantine append committed; the
-#: late-events append committed; the asset's table committed (append or MERGE); the batch function
-#: returned (Spark has not yet written the batch to the checkpoint's commit log).
-FAULT_POINTS = ("before_write", "after_quarantine_commit", "after_late_commit", "after_table_commit", "after_batch")
-#: ``KAPPA_FAULT``'s form, as error messages state it.
-FAULT_FORM = f"<asset>:<point>:<batch_id>, <point> one of {', '.join(FAULT_POINTS)}, <batch_id> an integer >= 0"
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A deterministic fault point: the process exits at once (``os._exit(137)``, as SIGKILL would
-    leave it: no ``finally``, no Spark shutdown) when micro-batch ``batch_id`` of ``asset`` reaches
-    ``point`` (one of :data:`FAULT_POINTS`)."""
-
-    asset: str
-    point: str
-    batch_id: int
-
-    @classmethod
-    def parse(cls, text: str) -> "Fault":
-        """``<asset>:<point>:<batch_id>`` -> Fault. Raises ValueError saying what is wrong (the
-        caller names the variable and :data:`FAULT_FORM`)."""
-        parts = text.split(":")
-        if len(parts) != 3 or not parts[0]:
-            raise ValueError("not three fields")
-        asset, point, batch = parts
-        if point not in FAULT_POINTS:
-            raise ValueError(f"unknown point {point!r}")
-        if not batch.isdigit():
-            raise ValueError(f"batch id {batch!r} is not a non-negative integer")
-        return cls(asset, point, int(batch))
-
-    def hit(self, asset: str, point: str, batch_id: int) -> None:
-        """Kill the driver now if (asset, point, batch_id) is this fault point: its process group
-        when it leads one, else Spark's JVM (SIGKILL: it must not finish the batch or write the
-        commit log on its own) and then this Python process (``os._exit(137)``)."""
-        if (asset, point, batch_id) == (self.asset, self.point, self.batch_id):
-            import signal
-            import sys
-
-            print(f"KAPPA_FAULT: {asset} batch {batch_id} at {point}: killing the driver (SIGKILL)",
-                  file=sys.stderr, flush=True)
-            if os.getpgrp() == os.getpid():
-                # Leader of its own process group (a shell job, or started in a new session): the
-                # whole group at once, as `kappa chaos driver` kills a driver: the JVM and any
-                # Python workers too, none left holding the batch or the output pipes.
-                os.killpg(os.getpgrp(), signal.SIGKILL)
-            jvm = getattr(getattr(sys.modules.get("pyspark").SparkContext, "_gateway", None), "proc", None) \
-                if "pyspark" in sys.modules else None
-            if jvm is not None:
-                os.kill(jvm.pid, signal.SIGKILL)
-            os._exit(137)
 
 
 class Settings(BaseSettings):

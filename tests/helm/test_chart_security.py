@@ -10,12 +10,13 @@ import yaml
 
 from helmtools import CHART, ROOT, kinds, render, render_fails
 from kappa.cdc import connect
+from kappa.cdc.connectors import load_connectors
 from kappa.runners.kubernetes import group_prefix, kafka_user_name
 from kappa.spec import load_catalog
 
 CATALOG = load_catalog(ROOT / "assets")
 KAFKA_ASSETS = {s.name: s for s in CATALOG if s.topics}
-CONNECTORS = connect.load_connectors(ROOT / "assets")
+CONNECTORS = load_connectors(ROOT / "assets")
 CHANGELOGS = {t for c in CONNECTORS.values() for t in c.topics}
 HEARTBEATS = {c.heartbeat_topic for c in CONNECTORS.values() if c.heartbeat_topic}
 

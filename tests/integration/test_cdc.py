@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from kappa.cdc import connect, operational, postgres
+from kappa.cdc.connectors import load_connectors
 from kappa.cdc.simulate import simulate
 from kappa.kafka.topics import admin
 
@@ -65,7 +66,7 @@ def test_changelog_topics_are_compacted_and_fold_into_the_tables(cdc_settings):
     assert report.changes == 300 and 300 / 5 <= report.transactions <= 300
     assert set(report.by_kind) == {"plane_update", "airline_rename", "fleet_reassign", "plane_new",
                                    "plane_retire", "fleet_delete"}
-    spec = connect.load_connectors(cdc_settings.assets_dir)["ops"]
+    spec = load_connectors(cdc_settings.assets_dir)["ops"]
     client = admin(cdc_settings)  # kept alive until the futures resolve
     for fut in client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in spec.topics]).values():
         assert fut.result()["cleanup.policy"].value == "compact"
@@ -103,7 +104,7 @@ def test_the_replication_slot_keeps_up_while_only_uncaptured_tables_change(cdc_s
 
     from kappa.kafka.topics import offsets
 
-    spec = connect.load_connectors(cdc_settings.assets_dir)["ops"]
+    spec = load_connectors(cdc_settings.assets_dir)["ops"]
     simulate(cdc_settings, 40, seed=31)
     for table in operational.TABLES:
         wait_topic_equals_table(cdc_settings, table)

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 from pyspark.sql import types as T
 
-from kappa.harness.bench import files_read
+from kappa.harness.bench.status import files_read
 from kappa.harness.delta_log import commit_actions, latest_commit
 from kappa.streaming.changelog import batch_keys, history_merge_source, merge_history
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kappa.harness.bench import (DRIVER, add_batch_sum, batch_breakdown, files_read_of, judge_targets, metric_value,
-                                 new_jobs, per_batch, step_breakdown)
+from kappa.harness.bench.judge import judge_targets
+from kappa.harness.bench.status import (DRIVER, add_batch_sum, batch_breakdown, files_read_of, metric_value, new_jobs,
+                                        per_batch, step_breakdown)
 from kappa.streaming.writers import STEP_MARK, job_step
 
 

@@ -3,7 +3,7 @@ micro-batch (the troughs of the saw-tooth) does not grow."""
 
 from __future__ import annotations
 
-from kappa.harness.bench import judge_flat, slope, troughs
+from kappa.harness.bench.judge import judge_flat, slope, troughs
 
 RATE = 32_000.0  # offered events/s
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kappa.config import FAULT_POINTS, Fault, SettingsError, load_settings
+from kappa.config import SettingsError, load_settings
+from kappa.faults import FAULT_POINTS, Fault
 
 
 def test_a_fault_point_is_read_from_the_environment(monkeypatch):

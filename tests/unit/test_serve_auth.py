@@ -16,7 +16,8 @@ import pytest
 from kappa.config import load_settings
 from tests.kappa_cli import run_kappa
 from kappa.services.serve import (AUTH_CLASS, GUARD_CLASS, ServeError, ServeStatus, check_exposure, client_credentials,
-                                  is_loopback, server_conf)
+                                  is_loopback)
+from kappa.services.serve.process import server_conf
 from kappa.services.serve_users import (MIN_ITERATIONS, PasswordFileError, PasswordHash, add_user, hash_password,
                                         read_password_file, user_line, verify_password)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kappa.config import load_settings
-from kappa.services.serve import KEYSTORE_PASSWORD_KEY, ServeError, jdbc_url, server_conf, tls_keystore
+from kappa.services.serve import KEYSTORE_PASSWORD_KEY, ServeError, jdbc_url, tls_keystore
+from kappa.services.serve.process import server_conf
 
 REPO = Path(__file__).resolve().parents[2]
 

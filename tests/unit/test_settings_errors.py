@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kappa.config import FAULT_POINTS, SettingsError, load_settings
+from kappa.config import SettingsError, load_settings
+from kappa.faults import FAULT_POINTS
 from kappa.errors import KappaError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -70,7 +70,7 @@ def ensure_endpoint(settings: Settings, port: int | None = None):
 
     if settings.serve_host:
         return serve.remote(settings, port=port)
-    return serve.ensure_running(settings, port=port)
+    return serve.SERVICE.ensure_running(settings, timeout_s=180.0, port=port)
 
 
 @contextlib.contextmanager

@@ -14,19 +14,18 @@ when missing; ``nobody`` where ``useradd`` is unavailable). Loopback connections
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from kappa.core import processes
 from kappa.cdc import CdcError
 from kappa.config import Settings
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 
 #: Server settings beyond initdb's defaults. Logical decoding needs wal_level=logical and a
 #: replication slot per connector; a few spare senders and slots let a restarted connector reconnect
@@ -43,7 +42,7 @@ SERVER_OPTIONS = {
 
 
 @dataclass
-class PostgresStatus:
+class PostgresStatus(ServiceStatus):
     """The local PostgreSQL as ``kappa postgres status`` reports it: ``up`` (it accepts connections),
     where it listens, the database and user, a ``dsn`` for psycopg, pid, state folder and log."""
     up: bool
@@ -55,10 +54,6 @@ class PostgresStatus:
     pid: int | None
     state_dir: str
     log_file: str
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """Where the server listens, its database, dsn, state folder and log (plain text)."""
@@ -247,14 +242,6 @@ def stop(settings: Settings, mode: str = "fast", timeout_s: float = 60.0) -> int
     return pid
 
 
-def ensure_running(settings: Settings, timeout_s: float = 60.0) -> PostgresStatus:
-    """Start the server unless this state dir's server already answers."""
-    st = status(settings)
-    if st.up:
-        return st
-    return start(settings, timeout_s)
-
-
 def connect(settings: Settings, autocommit: bool = False):
     """A psycopg connection to the operational database. Raises :class:`CdcError` if it is down."""
     import psycopg
@@ -304,7 +291,12 @@ def replication_slots(settings: Settings, names: list[str], timeout_s: float = 5
     return {name: found.get(name) for name in names}
 
 
-SERVICE = LocalService(
-    name="postgres", title="PostgreSQL", help="The local operational PostgreSQL (the CDC source).",
-    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
-    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=60.0)
+class PostgresService(LocalService):
+    """PostgreSQL as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "postgres", "PostgreSQL", 60.0
+    help = "The local operational PostgreSQL (the CDC source)."
+    start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
+
+
+SERVICE = PostgresService()

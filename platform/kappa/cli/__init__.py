@@ -2,7 +2,7 @@
 
 * :mod:`kappa.cli.app` — the Typer application (``kappa = "kappa.cli.app:app"``) and its commands;
 * :mod:`kappa.cli.services` — ``kappa <service> start|stop|status`` built from one factory over
-  every :class:`~kappa.services.base.LocalService`;
+  every :class:`~kappa.core.service.LocalService`;
 * :mod:`kappa.cli.demo` — ``kappa demo``, the main job;
 
 How a command reports an expected error (one line, exit status 1) is :mod:`kappa.core.guard`,

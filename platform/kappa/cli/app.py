@@ -16,23 +16,26 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kappa.cli.bench import bench_command
+from kappa.cli.cdc import cdc_app
+from kappa.cli.chaos import chaos_app
+from kappa.cli.command import guarded
 from kappa.cli.declarations import declarations_app
 from kappa.cli.demo import demo
+from kappa.cli.forget import forget
 from kappa.cli.ingest import ingest_app
-from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
-from kappa.cli.services import StatusFormat, service_app
-from kappa.config import load_settings
+from kappa.cli.output import (OutputFormat, StatusFormat, console, format_option, gate_table, print_frame,
+                              progress_printer, results_table)
+from kappa.cli.services import service_app
+from kappa.config import Settings, load_settings
 from kappa.core import logs
-from kappa.core.guard import Guard, err_console, fail, positive_option
+from kappa.core.guard import Guard, err_console, fail
 from kappa.errors import KappaError
 from kappa.services import serve as serve_service
 from kappa.services import services
 from kappa.services.serve_users import DEFAULT_ITERATIONS
-from kappa.harness.bench import bench_command
-from kappa.harness.chaos import chaos_app
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
@@ -41,7 +44,6 @@ for _service in services():
     if _service.name != "serve":
         app.add_typer(service_app(_service, console), name=_service.name)
 app.add_typer(ingest_app, name="ingest")
-cdc_app = typer.Typer(help="Change data capture: changes to the operational database.", no_args_is_help=True)
 app.add_typer(cdc_app, name="cdc")
 app.add_typer(declarations_app, name="declarations")  # kappa declarations add|edit|retire|list
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
@@ -61,65 +63,6 @@ def main(verbose: bool = typer.Option(
         os.environ["KAPPA_VERBOSE"] = "true"
     with Guard():
         logs.route(load_settings())
-
-
-# --- cdc ------------------------------------------------------------------------------------------
-@cdc_app.command("simulate")
-def cdc_simulate(
-    changes: int = typer.Option(..., "--changes", min=1, help="How many row changes (statements) to apply."),
-    seed: int = typer.Option(0, help="Seed of the change generator (same seed + same data = same changes)."),
-    rate: Optional[float] = typer.Option(None, callback=positive_option, help="Changes per second (default: as fast as PostgreSQL commits)."),
-) -> None:
-    """Apply realistic transactions of 1-5 statements to the operational tables: plane updates,
-    airline renames, fleet reassignments, new planes, retired planes, planes leaving the fleet."""
-    from kappa.cdc.simulate import simulate
-
-    with Guard():
-        settings = load_settings()
-        with Progress(TextColumn("[bold]changes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
-            task = progress.add_task("changes", total=changes)
-            report = simulate(settings, changes, seed=seed, rate=rate, on_progress=lambda n: progress.advance(task, n))
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_kind.items()))
-        console.print(f"{report.changes:,} changes in {report.transactions:,} transactions in {report.seconds:.1f} s "
-                      f"({kinds})" + (f"; {report.retries} transactions retried after a lost connection"
-                                       if report.retries else ""), highlight=False)
-
-
-@cdc_app.command("latency")
-def cdc_latency(
-    changes: int = typer.Option(200, "--changes", min=1, help="How many changes to apply while measuring."),
-    rate: float = typer.Option(20.0, callback=positive_option, help="Changes per second."),
-    seed: int = typer.Option(0, help="Seed of the change generator."),
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
-) -> None:
-    """Measure change-to-table latency: from a change's commit in PostgreSQL to the Delta commit that
-    makes it visible in its current-state table (p50, p99, max per table), with the changelog
-    assets running continuously in this process, and judge it against the targets (p50 <= 2 s,
-    p99 <= 5 s: met, missed or not evaluated). Needs PostgreSQL and Connect running."""
-    from dataclasses import asdict
-
-    from kappa.harness.cdc_latency import measure
-
-    with Guard():
-        settings = load_settings()
-        report = measure(settings, changes, rate=rate, seed=seed,
-                         say=(lambda m: None) if fmt is StatusFormat.json else (lambda m: console.print(m)))
-        if fmt is StatusFormat.json:
-            print(json.dumps(asdict(report)))
-            return
-        table = Table("table", "changes", "p50 s", "p99 s", "max s")
-        for name, p in [*report.tables.items(), ("all", report.overall)]:
-            table.add_row(name, str(p["n"]), *(str(p.get(k, "not evaluated")) for k in ("p50_s", "p99_s", "max_s")))
-        console.print(table)
-        console.print(f"{changes} changes applied in {report.simulate_s} s; the last one visible {report.settle_s} s later")
-        from kappa.harness.bench import describe_per_batch
-
-        for asset, pb in report.per_batch.items():
-            console.print(describe_per_batch(asset, pb), highlight=False)
-        for j in report.judged:
-            verdict = "not evaluated" if j["met"] is None else ("[green]met[/]" if j["met"] else "[red]missed[/]")
-            console.print(f"target {j['target']}: {j['value'] if j['value'] is not None else '-'} s, {verdict}")
 
 
 # --- run ------------------------------------------------------------------------------------------
@@ -225,6 +168,7 @@ serve_app.add_typer(serve_user_app, name="user")
 
 
 @serve_user_app.command("add")
+@guarded
 def serve_user_add(
     name: str = typer.Argument(..., help="User name (no ':' or white space)."),
     file: Path = typer.Option(..., "--file", help="The password file (created with mode 0600 if missing)."),
@@ -238,27 +182,28 @@ def serve_user_add(
 
     from kappa.services.serve_users import add_user, read_password_file
 
-    with Guard():
-        if sys.stdin.isatty():
-            password = getpass.getpass(f"password for {name}: ")
-            if getpass.getpass("again: ") != password:
-                fail("the two passwords differ; nothing written")
-        else:
-            password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
-        try:
-            replaced = add_user(file, name, password, iterations, role)
-        except ValueError as err:
-            fail(f"{err}; nothing written")
-        console.print(f"{'replaced' if replaced else 'added'} {name} in {file}")
-        try:
-            read_password_file(file)
-        except KappaError as err:  # e.g. another user's line is still plain text: re-add that user too
-            err_console.print(f"[bold yellow]warning:[/] the endpoint refuses this file as it is: {err}",
-                              highlight=False, soft_wrap=True)
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password for {name}: ")
+        if getpass.getpass("again: ") != password:
+            fail("the two passwords differ; nothing written")
+    else:
+        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+    try:
+        replaced = add_user(file, name, password, iterations, role)
+    except ValueError as err:
+        fail(f"{err}; nothing written")
+    console.print(f"{'replaced' if replaced else 'added'} {name} in {file}")
+    try:
+        read_password_file(file)
+    except KappaError as err:  # e.g. another user's line is still plain text: re-add that user too
+        err_console.print(f"[bold yellow]warning:[/] the endpoint refuses this file as it is: {err}",
+                          highlight=False, soft_wrap=True)
 
 
 @app.command("dbt", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@guarded
 def dbt_cmd(
+    settings: Settings,
     ctx: typer.Context,
     port: Optional[int] = typer.Option(None, "--serve-port", help="Port for `kappa serve` if it must be started (default KAPPA_SERVE_PORT or 10000)."),
 ) -> None:
@@ -266,41 +211,42 @@ def dbt_cmd(
     `kappa dbt test -s carrier_daily_performance`, any dbt arguments."""
     from kappa.analytics.dbt import run_dbt
 
-    with Guard():
-        if not ctx.args:
-            fail("give a dbt command, e.g. `kappa dbt build`")
-        raise typer.Exit(run_dbt(load_settings(), list(ctx.args), port=port).returncode)
+    if not ctx.args:
+        fail("give a dbt command, e.g. `kappa dbt build`")
+    raise typer.Exit(run_dbt(settings, list(ctx.args), port=port).returncode)
 
 
 # --- assets, versions, promotion ------------------------------------------------------------------
 @app.command("assets")
-def assets_cmd(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
+@guarded
+def assets_cmd(settings: Settings, fmt: StatusFormat = format_option()) -> None:
     """Validate every declaration (the files of assets/ and those recorded in the warehouse) and
     list the streaming assets."""
     from kappa.delta.declarations import catalog as catalog_of
 
-    with Guard():
-        catalog = catalog_of(load_settings())
-        rows = [
-            {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
-             "transform": s.transform.kind, "file": s.where}
-            for s in (catalog[n] for n in catalog.topological())
-        ]
-        if fmt == StatusFormat.json:
-            print(json.dumps(rows))
-            return
-        table = Table(title="streaming assets")
-        for col in ("name", "layer", "group", "source", "transform"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r["name"], r["layer"], r["group"] or "", ", ".join(r["source"]), r["transform"])
-        console.print(table)
+    catalog = catalog_of(settings)
+    rows = [
+        {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
+         "transform": s.transform.kind, "file": s.where}
+        for s in (catalog[n] for n in catalog.topological())
+    ]
+    if fmt == StatusFormat.json:
+        print(json.dumps(rows))
+        return
+    table = Table(title="streaming assets")
+    for col in ("name", "layer", "group", "source", "transform"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["layer"], r["group"] or "", ", ".join(r["source"]), r["transform"])
+    console.print(table)
 
 
 @app.command("versions")
+@guarded
 def versions(
+    settings: Settings,
     asset: str = typer.Argument(..., help="Asset name."),
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+    fmt: StatusFormat = format_option("text (a table) or json"),
 ) -> None:
     """Every version of an asset: created and promoted times, state, rows, source offsets; for the
     promoted version its pin (json: ``snapshot``, ``cut``, ``verified`` and ``why_unverified``: what
@@ -308,45 +254,45 @@ def versions(
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
 
-    with Guard():
-        settings = load_settings()
-        catalog_of(settings)[asset]
-        rows = []
-        for v in Registry(settings).versions(asset):
-            caught = v.last("caught_up") or {}
-            rows.append({
-                "version": v.version, "state": v.state, "created_at": v.created_at.isoformat(),
-                "promoted_at": v.promoted_at.isoformat() if v.promoted_at else None,
-                "rows": caught.get("rows"), "quarantined": caught.get("quarantined"),
-                "source_offsets": caught.get("end_offsets"), "upstream": v.upstream,
-                "checks": v.last("gate_passed") or v.last("gate_failed"),
-                "table_path": v.table_path,
-                # the promoted version's pin: the Delta version its stable name reads, and the cut
-                "snapshot": v.snapshot if v.state == "promoted" else None,
-                "cut": (v.pin or {}).get("cut") if v.state == "promoted" else None,
-                **pin_verification(asset, v.pin if v.state == "promoted" else None),
-            })
-        if fmt == StatusFormat.json:
-            print(json.dumps(rows, default=str))
-            return
-        table = Table(title=f"{asset} versions")
-        for col in ("version", "state", "created", "promoted", "snapshot", "rows", "quarantined", "upstream"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(f"v{r['version']}", r["state"], r["created_at"][:19], (r["promoted_at"] or "")[:19],
-                          "" if r["snapshot"] is None else str(r["snapshot"]),
-                          "" if r["rows"] is None else f"{r['rows']:,}",
-                          "" if r["quarantined"] is None else f"{r['quarantined']:,}",
-                          ", ".join(f"{k}/v{n}" for k, n in r["upstream"].items()))
-        console.print(table)
+    catalog_of(settings)[asset]
+    rows = []
+    for v in Registry(settings).versions(asset):
+        caught = v.last("caught_up") or {}
+        rows.append({
+            "version": v.version, "state": v.state, "created_at": v.created_at.isoformat(),
+            "promoted_at": v.promoted_at.isoformat() if v.promoted_at else None,
+            "rows": caught.get("rows"), "quarantined": caught.get("quarantined"),
+            "source_offsets": caught.get("end_offsets"), "upstream": v.upstream,
+            "checks": v.last("gate_passed") or v.last("gate_failed"),
+            "table_path": v.table_path,
+            # the promoted version's pin: the Delta version its stable name reads, and the cut
+            "snapshot": v.snapshot if v.state == "promoted" else None,
+            "cut": (v.pin or {}).get("cut") if v.state == "promoted" else None,
+            **pin_verification(asset, v.pin if v.state == "promoted" else None),
+        })
+    if fmt == StatusFormat.json:
+        print(json.dumps(rows, default=str))
+        return
+    table = Table(title=f"{asset} versions")
+    for col in ("version", "state", "created", "promoted", "snapshot", "rows", "quarantined", "upstream"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(f"v{r['version']}", r["state"], r["created_at"][:19], (r["promoted_at"] or "")[:19],
+                      "" if r["snapshot"] is None else str(r["snapshot"]),
+                      "" if r["rows"] is None else f"{r['rows']:,}",
+                      "" if r["quarantined"] is None else f"{r['quarantined']:,}",
+                      ", ".join(f"{k}/v{n}" for k, n in r["upstream"].items()))
+    console.print(table)
 
 
 @app.command("status")
+@guarded
 def status(
+    settings: Settings,
     assets: Optional[list[str]] = typer.Argument(None, help="Assets to show (default: every asset with a version)."),
     stall_after: float = typer.Option(300.0, "--stall-after", help="Seconds without a commit after which a "
                                       "running query with records to read counts as stalled."),
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+    fmt: StatusFormat = format_option("text (a table) or json"),
 ) -> None:
     """Lag and health of each asset's latest version, read from its checkpoint (the newest committed
     micro-batch's offsets) against the log end offsets; the same reading as Dagster's sensor. For
@@ -362,67 +308,67 @@ def status(
     from kappa.streaming.kinds import kind_of
     from kappa.streaming.late import late_counts
 
-    with Guard():
-        settings = load_settings()
-        catalog = catalog_of(settings)
-        for name in assets or []:
-            catalog[name]  # an unknown name fails with the list of declared assets
-        found = observe(settings, catalog, stall_after, names=assets or None)
-        registry = Registry(settings)
-        promoted = registry.promoted_all()
-        held = held_back_now(settings) if promoted else {}
+    catalog = catalog_of(settings)
+    for name in assets or []:
+        catalog[name]  # an unknown name fails with the list of declared assets
+    found = observe(settings, catalog, stall_after, names=assets or None)
+    registry = Registry(settings)
+    promoted = registry.promoted_all()
+    held = held_back_now(settings) if promoted else {}
 
-        def stable_name(asset: str) -> dict | None:
-            v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
-            return None if v is None else {"version": v.version, "snapshot": v.snapshot,
-                                           "cut": (v.pin or {}).get("cut"), **pin_verification(asset, v.pin),
-                                           "held_back": held.get(asset)}
+    def stable_name(asset: str) -> dict | None:
+        v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
+        return None if v is None else {"version": v.version, "snapshot": v.snapshot,
+                                       "cut": (v.pin or {}).get("cut"), **pin_verification(asset, v.pin),
+                                       "held_back": held.get(asset)}
 
-        rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
-                 "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
-                 "upstream_versions_behind": h.upstream_versions_behind,
-                 "seconds_since_progress": h.seconds_since_progress, "reason": h.reason,
-                 "stable_name": stable_name(h.asset),
-                 # Late rows: named in the late-events table, and Spark's drops not named (if any).
-                 "late": late_counts(settings, registry.version(h.asset, h.version),
-                                     names_itself=kind_of(catalog[h.asset]).dropped_rows is None)
-                 if kind_of(catalog[h.asset]).keeps_late_rows else None} for h in found]
-        if fmt == StatusFormat.json:
-            print(json.dumps(rows, default=str))
-            return
-        table = Table(title="streaming queries")
-        for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "late (named)",
-                    "health"):
-            table.add_column(col, overflow="fold")
-        for r in rows:
-            late = r["late"]
-            table.add_row(r["asset"], f"v{r['version']}", r["state"],
-                          "" if r["committed_batch"] is None else str(r["committed_batch"]),
-                          f"{r['total_lag']:,}" if not r["upstream_versions_behind"] else "",
-                          "" if r["upstream_versions_behind"] is None else str(r["upstream_versions_behind"]),
-                          "" if late is None else f"{late['named']:,}" + (
-                              f" [red](+{late['not_named']:,} dropped, not named)[/]" if late["not_named"] else ""),
-                          "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
-        console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
-        print_held_back({a: line for a, line in held.items() if not assets or a in assets})
+    rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
+             "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
+             "upstream_versions_behind": h.upstream_versions_behind,
+             "seconds_since_progress": h.seconds_since_progress, "reason": h.reason,
+             "stable_name": stable_name(h.asset),
+             # Late rows: named in the late-events table, and Spark's drops not named (if any).
+             "late": late_counts(settings, registry.version(h.asset, h.version),
+                                 names_itself=kind_of(catalog[h.asset]).dropped_rows is None)
+             if kind_of(catalog[h.asset]).keeps_late_rows else None} for h in found]
+    if fmt == StatusFormat.json:
+        print(json.dumps(rows, default=str))
+        return
+    table = Table(title="streaming queries")
+    for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "late (named)",
+                "health"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        late = r["late"]
+        table.add_row(r["asset"], f"v{r['version']}", r["state"],
+                      "" if r["committed_batch"] is None else str(r["committed_batch"]),
+                      f"{r['total_lag']:,}" if not r["upstream_versions_behind"] else "",
+                      "" if r["upstream_versions_behind"] is None else str(r["upstream_versions_behind"]),
+                      "" if late is None else f"{late['named']:,}" + (
+                          f" [red](+{late['not_named']:,} dropped, not named)[/]" if late["not_named"] else ""),
+                      "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
+    console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
+    print_held_back({a: line for a, line in held.items() if not assets or a in assets})
 
 
 @app.command("gate")
-def gate(asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
+@guarded
+def gate(settings: Settings, asset: str, version: int = typer.Argument(..., help="Version number (2 for v2).")) -> None:
     """Run the gate (GX suite, quarantine rate, shadow diff) on one version and record the result."""
     from kappa.quality.gate import run_gate
 
-    with Guard():
-        report = run_gate(load_settings(), asset, version)
-        console.print(gate_table(report))
-        if report.data_docs_path:
-            console.print(f"Data Docs: {report.data_docs_path}")
-        if not report.passed:
-            raise typer.Exit(1)
+    report = run_gate(settings, asset, version)
+    console.print(gate_table(report))
+    if report.data_docs_path:
+        console.print(f"Data Docs: {report.data_docs_path}")
+    if not report.passed:
+        raise typer.Exit(1)
 
 
 @app.command("replay")
+@guarded
 def replay(
+    settings: Settings,
     asset: str,
     promote: bool = typer.Option(False, "--promote", help="Promote the new chain if every blocking check passes."),
 ) -> None:
@@ -430,147 +376,89 @@ def replay(
     run the gate on each, and with --promote promote the chain atomically."""
     from kappa.lifecycle import promotion
 
-    with Guard():
-        settings = load_settings()
-        report = promotion.replay(settings, asset, promote=promote, on_progress=progress_printer())
-        console.print(results_table(report.results))
-        for g in report.gates.values():
-            console.print(gate_table(g))
-        chain = ", ".join(f"{a} v{v}" for a, v in report.versions.items())
-        if report.promoted:
-            console.print(f"[green]promoted[/] {chain} in one commit ({report.seconds:.0f} s)")
-        elif not report.passed:
-            failed = [f"{g.asset} v{g.version}: {c.describe()}" for g in report.gates.values() for c in g.failed]
-            current = ", ".join(f"{a} v{v}" if v else f"{a} (none)" for a, v in report.previous.items())
-            fail("the gate failed, nothing was promoted (still promoted: " + current + "):\n  "
-                  + "\n  ".join(failed))
-        else:
-            console.print(f"replayed {chain} in {report.seconds:.0f} s; gate passed. Promote with "
-                          f"`kappa replay --promote` next time or `kappa promote {asset} {report.versions[asset]}`.")
+    report = promotion.replay(settings, asset, promote=promote, on_progress=progress_printer())
+    console.print(results_table(report.results))
+    for g in report.gates.values():
+        console.print(gate_table(g))
+    chain = ", ".join(f"{a} v{v}" for a, v in report.versions.items())
+    if report.promoted:
+        console.print(f"[green]promoted[/] {chain} in one commit ({report.seconds:.0f} s)")
+    elif not report.passed:
+        failed = [f"{g.asset} v{g.version}: {c.describe()}" for g in report.gates.values() for c in g.failed]
+        current = ", ".join(f"{a} v{v}" if v else f"{a} (none)" for a, v in report.previous.items())
+        fail("the gate failed, nothing was promoted (still promoted: " + current + "):\n  "
+              + "\n  ".join(failed))
+    else:
+        console.print(f"replayed {chain} in {report.seconds:.0f} s; gate passed. Promote with "
+                      f"`kappa replay --promote` next time or `kappa promote {asset} {report.versions[asset]}`.")
 
 
-@app.command("forget")
-def forget(
-    topic: Optional[str] = typer.Option(None, "--topic", help="The topic the key was published to."),
-    key: Optional[str] = typer.Option(None, "--key", help="The record key to forget (UTF-8; for flights, the tailnum; for a changelog topic, its key column's value or a JSON object of its key columns)."),
-    reason: str = typer.Option("", "--reason", help="Why (kept with the request)."),
-    truncate_log: bool = typer.Option(False, "--truncate-log", help="Also delete the log prefix up to the key's last "
-                                      "offset (Kafka DeleteRecords): every older record of every key is lost and "
-                                      "replays of the topic refuse from then on."),
-    status: bool = typer.Option(False, "--status", help="List forget requests and what was done for each."),
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json (with --status)"),
-) -> None:
-    """Delete a record key from every table version derived from TOPIC, keep it out of every later
-    run and replay, and from the log where Kafka allows. Resumes an unfinished request. Time travel
-    to before the forget is gone (the old files are vacuumed)."""
-    from kappa.lifecycle import forget as forgetting
-
-    with Guard():
-        settings = load_settings()
-        if status:
-            reqs = forgetting.requests(settings)
-            if fmt == StatusFormat.json:
-                print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
-                return
-            table = Table(title="forget requests")
-            for col in ("request", "topic", "key (SHA-256)", "requested at", "reason", "state", "steps done"):
-                table.add_column(col)
-            for r in reqs:
-                table.add_row(r.request_id, r.topic, r.key_sha256[:16] + "…", f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.reason, r.state,
-                              _forget_steps(r.steps))
-            console.print(table)
-            return
-        if not topic or not key:
-            fail("give --topic and --key (or --status)")
-
-        def show(step: str, details: dict) -> None:
-            console.print(f"  {step}: {_forget_steps({step: details})}", highlight=False)
-
-        report = forgetting.forget(settings, topic, key, reason, truncate_log=truncate_log, on_step=show)
-        console.print(f"forgot key {key!r} on {topic} (request {report.request.request_id}) in {report.seconds:.1f} s; "
-                      "time travel to before the forget is no longer possible")
-
-
-def _forget_steps(steps: dict[str, dict]) -> str:
-    parts = []
-    for step, d in steps.items():
-        if step == "located":
-            parts.append(f"located {d.get('records', 0)} records")
-        elif step == "deleted":
-            parts.append(f"deleted {d.get('rows', 0)} rows from {sum(1 for n in d.get('tables', {}).values() if n)} tables")
-        elif step == "replayed":
-            parts.append("replayed " + (", ".join(f"{a} v{x['version']}{' (promoted)' if x['promoted'] else ''}"
-                                                  for a, x in d.items()) or "nothing"))
-        elif step == "checkpoints":
-            parts.append("deleted the checkpoints of " + (", ".join(d.get("checkpoints", {})) or "no stateful version"))
-        elif step == "vacuumed":
-            parts.append(f"vacuumed {len(d.get('files_removed', {}))} tables")
-        elif step == "log":
-            parts.append("log: " + "; ".join(f"{k} {v}" for k, v in d.items()))
-        elif step == "done":
-            parts.append("done")
-    return "; ".join(parts)
+app.command("forget")(forget)  # kappa forget: delete a record key everywhere
 
 
 @app.command("maintain")
+@guarded
 def maintain(
+    settings: Settings,
     assets: Optional[list[str]] = typer.Argument(None, help="Assets whose versions to maintain (default: all); the shared tables always."),
     retention: Optional[float] = typer.Option(None, "--vacuum-retention", metavar="HOURS", help="VACUUM's retention in "
                                               "hours (default: each table's, Delta's 7 days); at least the platform "
                                               "floor, KAPPA_MIN_RETENTION_HOURS (168)."),
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+    fmt: StatusFormat = format_option("text (a table) or json"),
 ) -> None:
     """Compact (OPTIMIZE), checkpoint and VACUUM every version of ASSETS and the shared tables,
     outside the queries (they may keep running). Exits 1 if a table failed."""
     from kappa.lifecycle.maintain import maintain as run_maintenance
 
-    with Guard():
-        text = fmt is StatusFormat.text
-        report = run_maintenance(load_settings(), assets or None, retention_hours=retention,
-                                 say=(lambda m: console.print(m, highlight=False)) if text else None)
-        if not text:
-            print(json.dumps(report.to_json()))
-        else:
-            table = Table(title=f"maintenance ({report.seconds:.1f} s)")
-            for col in ("table", "files", "MiB", "rows", "Delta version", "vacuumed", "s", "result"):
-                table.add_column(col)
-            for t in report.tables:
-                table.add_row(t.table, f"{t.files_before} -> {t.files_after}",
-                              f"{t.bytes_before / 2**20:.1f} -> {t.bytes_after / 2**20:.1f}", f"{t.rows_after:,}",
-                              f"{t.version_before} -> {t.version_after}", str(t.vacuumed), f"{t.seconds:.1f}",
-                              t.skipped or (f"[red]{t.error}[/]" if t.error else "[green]ok[/]"))
-            console.print(table)
-        if report.failed:
-            fail(f"{len(report.failed)} tables failed: " + ", ".join(t.table for t in report.failed))
+    text = fmt is StatusFormat.text
+    report = run_maintenance(settings, assets or None, retention_hours=retention,
+                             say=(lambda m: console.print(m, highlight=False)) if text else None)
+    if not text:
+        print(json.dumps(report.to_json()))
+    else:
+        table = Table(title=f"maintenance ({report.seconds:.1f} s)")
+        for col in ("table", "files", "MiB", "rows", "Delta version", "vacuumed", "s", "result"):
+            table.add_column(col)
+        for t in report.tables:
+            table.add_row(t.table, f"{t.files_before} -> {t.files_after}",
+                          f"{t.bytes_before / 2**20:.1f} -> {t.bytes_after / 2**20:.1f}", f"{t.rows_after:,}",
+                          f"{t.version_before} -> {t.version_after}", str(t.vacuumed), f"{t.seconds:.1f}",
+                          t.skipped or (f"[red]{t.error}[/]" if t.error else "[green]ok[/]"))
+        console.print(table)
+    if report.failed:
+        fail(f"{len(report.failed)} tables failed: " + ", ".join(t.table for t in report.failed))
 
 
 @app.command("requests")
+@guarded
 def requests_command(
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text (a table) or json"),
+    settings: Settings,
+    fmt: StatusFormat = format_option("text (a table) or json"),
 ) -> None:
     """List the requests that wait for approval or ran (forget and maintain from the Dagster UI):
     what each does, who asked (as claimed), who approved (as verified), its state and outcome."""
     from kappa.lifecycle.approval import requests
 
-    with Guard():
-        reqs = requests(load_settings())
-        if fmt == StatusFormat.json:
-            print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
-            return
-        table = Table(title="requests (kappa approve REQUEST runs one)")
-        for col in ("request", "requested at", "what", "claimed by (unverified)", "origin", "state", "approved by",
-                    "outcome"):
-            table.add_column(col)
-        for r in reqs:
-            approver = r.approvals[-1]["approver"] if r.approvals else None
-            table.add_row(r.request_id, f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.describe(), r.claimed_by, r.origin,
-                          r.state, f"{approver['user']} ({approver['source']})" if approver else "",
-                          r.error or (json.dumps(r.outcome) if r.outcome else ""))
-        console.print(table)
+    reqs = requests(settings)
+    if fmt == StatusFormat.json:
+        print(json.dumps([{**r.__dict__, "state": r.state} for r in reqs], default=str, indent=2))
+        return
+    table = Table(title="requests (kappa approve REQUEST runs one)")
+    for col in ("request", "requested at", "what", "claimed by (unverified)", "origin", "state", "approved by",
+                "outcome"):
+        table.add_column(col)
+    for r in reqs:
+        approver = r.approvals[-1]["approver"] if r.approvals else None
+        table.add_row(r.request_id, f"{r.requested_at:%Y-%m-%d %H:%M:%S}", r.describe(), r.claimed_by, r.origin,
+                      r.state, f"{approver['user']} ({approver['source']})" if approver else "",
+                      r.error or (json.dumps(r.outcome) if r.outcome else ""))
+    console.print(table)
 
 
 @app.command("approve")
+@guarded
 def approve_command(
+    settings: Settings,
     request_id: str = typer.Argument(..., metavar="REQUEST", help="The request's id (`kappa requests`)."),
     key: Optional[str] = typer.Option(None, "--key", help="A forget's key, needed only on a changelog topic "
                                       "(checked against the request's SHA-256)."),
@@ -579,13 +467,14 @@ def approve_command(
     runner) and run it now; the registry records the approval and the outcome."""
     from kappa.lifecycle.approval import approve
 
-    with Guard():
-        req = approve(load_settings(), request_id, key=key, say=lambda m: console.print(f"  {m}", highlight=False))
-        console.print(f"request {req.request_id} done: {json.dumps(req.outcome)}", highlight=False)
+    req = approve(settings, request_id, key=key, say=lambda m: console.print(f"  {m}", highlight=False))
+    console.print(f"request {req.request_id} done: {json.dumps(req.outcome)}", highlight=False)
 
 
 @app.command("promote")
+@guarded
 def promote(
+    settings: Settings,
     asset: str, version: int = typer.Argument(..., help="Version number (2 for v2)."),
     only: bool = typer.Option(False, "--only", help="Promote this version alone even if a downstream "
                               "(or upstream) stable name stays pinned over a different version of it."),
@@ -597,19 +486,19 @@ def promote(
     from kappa.lifecycle import promotion
     from kappa.lifecycle.cut import unverified
 
-    with Guard():
-        settings = load_settings()
-        promotion.promote(settings, asset, version, only=only)
-        console.print(f"{asset} -> v{version}")
-        print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
+    promotion.promote(settings, asset, version, only=only)
+    console.print(f"{asset} -> v{version}")
+    print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
 
 
 @app.command("advance")
+@guarded
 def advance(
+    settings: Settings,
     assets: Optional[list[str]] = typer.Argument(None, help="Move only the lineages of these assets (default: all)."),
     wait: float = typer.Option(30.0, "--wait", help="Seconds to keep trying while running queries have not "
                                "yet read a common upstream version."),
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
+    fmt: StatusFormat = format_option(),
 ) -> None:
     """Move the cut forward: pin every promoted stable name at the newest Delta snapshot where all of
     them agree (each covers exactly what the tables it reads hold), in one registry commit. Names
@@ -618,21 +507,20 @@ def advance(
     ``held_back``)."""
     from kappa.lifecycle.cut import advance as advance_cut
 
-    with Guard():
-        report = advance_cut(load_settings(), assets or None, wait_s=wait)
-        if fmt == StatusFormat.json:
-            print(json.dumps(report.to_json(), default=str))
-        else:
-            print_unverified(report.unverified)
-            print_held_back(report.held_back)
-            for asset, (before, after) in sorted(report.moved.items()):
-                console.print(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
-            if not report.moved:
-                console.print("the cut is already at the newest consistent snapshot")
-            for group, why in report.refused.items():
-                console.print(f"[red]not moved[/] ({group}): {why}")
-        if report.refused:
-            raise typer.Exit(1)
+    report = advance_cut(settings, assets or None, wait_s=wait)
+    if fmt == StatusFormat.json:
+        print(json.dumps(report.to_json(), default=str))
+    else:
+        print_unverified(report.unverified)
+        print_held_back(report.held_back)
+        for asset, (before, after) in sorted(report.moved.items()):
+            console.print(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
+        if not report.moved:
+            console.print("the cut is already at the newest consistent snapshot")
+        for group, why in report.refused.items():
+            console.print(f"[red]not moved[/] ({group}): {why}")
+    if report.refused:
+        raise typer.Exit(1)
 
 
 def pin_verification(asset: str, pin: dict | None) -> dict:
@@ -659,7 +547,8 @@ def print_unverified(why: dict[str, str]) -> None:
 
 
 @app.command("rollback")
-def rollback(asset: str) -> None:
+@guarded
+def rollback(settings: Settings, asset: str) -> None:
     """Point the stable names promoted with ASSET (its chain) back at their previously promoted
     versions, in one registry commit (naming every pin not verified, as `kappa promote`); on
     Kubernetes their queries then run again from their checkpoints (the promotion that replaced
@@ -668,11 +557,9 @@ def rollback(asset: str) -> None:
     from kappa.lifecycle import promotion
     from kappa.lifecycle.cut import unverified
 
-    with Guard():
-        settings = load_settings()
-        targets = promotion.rollback(settings, asset, on_step=lambda m: console.print(m))
-        console.print(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
-        print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
+    targets = promotion.rollback(settings, asset, on_step=lambda m: console.print(m))
+    console.print(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
+    print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
 
 
 if __name__ == "__main__":  # pragma: no cover

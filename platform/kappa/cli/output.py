@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -19,6 +20,20 @@ class OutputFormat(str, Enum):
     table = "table"
     csv = "csv"
     json = "json"
+
+
+class StatusFormat(str, Enum):
+    """``--format`` of the status commands: text for people, json for scripts."""
+
+    text = "text"
+    json = "json"
+
+
+def format_option(help: str = "text or json", default: Enum = StatusFormat.text):
+    """The one ``--format`` option of every command: a ``typer.Option`` whose choices are those of
+    ``default``'s enum (:class:`StatusFormat`, or :class:`OutputFormat` for query results), ``help``
+    its help text."""
+    return typer.Option(default, "--format", help=help)
 
 
 def progress_printer():

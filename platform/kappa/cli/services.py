@@ -3,21 +3,13 @@ factory over :class:`~kappa.core.service.LocalService` (:func:`kappa.services.se
 
 from __future__ import annotations
 
-from enum import Enum
-
 import typer
 from rich.console import Console
 
-from kappa.core.guard import Guard
-from kappa.config import load_settings
+from kappa.cli.command import guarded
+from kappa.cli.output import StatusFormat, format_option
+from kappa.config import Settings
 from kappa.core.service import LocalService
-
-
-class StatusFormat(str, Enum):
-    """``--format`` of the status commands: text for people, json for scripts."""
-
-    text = "text"
-    json = "json"
 
 
 def _stopped(what: object) -> str:
@@ -33,34 +25,34 @@ def service_app(service: LocalService, console: Console, *, custom_start: bool =
 
     if not custom_start:
         @group.command("start")
-        def start(timeout: float = typer.Option(service.start_timeout_s, help="Seconds to wait for it to answer.")) -> None:
+        @guarded
+        def start(settings: Settings, timeout: float = typer.Option(service.start_timeout_s, help="Seconds to wait for it to answer.")) -> None:
             """Start it in the background (state under KAPPA_HOME) and wait until it answers."""
-            with Guard():
-                with console.status(f"starting the {service.title}…"):
-                    st = service.start(load_settings(), timeout)
-                first, *rest = st.summary()
-                console.print(f"{service.title} [green]up[/] {first}", highlight=False, soft_wrap=True)
-                for line in rest:
-                    console.print(line, highlight=False, soft_wrap=True)
-
-    @group.command("stop")
-    def stop() -> None:
-        """Stop it cleanly (its state and logs stay)."""
-        with Guard():
-            console.print(f"{service.title} stopped ({_stopped(service.stop(load_settings()))})", highlight=False)
-
-    @group.command("status")
-    def status(fmt: StatusFormat = typer.Option(StatusFormat.text, "--format", help="text or json")) -> None:
-        """Whether it is up, and how to reach it. Exit status 0 either way."""
-        with Guard():
-            st = service.status(load_settings())
-            if fmt == StatusFormat.json:
-                print(st.to_json())
-                return
+            with console.status(f"starting the {service.title}…"):
+                st = service.start(settings, timeout_s=timeout)
             first, *rest = st.summary()
-            state = "[green]up[/]" if st.up else "[red]down[/]"
-            console.print(f"{service.title} {state} {first}", highlight=False, soft_wrap=True)
+            console.print(f"{service.title} [green]up[/] {first}", highlight=False, soft_wrap=True)
             for line in rest:
                 console.print(line, highlight=False, soft_wrap=True)
+
+    @group.command("stop")
+    @guarded
+    def stop(settings: Settings) -> None:
+        """Stop it cleanly (its state and logs stay)."""
+        console.print(f"{service.title} stopped ({_stopped(service.stop(settings))})", highlight=False)
+
+    @group.command("status")
+    @guarded
+    def status(settings: Settings, fmt: StatusFormat = format_option()) -> None:
+        """Whether it is up, and how to reach it. Exit status 0 either way."""
+        st = service.status(settings)
+        if fmt == StatusFormat.json:
+            print(st.to_json())
+            return
+        first, *rest = st.summary()
+        state = "[green]up[/]" if st.up else "[red]down[/]"
+        console.print(f"{service.title} {state} {first}", highlight=False, soft_wrap=True)
+        for line in rest:
+            console.print(line, highlight=False, soft_wrap=True)
 
     return group

@@ -17,6 +17,8 @@
   ``kappa rollback``).
 * :mod:`kappa.dagster.forget` — the ``forget_key`` job (``kappa forget``).
 * :mod:`kappa.dagster.resources` — ``KappaResource`` (settings, SparkSession).
+* :mod:`kappa.dagster.failure` — ``as_failure``: every op's one way from a library error
+  (:class:`~kappa.errors.KappaError`) to a failed step (``dagster.Failure``).
 
 Spark and Delta code never imports this package; it calls the library, like the CLI does.
 """

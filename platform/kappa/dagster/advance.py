@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from kappa.dagster.names import ADVANCE_JOB, ADVANCE_SENSOR, LoadOptions
-from kappa.errors import KappaError
+from kappa.dagster.failure import as_failure
 
 if TYPE_CHECKING:
     from kappa.config import Settings
@@ -56,11 +56,9 @@ def build_advance_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefinit
         from kappa.lifecycle.cut import advance
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
-        try:
+        with as_failure():
             report = advance(settings, list(context.op_config["assets"]) or None, reason="dagster",
                              wait_s=context.op_config["wait_s"])
-        except KappaError as exc:
-            raise dg.Failure(description=str(exc)) from exc
         for asset, (before, after) in sorted(report.moved.items()):
             context.log.info(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
         out = report.to_json()

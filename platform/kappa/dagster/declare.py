@@ -55,6 +55,7 @@ from pydantic import Field
 from kappa.config import Settings
 from kappa.dagster.rules import check_dagster_rules
 from kappa.dagster.names import ADD_ASSET_JOB, EDIT_ASSET_JOB, RETIRE_ASSET_JOB, LoadOptions
+from kappa.dagster.failure import as_failure
 from kappa.errors import KappaError
 
 #: Declaration changes from Dagster run one at a time: each validates against the catalog, then records.
@@ -85,10 +86,6 @@ class RetireConfig(dg.Config):
     asset: str = Field(description="The declaration to retire (refused while assets or dbt models read it).")
     who: str = Field("", description="Who retires it, as recorded (Dagster OSS has no login).")
     reason: str = Field("", description="Why, as recorded.")
-
-
-def _fail(exc: KappaError) -> dg.Failure:
-    return dg.Failure(description=str(exc))
 
 
 def _settings(context, options: LoadOptions) -> Settings:
@@ -156,15 +153,13 @@ def _validate_op(options: LoadOptions, editing: bool):
 
         settings = _settings(context, options)
         started = time.monotonic()
-        try:
+        with as_failure():
             spec, _ = declare.validate(settings, config.declaration, replacing=editing)
             if editing:  # a stale edit fails first, before Spark starts
                 declare.check_fresh(settings, config.declaration, config.expected_fingerprint)
             check_dagster_rules(spec)
             # Spark starts only when a rule that needs none has not refused it already.
             declare.check_policy(settings, spec, lambda: context.resources.kappa.spark(settings))
-        except KappaError as exc:
-            raise _fail(exc) from exc
         seconds = time.monotonic() - started
         context.log.info(f"{spec.where}: valid and within policy ({seconds:.1f} s)")
         # The next steps take the launchpad's config from here: it is given once, to this step.
@@ -191,14 +186,13 @@ def _analyze_op(options: LoadOptions):
 
         settings = _settings(context, options)
         spec = parse_declaration(checked["declaration"])
-        try:
-            analysis = declare.analyze(settings, spec, context.resources.kappa.spark(settings))
-        except declare.DeclarationError as exc:  # reads a topic directly: nothing to sample here
-            context.log.warning(str(exc))
-            yield dg.Output(checked, "analyzed", metadata={"analysis": "not evaluated: " + str(exc)})
-            return
-        except KappaError as exc:
-            raise _fail(exc) from exc
+        with as_failure():
+            try:
+                analysis = declare.analyze(settings, spec, context.resources.kappa.spark(settings))
+            except declare.DeclarationError as exc:  # reads a topic directly: nothing to sample here
+                context.log.warning(str(exc))
+                yield dg.Output(checked, "analyzed", metadata={"analysis": "not evaluated: " + str(exc)})
+                return
         for c in analysis.checks:
             verdict = "passed" if c["passed"] else ("FAILED" if c["evaluated"] else "not evaluated")
             (context.log.info if c["passed"] or not c["blocking"] else context.log.warning)(
@@ -236,7 +230,7 @@ def _record_op(options: LoadOptions, editing: bool):
         config = (EditConfig if editing else DeclarationConfig)(
             **{k: v for k, v in analyzed.items() if k not in ("asset", "fingerprint")})
         settings = _settings(context, options)
-        try:
+        with as_failure():
             if editing:
                 change = declare.edit(settings, config.declaration, config.expected_fingerprint, apply=config.apply,
                                       who=_who(config, context), reason=config.reason, run_id=context.run_id,
@@ -245,8 +239,6 @@ def _record_op(options: LoadOptions, editing: bool):
                 change = declare.add(settings, config.declaration, apply=config.apply, who=_who(config, context),
                                      reason=config.reason, run_id=context.run_id,
                                      spark=context.resources.kappa.spark(settings))
-        except KappaError as exc:
-            raise _fail(exc) from exc
         for line in change.notes:
             context.log.info(line)
         if config.apply:
@@ -267,17 +259,18 @@ def _reload_op(options: LoadOptions):
 
         settings = _settings(context, options)
         present = applied["event"] != "retired"
-        try:
-            seconds = reload_location(settings, applied["asset"], present)
-        except ReloadError as exc:
-            if present:  # added or edited: withdraw it, so the location loads as it did before
-                try:
-                    declare.withdraw(settings, applied["asset"], applied["fingerprint"], run_id=context.run_id,
-                                     reason=f"withdrawn: the code location failed to load: {exc}")
-                    reload_location(settings, applied["asset"], applied["event"] == "edited")
-                except KappaError as again:  # changed since, or the location still does not load
-                    context.log.error(f"{applied['asset']}: after the failed reload: {again}")
-            raise _fail(exc) from exc
+        with as_failure():
+            try:
+                seconds = reload_location(settings, applied["asset"], present)
+            except ReloadError as exc:
+                if present:  # added or edited: withdraw it, so the location loads as it did before
+                    try:
+                        declare.withdraw(settings, applied["asset"], applied["fingerprint"], run_id=context.run_id,
+                                         reason=f"withdrawn: the code location failed to load: {exc}")
+                        reload_location(settings, applied["asset"], applied["event"] == "edited")
+                    except KappaError as again:  # changed since, or the location still does not load
+                        context.log.error(f"{applied['asset']}: after the failed reload: {again}")
+                raise
         context.log.info(f"code location {settings.dagster_location!r} reloaded in {seconds:.1f} s: "
                          f"{applied['asset']} is {'in' if present else 'gone from'} the workspace")
         return {**applied, "reload_s": round(seconds, 2)}
@@ -317,11 +310,9 @@ def _retire_job(options: LoadOptions, reload) -> dg.JobDefinition:
         from kappa.lifecycle import declare
 
         settings = _settings(context, options)
-        try:
+        with as_failure():
             change = declare.retire(settings, config.asset, who=_who(config, context), reason=config.reason,
                                     run_id=context.run_id, runner=context.resources.kappa.build_runner(settings))
-        except KappaError as exc:
-            raise _fail(exc) from exc
         for line in change.notes:
             context.log.info(line)
         return {"asset": config.asset, "event": "retired", "fingerprint": change.fingerprint}

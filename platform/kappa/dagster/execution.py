@@ -18,11 +18,11 @@ import dagster as dg
 from pydantic import Field
 
 from kappa.streaming.checkpoint import read_checkpoint
+from kappa.dagster.failure import as_failure
 from kappa.dagster.metadata import ProgressLog, gate_check_results, meta_value, result_metadata
 from kappa.dagster.names import LoadOptions, RunMode
 from kappa.delta.registry import Registry
 from kappa.delta.tables import table_rows
-from kappa.errors import KappaError
 from kappa.runners.local import kafka_offsets, records_read
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ def materialize(
 
     key = dg.AssetKey(name)
     settings = kappa.settings(assets_dir=str(options.assets_path))
-    try:
+    with as_failure(asset=name):
         runner = kappa.build_runner(settings)
         detached = runner.detached
         wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
@@ -194,7 +194,5 @@ def materialize(
             # No result for a selected check: Dagster shows it as skipped, and the materialization's
             # `gate` metadata (kubernetes.gate_note) says why.
             context.log.warning(f"{name}: gate checks {wanted} {GATE_NOT_EVALUATED}; they are reported as skipped")
-    except KappaError as exc:
-        raise dg.Failure(description=str(exc), metadata={"asset": name}) from exc
 
 

@@ -31,7 +31,7 @@ import dagster as dg
 from pydantic import Field
 
 from kappa.dagster.names import FORGET_JOB, LoadOptions
-from kappa.errors import KappaError
+from kappa.dagster.failure import as_failure
 
 
 class ForgetConfig(dg.Config):
@@ -59,12 +59,10 @@ def build_forget_job(options: LoadOptions) -> dg.JobDefinition:
         from kappa.lifecycle.approval import request_forget
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
-        try:
+        with as_failure(topic=config.topic):  # a bad hash, an unknown topic, a blank reason
             req = request_forget(settings, config.topic, config.key_sha256, config.reason,
                                  truncate_log=config.truncate_log, claimed_by=config.requested_by,
                                  origin=f"dagster run {context.run_id}")
-        except KappaError as exc:  # a bad hash, an unknown topic, a blank reason
-            raise dg.Failure(description=str(exc), metadata={"topic": config.topic}) from exc
         how = f"kappa approve {req.request_id}"
         context.log.info(f"recorded request {req.request_id}: {req.describe()}, claimed by {req.claimed_by}; "
                          f"nothing is deleted until someone with the platform role runs `{how}`")

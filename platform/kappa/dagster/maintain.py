@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from kappa.dagster.names import MAINTAIN_JOB, MAINTAIN_SCHEDULE, LoadOptions
-from kappa.errors import KappaError
+from kappa.dagster.failure import as_failure
 
 if TYPE_CHECKING:
     from kappa.spec import Catalog
@@ -70,24 +70,20 @@ def build_maintain_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefini
         if retention is not None:
             from kappa.lifecycle.approval import request_maintain
 
-            try:
+            with as_failure():  # below the floor, an unknown asset, no requester
                 req = request_maintain(settings, assets, retention, claimed_by=context.op_config["requested_by"],
                                        origin=f"dagster run {context.run_id}")
-            except KappaError as exc:  # below the floor, an unknown asset, no requester
-                raise dg.Failure(description=str(exc)) from exc
             context.log.info(f"recorded request {req.request_id}: {req.describe()}, claimed by {req.claimed_by}; "
                              f"nothing runs until someone with the platform role runs "
                              f"`kappa approve {req.request_id}`")
             return {"request_id": req.request_id, "state": req.state, "approve_with": f"kappa approve {req.request_id}"}
-        try:
+        with as_failure():
             report = maintain(settings, assets,
                               say=context.log.info, on_table=lambda t: context.log.info(
                                   f"{t.table}: files {t.files_before} -> {t.files_after}, bytes {t.bytes_before} -> "
                                   f"{t.bytes_after}, rows {t.rows_after}, Delta version {t.version_before} -> "
                                   f"{t.version_after}, vacuumed {t.vacuumed} files in {t.seconds} s"
                                   + (f"; FAILED {t.error}" if t.error else "") + (f"; {t.skipped}" if t.skipped else "")))
-        except KappaError as exc:
-            raise dg.Failure(description=str(exc)) from exc
         summary = report.to_json()
         if report.failed:
             raise dg.Failure(description="maintenance failed for " + ", ".join(f"{t.table} ({t.error})" for t in report.failed),

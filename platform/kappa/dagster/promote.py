@@ -37,7 +37,7 @@ import dagster as dg
 from pydantic import Field
 
 from kappa.dagster.names import PROMOTE_JOB, ROLLBACK_JOB, LoadOptions
-from kappa.errors import KappaError
+from kappa.dagster.failure import as_failure
 
 #: Promotions and rollbacks from Dagster run one at a time (the pool's limit is 1, dagster.yaml):
 #: a promotion checks the pins it would leave, then commits; two at once could each pass the check.
@@ -100,11 +100,10 @@ def build_promote_job(options: LoadOptions) -> dg.JobDefinition:
 
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
-        try:
+        # a failed gate, differing pins, an unknown or retired version, …
+        with as_failure(asset=config.asset, version=config.version):
             report = promote(settings, config.asset, config.version, runner=kappa.build_runner(settings),
                              only=config.only)
-        except KappaError as exc:  # a failed gate, differing pins, an unknown or retired version, …
-            raise dg.Failure(description=str(exc), metadata={"asset": config.asset, "version": config.version}) from exc
         if report is not None:
             context.log.info(f"gate of {config.asset}/v{config.version} ran: passed "
                              f"({len(report.checks)} checks)")
@@ -133,11 +132,9 @@ def build_rollback_job(options: LoadOptions) -> dg.JobDefinition:
         from kappa.lifecycle.promotion import last_promotion, rollback
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
-        try:
+        with as_failure(asset=config.asset):  # never promoted, nothing before, promoted again since, …
             targets = rollback(settings, config.asset, runner=context.resources.kappa.build_runner(settings),
                                on_step=context.log.info)
-        except KappaError as exc:  # never promoted, nothing before, promoted again since, …
-            raise dg.Failure(description=str(exc), metadata={"asset": config.asset}) from exc
         summary = commit_summary(last_promotion(Registry(settings), config.asset))
         context.log.info(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
         return _output(summary)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from kappa.errors import KappaError
+from kappa.dagster.failure import as_failure
 from kappa.dagster.metadata import ProgressLog, check_description, check_metadata, result_metadata
 from kappa.dagster.names import REPLAY_JOB, LoadOptions
 
@@ -57,12 +57,10 @@ def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefiniti
         asset, promote = context.op_config["asset"], context.op_config["promote"]
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
-        try:
+        with as_failure(asset=asset):  # RetentionError, a failed query, …
             report = replay(settings, asset, promote=promote, runner=kappa.build_runner(settings),
                             on_progress=ProgressLog(context), on_step=context.log.info,
                             timeout_s=kappa.catch_up_timeout_s)
-        except KappaError as exc:  # RetentionError, a failed query, …
-            raise dg.Failure(description=str(exc), metadata={"asset": asset}) from exc
 
         registry = Registry(settings)
         failed: list[str] = []

@@ -18,7 +18,7 @@ Method:
 5. The overall p50 and p99 are judged against the CDC targets, p50 <= 2 s and p99 <= 5 s
    (:func:`judge_cdc`; ``kappa cdc latency`` prints met, missed or not evaluated).
 6. What holds them: each query's micro-batches from step 2 to the final marker, broken down as
-   ``kappa bench`` breaks down its own (:func:`kappa.harness.bench.per_batch`: Spark jobs, the
+   ``kappa bench`` breaks down its own (:func:`kappa.harness.bench.status.per_batch`: Spark jobs, the
    table's commits, the phases of Spark's progress reports and the writer steps inside
    ``addBatch``), in ``LatencyReport.per_batch``.
 
@@ -57,7 +57,7 @@ class LatencyReport:
     settle_s: float = 0.0
     judged: list[dict] = field(default_factory=list)
     #: Per asset, its query's micro-batches from the first change to the last marker:
-    #: :func:`kappa.harness.bench.per_batch` (jobs, the table's commits, phases, writer steps).
+    #: :func:`kappa.harness.bench.status.per_batch` (jobs, the table's commits, phases, writer steps).
     per_batch: dict[str, dict] = field(default_factory=dict)
 
 
@@ -65,7 +65,7 @@ def judge_cdc(overall: dict) -> list[dict]:
     """The CDC targets (p50 <= :data:`CDC_P50_S`, p99 <= :data:`CDC_P99_S` seconds) against
     ``overall`` (:func:`percentiles` of every table's samples): per target ``target``, ``value``
     (seconds) and ``met`` (None: not evaluated, nothing was measured), the shape of
-    :func:`kappa.harness.bench.judge_targets`' rows."""
+    :func:`kappa.harness.bench.judge.judge_targets`' rows."""
     rows = [(f"CDC change-to-table p50 <= {CDC_P50_S:g} s", overall.get("p50_s"), CDC_P50_S),
             (f"CDC change-to-table p99 <= {CDC_P99_S:g} s", overall.get("p99_s"), CDC_P99_S)]
     return [{"target": t, "value": v, "met": None if v is None else v <= bound} for t, v, bound in rows]
@@ -88,9 +88,9 @@ def percentiles(samples: list[float]) -> dict:
 def _current_assets(settings: Settings, catalog) -> dict[str, str]:
     """Current-state changelog assets of the operational tables: PostgreSQL table -> asset (the
     table whose changelog topic the asset reads, as ``assets/connectors.yaml`` names the topics)."""
-    from kappa.cdc import connect
+    from kappa.cdc.connectors import load_connectors
 
-    tables = {c.topic(t): t for c in connect.load_connectors(settings.assets_dir).values() for t in c.tables}
+    tables = {c.topic(t): t for c in load_connectors(settings.assets_dir).values() for t in c.tables}
     out = {}
     for spec in catalog:
         ch = spec.transform.changelog
@@ -173,7 +173,7 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
 
         _wait(shown, timeout_s, f"the tables did not show the {what} marker change")
 
-    from kappa.harness.bench import mark_query, per_batch_between
+    from kappa.harness.bench.status import mark_query, per_batch_between
     from kappa.streaming.session import spark_session
 
     spark = spark or spark_session(settings)

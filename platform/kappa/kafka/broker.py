@@ -9,18 +9,17 @@ settings written here.
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from kappa.core import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
 from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 
 
 class BrokerError(KappaError, RuntimeError):
@@ -28,7 +27,7 @@ class BrokerError(KappaError, RuntimeError):
 
 
 @dataclass
-class BrokerStatus:
+class BrokerStatus(ServiceStatus):
     """The local broker as ``kappa kafka status`` reports it: ``up`` (it answers on its port),
     bootstrap servers, pid, state folder, log and ports."""
     up: bool
@@ -38,10 +37,6 @@ class BrokerStatus:
     log_file: str
     port: int
     controller_port: int
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """Where the broker listens, its pid, state folder and log (plain text)."""
@@ -216,7 +211,13 @@ def ensure_running(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
     return start(settings, timeout_s)
 
 
-SERVICE = LocalService(
-    name="kafka", title="broker", help="The local single-node KRaft Kafka broker.",
-    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
-    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=90.0)
+class BrokerService(LocalService):
+    """The broker as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "kafka", "broker", 90.0
+    help = "The local single-node KRaft Kafka broker."
+    start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
+    ensure_running = staticmethod(ensure_running)
+
+
+SERVICE = BrokerService()

@@ -42,12 +42,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kappa.core import processes
 from kappa.config import Settings
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 from kappa.errors import KappaError
 
 #: Start order; stop runs it backwards.
@@ -65,7 +65,7 @@ class ClusterError(KappaError):
 
 
 @dataclass
-class ClusterStatus:
+class ClusterStatus(ServiceStatus):
     """``up``: every process alive and the API server ready. ``processes``: name -> pid (None if not
     running). ``server``: the API server's URL; ``kubeconfig``: a kubeconfig with the admin token."""
 
@@ -76,10 +76,6 @@ class ClusterStatus:
     processes: dict[str, int | None] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     started_in_s: float | None = None
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """The API server, how to use its kubeconfig, and each process's pid (plain text)."""
@@ -425,16 +421,14 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
     return stopped
 
 
-def ensure_running(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
-    """The running control plane of this state dir, started if it is not running (see :func:`start`)."""
-    st = status(settings)
-    return st if st.up else start(settings, timeout_s=timeout_s)
+class ClusterService(LocalService):
+    """The test control plane as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "cluster", "control plane", 120.0
+    help = ("The local Kubernetes control plane for tests (no containers): kine, kube-apiserver, "
+            "kube-controller-manager, kube-scheduler, kwok and the Spark operator on free local ports "
+            "(binaries from `make cluster-tools`).")
+    start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
 
 
-SERVICE = LocalService(
-    name="cluster", title="control plane",
-    help="The local Kubernetes control plane for tests (no containers): kine, kube-apiserver, "
-         "kube-controller-manager, kube-scheduler, kwok and the Spark operator on free local ports "
-         "(binaries from `make cluster-tools`).",
-    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
-    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s), start_timeout_s=120.0)
+SERVICE = ClusterService()

@@ -51,12 +51,12 @@ import secrets
 import xml.sax.saxutils
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from kappa.config import Settings, aws_environment
 from kappa.core import processes
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 from kappa.errors import KappaError
 
 #: The server's executable under ``build/tools/bin`` (``make objectstore-tools``).
@@ -72,7 +72,7 @@ class ObjectStoreError(KappaError, RuntimeError):
 
 
 @dataclass
-class ObjectStoreStatus:
+class ObjectStoreStatus(ServiceStatus):
     """The local object store as ``kappa objectstore status`` reports it: ``up`` (the server answers
     its health check), its S3 ``endpoint`` (path-style), ``region`` and ``bucket``, and ``env``: the
     variables to export so that every command (Kappa, Spark, delta-rs, pyarrow, DuckDB) uses it.
@@ -89,10 +89,6 @@ class ObjectStoreStatus:
     data_dir: str
     log_file: str
     credentials_file: str
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """Endpoint, bucket, pid and log; then how to point the shell at it (plain text)."""
@@ -341,15 +337,13 @@ def stop(settings: Settings, grace_s: float = 10.0) -> int:
         ObjectStoreError(f"the object store is not running (state dir {settings.objectstore_dir})"), grace_s=grace_s)
 
 
-def ensure_running(settings: Settings, timeout_s: float = 30.0) -> ObjectStoreStatus:
-    """The running server of this state dir, started if it is not running (see :func:`start`)."""
-    st = status(settings)
-    return st if st.up else start(settings, timeout_s=timeout_s)
+class ObjectStoreService(LocalService):
+    """The object store as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "objectstore", "object store", 30.0
+    help = ("The local S3-compatible object store (versitygw over a folder, no containers); its status's "
+            "`env` points Kappa, Spark, delta-rs and pyarrow at it.")
+    start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
 
 
-SERVICE = LocalService(
-    name="objectstore", title="object store",
-    help="The local S3-compatible object store (versitygw over a folder, no containers); its status's "
-         "`env` points Kappa, Spark, delta-rs and pyarrow at it.",
-    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
-    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s=timeout_s), start_timeout_s=30.0)
+SERVICE = ObjectStoreService()

@@ -42,13 +42,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kappa.config import Settings
 from kappa.core import processes
 from kappa.core.jvm import java_executable
-from kappa.core.service import LocalService
+from kappa.core.service import LocalService, ServiceStatus
 from kappa.errors import KappaError
 from kappa.services.cluster import spark_home  # the pyspark package: its jars/ run the daemons and executors
 
@@ -65,7 +65,7 @@ class SparkClusterError(KappaError, RuntimeError):
 
 
 @dataclass
-class SparkClusterStatus:
+class SparkClusterStatus(ServiceStatus):
     """``up``: the master answers and reports every worker started here ``ALIVE``. ``master``: the URL
     drivers connect to; ``webui``: the master's web UI; ``workers``: as the master reports them (``id``,
     ``state``, ``cores``, ``memory`` in MiB, ``webuiaddress``), plus ``name`` and ``pid`` for the ones
@@ -79,10 +79,6 @@ class SparkClusterStatus:
     workers: list[dict] = field(default_factory=list)
     pids: dict[str, int | None] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        """The status as one JSON object (every field)."""
-        return json.dumps(asdict(self))
 
     def summary(self) -> list[str]:
         """The master's URL, the variable to export, and each worker (plain text)."""
@@ -287,10 +283,15 @@ def ensure_running(settings: Settings, timeout_s: float = 90.0) -> SparkClusterS
     return start(settings, timeout_s=timeout_s)
 
 
-SERVICE = LocalService(
-    name="spark", title="Spark standalone cluster",
-    help="A Spark standalone cluster on this machine (a master and KAPPA_SPARK_WORKERS workers from the "
-         "pyspark package): executors in other JVMs than the driver; its status's `env` sets "
-         "KAPPA_SPARK_MASTER.",
-    start=lambda settings, timeout_s: start(settings, timeout_s=timeout_s), stop=stop, status=status,
-    ensure_running=lambda settings, timeout_s: ensure_running(settings, timeout_s), start_timeout_s=90.0)
+class SparkClusterService(LocalService):
+    """The Spark standalone cluster as a local part (:class:`~kappa.core.service.LocalService`)."""
+
+    name, title, start_timeout_s = "spark", "Spark standalone cluster", 90.0
+    help = ("A Spark standalone cluster on this machine (a master and KAPPA_SPARK_WORKERS workers from the "
+            "pyspark package): executors in other JVMs than the driver; its status's `env` sets "
+            "KAPPA_SPARK_MASTER.")
+    start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
+    ensure_running = staticmethod(ensure_running)
+
+
+SERVICE = SparkClusterService()

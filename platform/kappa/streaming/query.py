@@ -8,7 +8,7 @@ Delta write carries the version's transaction id and the batch's provenance. Thi
 every kind shares: the source stream
 (:func:`kappa.streaming.sources.read_source`), the query name, the checkpoint and the trigger.
 
-``KAPPA_FAULT`` (:class:`kappa.config.Fault`) stops the process at a named point of a micro-batch
+``KAPPA_FAULT`` (:class:`kappa.faults.Fault`) stops the process at a named point of a micro-batch
 of the foreachBatch writers; the fault-point tests use it to prove the above at every gap.
 """
 

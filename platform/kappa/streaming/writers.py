@@ -11,7 +11,7 @@ Spark re-runs after a crash (its commit log entry missing) is skipped where it a
 A subclass implements :meth:`MicroBatchWriter.write` and adds only its rows; the base gives it
 :meth:`~MicroBatchWriter.append`, :meth:`~MicroBatchWriter.transaction` (for MERGE/UPDATE/DELETE),
 :meth:`~MicroBatchWriter.committed` (the re-run rule) and the fault points of ``KAPPA_FAULT``
-(:class:`kappa.config.Fault`): ``before_write``, ``after_quarantine_commit``, ``after_late_commit``,
+(:class:`kappa.faults.Fault`): ``before_write``, ``after_quarantine_commit``, ``after_late_commit``,
 ``after_table_commit`` (called by the subclass) and ``after_batch`` (by the base, once the batch
 function returns and before Spark writes its commit log entry).
 """

@@ -40,14 +40,15 @@ def chart_connect(assets_dir: Path) -> dict:
     """The chart's view of ``assets/connectors.yaml`` (empty when none is declared): the Connect
     worker's group and internal topics and the Debezium plugin (:mod:`kappa.cdc.connect`, the
     names `kappa connect start` uses locally), and per connector its class, tasks, changelog
-    topics and :meth:`~kappa.cdc.connect.ConnectorSpec.declared_config` without class and tasks
+    topics and :meth:`~kappa.cdc.connectors.ConnectorSpec.declared_config` without class and tasks
     (Strimzi's KafkaConnector takes them as ``spec.class`` and ``spec.tasksMax``), and its
     heartbeat topic (``heartbeat``: name, partitions, config; absent when heartbeats are off), which
     the chart creates as the local worker does. The chart adds the keys in
-    :data:`~kappa.cdc.connect.CONNECTION_KEYS` from its values."""
+    :data:`~kappa.cdc.connectors.CONNECTION_KEYS` from its values."""
     from kappa.cdc import connect
+    from kappa.cdc.connectors import load_connectors
 
-    connectors = connect.load_connectors(assets_dir)
+    connectors = load_connectors(assets_dir)
     if not connectors:
         return {}
     out = {}
