@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 import yaml
 
 from kappa.config import Settings, load_settings
@@ -177,7 +178,7 @@ INFRA_FIXTURES = {
 
 
 #: Session fixtures that build shared state, in precedence order: with ``pytest -n 2 --dist
-#: loadgroup`` (``make test``), every test that uses one runs on the worker that built it, so each is
+#: loadgroup`` (``make test``), every test that uses one runs on the one worker that builds it, so each is
 #: built once per run (a test using two goes with the first). Tests using none are spread over the
 #: workers, each worker starting its own broker and Spark when a test asks.
 SHARED_STATE_FIXTURES = ("analysts_state", "full_run", "cdc_settings", "plane")
@@ -190,15 +191,18 @@ def pytest_collection_modifyitems(config, items):
     Under pytest-xdist, put each test that uses shared state in that state's ``xdist_group``
     (:data:`SHARED_STATE_FIXTURES`). Tests that change the shared full-data run go last, so every
     reader sees it as built."""
-    grouping = config.pluginmanager.hasplugin("xdist")
+    grouping = getattr(config.option, "loadgroup", False)  # set on an xdist worker under --dist loadgroup
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if grouping and item.get_closest_marker("xdist_group") is None:
+        if grouping:
             shared = [f for f in SHARED_STATE_FIXTURES if f in names]
             if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
                 shared.append("plane")
             if shared:
-                item.add_marker(pytest.mark.xdist_group(shared[0]))
+                # What an ``xdist_group`` marker should do: pytest-xdist 3.8.0 appends the group to
+                # ``item._nodeid``, which pytest 9 no longer reads (it keeps ``item._id``), so its
+                # marker groups nothing; the scheduler groups by the ``@group`` suffix of the node id.
+                item._id = coerce_node_id(f"{item.nodeid}@{shared[0]}")
         wanted = {marker for fixture, marker in INFRA_FIXTURES.items() if fixture in names}
         if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
             wanted.add("plane")
