@@ -151,3 +151,18 @@ def test_the_fixture_table_names_real_fixtures_and_registered_markers():
     pyproject = (TESTS.parent / "pyproject.toml").read_text()
     for marker in INFRA_MARKERS:
         assert f'"{marker}: ' in pyproject, marker
+
+
+def test_cluster_tests_are_marked_and_left_out_of_make_test():
+    """tests/cluster needs the built image (`make test-cluster`): every module there is marked
+    ``cluster`` and `make test` / `make test-fast` deselect that marker."""
+    modules = sorted((TESTS / "cluster").glob("test_*.py"))
+    assert modules
+    for module in modules:
+        assert "cluster" in _pytestmark(ast.parse(module.read_text()).body), module.name
+    makefile = (TESTS.parent / "Makefile").read_text()
+    (selection,) = re.findall(r'^\t\$\(BIN\)/pytest -m "([^"]+)" -n ', makefile, re.M)
+    fast = re.search(r"^FAST := (.+)$", makefile, re.M)[1]
+    for expr in (selection, fast):
+        assert re.fullmatch(r"not \((\w+ or )*cluster( or \w+)*\)", expr), expr
+    assert '"cluster: ' in (TESTS.parent / "pyproject.toml").read_text()
