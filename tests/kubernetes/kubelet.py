@@ -2,9 +2,9 @@
 phase through the API, as the kubelet of its node would.
 
 WHAT IT STANDS IN FOR. On a real cluster the kubelet of the pod's node pulls the Kappa image,
-starts the container (Spark's image entrypoint runs the driver: ``spark-submit ... local:///opt/
-kappa/bin/entrypoint.py ARGS``, whose two-line shim runs ``python -m kappa.runners.entrypoint
-ARGS``) and reports the container's state in the pod's status. Here there is no container runtime:
+starts the container (the image's entrypoint, tools/image/entrypoint.sh, runs the driver:
+``spark-submit ... local:///opt/kappa/bin/entrypoint.py ARGS``, whose two-line shim runs
+``python -m kappa.runners.entrypoint ARGS``) and reports the container's state in the pod's status. Here there is no container runtime:
 kwok reports the pod Running without running anything. This stand-in takes the pod over from kwok
 (kwok sets a pod Running once, when it has no IP yet; it does not touch the status again), runs the same
 ``python -m kappa.runners.entrypoint ARGS`` on this machine with the container's plain ``env``
