@@ -77,11 +77,16 @@ def test_materialize_records_metadata_and_gate_checks_then_sensor_and_replay(mak
     gold = mats["departures_hourly"].metadata
     assert gold["dagster/row_count"].value > 0 and gold["upstream_versions"].value == {"flights": 1}
 
-    # every declared gate check has a result, all pass on clean data, blocking ones are marked so
+    # every declared gate check has a result, all pass on clean data, blocking ones are marked so;
+    # the shadow diff of a first version had nothing to compare with: not evaluated, not passed,
+    # a warning that blocks nothing
     catalog = load_catalog(settings.assets_dir)
     for asset in ("flights", "departures_hourly"):
         checks = _checks(result, asset)
         assert set(check_names(catalog[asset])) | {HEALTH_CHECK} == set(checks), asset
+        diff = checks.pop("shadow_diff")
+        assert not diff.passed and diff.severity == dg.AssetCheckSeverity.WARN, diff
+        assert "shadow_diff NOT EVALUATED" in diff.description, diff.description
         failed = {n: c.description for n, c in checks.items() if not c.passed}
         assert not failed, failed
     flights_checks = _checks(result, "flights")
@@ -125,7 +130,9 @@ def test_materialize_records_metadata_and_gate_checks_then_sensor_and_replay(mak
     assert registry.promoted("departures_hourly").version == 2
     evaluations = [e for e in run.get_asset_check_evaluations() if e.asset_key == dg.AssetKey("departures_hourly")]
     assert {e.check_name for e in evaluations} == set(check_names(catalog["departures_hourly"]))
-    assert all(e.passed for e in evaluations)
+    # no version of departures_hourly was promoted before: v2's shadow diff had nothing to compare with
+    assert {e.check_name: e.passed for e in evaluations if not e.passed} == {"shadow_diff": False}
+    assert all("NOT EVALUATED" in e.description for e in evaluations if e.check_name == "shadow_diff")
     [replayed] = run.asset_materializations_for_node("replay_asset")
     assert replayed.asset_key == dg.AssetKey("departures_hourly") and replayed.metadata["version"].value == 2
     assert replayed.metadata["promoted"].value is True

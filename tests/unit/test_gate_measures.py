@@ -80,3 +80,20 @@ def test_a_non_blocking_difference_is_a_warning_in_dagster_not_a_pass():
         assert shown.passed is False
         assert shown.severity == (dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN)
         assert [c.name for c in report.failed] == ([SHADOW_CHECK] if blocking else [])
+
+
+def test_a_first_versions_shadow_diff_is_not_evaluated_and_blocks_nothing():
+    # nothing promoted to compare with: no figure was measured, so the check must not say "passed"
+    from types import SimpleNamespace
+
+    from kappa.dagster.metadata import check_description
+    from kappa.quality.gate import SHADOW_CHECK, GateReport, shadow_diff
+
+    for blocking in (False, True):
+        spec = SimpleNamespace(merge_keys=["id"], shadow_diff_blocking=blocking)
+        diff = shadow_diff(None, spec, None, None, 1, None)
+        assert (diff.name, diff.passed, diff.evaluated, diff.blocking) == (SHADOW_CHECK, False, False, False)
+        assert diff.describe().startswith("shadow_diff: NOT EVALUATED") and "nothing to compare" in diff.details["why"]
+        report = GateReport(asset="a", version=1, passed=True, checks=[diff])
+        assert report.failed == []  # not evaluated blocks nothing
+        assert "shadow_diff NOT EVALUATED" in check_description(diff, report)

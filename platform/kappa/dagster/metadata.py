@@ -137,9 +137,11 @@ def check_metadata(check, report) -> dict[str, object]:
 
 
 def check_description(check, report) -> str:
-    """One line for the Dagster UI: ``<asset>/v<N> <check> passed|FAILED: observed …, expected …``
-    (a check not evaluated shows as FAILED, as it did not pass)."""
-    verdict = "passed" if check.passed else "FAILED"
+    """One line for the Dagster UI: ``<asset>/v<N> <check> passed|FAILED|NOT EVALUATED: observed …,
+    expected …``. A check not evaluated did not pass: Dagster has no outcome for "nothing to
+    measure", so its result is ``passed=False`` (WARN when it does not block) and this line says
+    why."""
+    verdict = "passed" if check.passed else ("FAILED" if getattr(check, "evaluated", True) else "NOT EVALUATED")
     return (f"{report.asset}/v{report.version} {check.name} {verdict}: observed {check.observed!r}, "
             f"expected {check.expected}")
 

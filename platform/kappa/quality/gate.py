@@ -336,13 +336,16 @@ def _keys_on_one_side(candidate_df, promoted_df, keys: list[str], examples: int 
 
 def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: int, promoted: int | None) -> CheckResult:
     """Compare the candidate with the promoted version: row counts, keys on one side only (with up
-    to five examples), and the relative difference of every numeric column's sum."""
+    to five examples), and the relative difference of every numeric column's sum. With no other
+    version promoted (``promoted_df`` None) there is nothing to compare: the check is not evaluated
+    (not passed, not blocking), never "passed"."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     if promoted_df is None:
-        return CheckResult(name=SHADOW_CHECK, passed=True, blocking=spec.shadow_diff_blocking,
-                           observed="no promoted version to compare with", expected="no difference")
+        return CheckResult(name=SHADOW_CHECK, passed=False, blocking=False, observed="not evaluated",
+                           expected="no difference", evaluated=False,
+                           details={"why": "no other version of the asset is promoted: nothing to compare with"})
     keys = spec.merge_keys
     numeric = [f.name for f in candidate_df.schema.fields
                if isinstance(f.dataType, T.NumericType) and f.name in promoted_df.columns and f.name not in keys]
