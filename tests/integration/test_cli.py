@@ -173,3 +173,15 @@ def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "WARNING: Using incubator modules" in result.stderr and "one" in result.stdout
     assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["rollback", "nosuch"], ["promote", "nosuch", "1"], ["gate", "nosuch", "1"], ["replay", "nosuch"],
+    ["run", "nosuch", "--until-caught-up"],
+])
+def test_a_name_the_catalog_lacks_is_one_line_naming_it(args, tmp_path):
+    # in an empty warehouse: the name is neither declared nor in the registry
+    result = invoke_kappa(*args, env={"KAPPA_HOME": str(tmp_path)})
+    out = (result.stdout + result.stderr).strip()
+    assert result.returncode == 1 and "Traceback" not in out, out
+    assert len(out.splitlines()) == 1 and "unknown asset 'nosuch' (known: " in out, out

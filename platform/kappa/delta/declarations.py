@@ -34,7 +34,7 @@ from kappa.errors import KappaError
 from kappa.spec import AssetSpec, Catalog, SpecError, load_catalog, parse_declaration
 
 if TYPE_CHECKING:
-    from kappa.delta.registry import Version
+    from kappa.delta.registry import Registry, Version
 
 EVENTS = ("proposed", "added", "edited", "retired")
 
@@ -138,6 +138,21 @@ class Declarations:
         write_deltalake(self.uri, pa.Table.from_pylist([r.__dict__ for r in rows], schema=_SCHEMA), mode="append",
                         storage_options=self.storage_options)
         return rows
+
+
+def known_version(settings: Settings, registry: "Registry", asset: str, version: int) -> "Version":
+    """``registry.version(asset, version)``, except that a name with no version in the registry that
+    the catalog does not declare either is an unknown name: raises :class:`kappa.spec.SpecError`
+    (``unknown asset 'x' (known: …)``) rather than "x has no version v1"; otherwise
+    :class:`kappa.delta.registry.RegistryError` as ``Registry.version``."""
+    from kappa.delta.registry import RegistryError
+
+    try:
+        return registry.version(asset, version)
+    except RegistryError:
+        if not registry.versions(asset):
+            catalog(settings)[asset]
+        raise
 
 
 def catalog(settings: Settings, declared: dict[str, str] | None = None) -> Catalog:

@@ -27,7 +27,7 @@ from kappa.kafka.topics import offsets
 from kappa.quality.gate import GateReport
 from kappa.runners.base import AssetRunResult
 from kappa.kafka.topics import start_offsets
-from kappa.delta.declarations import catalog as catalog_of, provenance
+from kappa.delta.declarations import catalog as catalog_of, known_version, provenance
 from kappa.spec import upstream_first
 from kappa.streaming.kinds import kind_of
 
@@ -283,7 +283,7 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
     Raises :class:`GateFailedError` naming the failed checks; :class:`InconsistentPromotionError`
     naming the conflicting pins; :class:`RegistryError` for an unknown or retired version."""
     registry = Registry(settings)
-    ver = registry.version(asset, version)
+    ver = known_version(settings, registry, asset, version)
     conflicts = [] if only else pin_conflicts(registry, {asset: version})
     if conflicts:
         raise InconsistentPromotionError(
@@ -322,14 +322,18 @@ def rollback(settings: Settings, asset: str, runner: "Runner | None" = None,
     Local queries live in the process that started them (``kappa run``) and end with it: nothing
     is started here, and the version continues from its checkpoint when ``kappa run`` starts it.
 
-    Raises :class:`RegistryError` when ``asset`` (or a member of its chain) has no previously
+    Raises :class:`~kappa.spec.base.SpecError` when ``asset`` is neither declared nor in the
+    registry (an unknown name); :class:`RegistryError` when ``asset`` (or a member of its chain) has no previously
     promoted version, or when a member of the chain has been promoted again since (rolling it back
     would undo that later promotion: roll that one back first); :class:`kappa.runners.base.RunError`
     when a query cannot start again (the rollback commit stands: the stable names read the
     rolled-back-to tables either way, they only stop growing)."""
     registry = Registry(settings)
-    promotions = [e for e in registry.events(asset) if e["event"] == "promoted"]
+    events = registry.events(asset)
+    promotions = [e for e in events if e["event"] == "promoted"]
     if not promotions:
+        if not events:
+            catalog_of(settings)[asset]  # a name neither declared nor ever run: SpecError "unknown asset"
         raise RegistryError(f"{asset} has never been promoted: nothing to roll back")
     last = promotions[-1]
     chain = list(dict.fromkeys([asset, *(last["details"].get("chain") or [])]))

@@ -25,7 +25,7 @@ from pathlib import Path
 from kappa.config import Settings
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.spec import AssetSpec, SpecError
-from kappa.delta.declarations import catalog as catalog_of, recorded_spec
+from kappa.delta.declarations import catalog as catalog_of, known_version, recorded_spec
 from kappa.streaming.kinds import kind_of
 from kappa.core.storage import exists, join, local_path
 
@@ -390,7 +390,7 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     from kappa.streaming.session import spark_session
 
     registry = Registry(settings)
-    ver = registry.version(asset, version)
+    ver = known_version(settings, registry, asset, version)
     spec = recorded_spec(settings, ver, catalog_of(settings).assets.get(asset))  # the version's own checks
     spark = spark or spark_session(settings)
     check_before_running(spark, spec)
