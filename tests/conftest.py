@@ -194,18 +194,16 @@ def pytest_collection_modifyitems(config, items):
     grouping = getattr(config.option, "loadgroup", False)  # set on an xdist worker under --dist loadgroup
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
+            names.add("plane")  # every test there uses the control plane
         if grouping:
             shared = [f for f in SHARED_STATE_FIXTURES if f in names]
-            if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
-                shared.append("plane")
             if shared:
                 # What an ``xdist_group`` marker should do: pytest-xdist 3.8.0 appends the group to
                 # ``item._nodeid``, which pytest 9 no longer reads (it keeps ``item._id``), so its
                 # marker groups nothing; the scheduler groups by the ``@group`` suffix of the node id.
                 item._id = coerce_node_id(f"{item.nodeid}@{shared[0]}")
         wanted = {marker for fixture, marker in INFRA_FIXTURES.items() if fixture in names}
-        if item.path.is_relative_to(REPO / "tests" / "kubernetes"):
-            wanted.add("plane")
         for marker in sorted(wanted):
             if item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
