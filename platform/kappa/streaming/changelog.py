@@ -162,8 +162,11 @@ def tombstones(kafka_df: DataFrame, transform: ChangelogTransform) -> DataFrame:
 
 class ChangelogWriter(MicroBatchWriter):
     """foreachBatch body of a ``changelog`` asset (see the module docstring): bad change events to
-    the quarantine table (idempotent per writer id and batch id), good ones MERGEd in LSN order (a
-    re-run MERGE changes nothing: it applies only changes newer than the table's LSN per key)."""
+    the quarantine table, good ones MERGEd in LSN order, each once per (writer id, batch id) (the
+    append's and the MERGE's ``txn`` actions). A change applied by another batch changes nothing
+    either: the MERGE applies only changes newer than the table's LSN per key. Fault points
+    (``KAPPA_FAULT``): ``before_write``, ``after_quarantine_commit``, ``after_table_commit``,
+    ``after_batch``."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         super().__init__(spec, version, settings)
@@ -185,17 +188,27 @@ class ChangelogWriter(MicroBatchWriter):
             # Both sides counted in one Spark job (it also fills the persisted frame).
             bad_rows, good_rows = changes.agg(F.count_if(F.col("reason").isNotNull()),
                                               F.count_if(F.col("reason").isNull())).first()
+            self.at("before_write", batch_id)
             if bad_rows:
                 self.append(
                     changes.where(F.col("reason").isNotNull()).select(
                         *self.owner_columns(), *record_columns(), "reason",
                         F.current_timestamp().alias("quarantined_at")),
                     self.quarantine, batch_id, side="quarantine")
+                self.at("after_quarantine_commit", batch_id)
             if not good_rows:
                 return
             good = changes.where(F.col("reason").isNull())
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history
-            self.dml(lambda: merge(good), batch_id, good.sparkSession)
+
+            def run() -> None:
+                # The batch's MERGE carries the writer's transaction id: Delta skips it when a
+                # re-run batch (killed after this commit, before Spark's commit log) brings it again.
+                with self.transaction(good.sparkSession, batch_id):
+                    merge(good)
+
+            self.dml(run, batch_id, good.sparkSession)
+            self.at("after_table_commit", batch_id)
         finally:
             changes.unpersist()
 
