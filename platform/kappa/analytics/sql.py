@@ -1,19 +1,20 @@
-"""Analysts' entry point: Spark SQL over promoted tables by their stable names.
+"""Analysts' entry point: Spark SQL over what the SQL endpoint serves, in this process (``kappa sql``).
 
-Every asset with a promoted version is a temporary view named after the asset, reading that
-version's Delta table at its pinned snapshot (``versionAsOf``: the cut, :mod:`kappa.lifecycle.cut`);
-an asset with versions but none promoted is a view that fails with one line naming them and how to
-promote one; ``quarantine`` and ``late_events`` are views over those tables (latest). A promotion,
-rollback or ``kappa advance`` changes what a name reads the next time views are registered (each
-``kappa sql`` call).
+What a query sees is what ``kappa serve`` serves, registered by the same function
+(:func:`kappa.services.serve.process.sync_catalog` over :func:`kappa.services.serve.process.served_relations`): every
+asset with a promoted version is a view named after the asset reading that version's Delta table at
+its pinned snapshot (the cut, :mod:`kappa.lifecycle.cut`); an asset with versions but none promoted
+is a view that fails with one line naming them and how to promote one; ``quarantine`` and
+``late_events`` are views over those tables (latest); the dbt marts are tables in schema
+``analytics`` (``analytics.carrier_daily_performance``). A promotion, rollback or ``kappa advance``
+changes what a name reads the next time the catalog is synced (each ``kappa sql`` call).
 """
 
 from __future__ import annotations
 
+import weakref
 
 from kappa.config import Settings
-from kappa.core import storage
-from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.errors import KappaError
 
 
@@ -21,37 +22,29 @@ class QueryError(KappaError, RuntimeError):
     """Spark rejected the query; the message is Spark's own, without the JVM stack trace."""
 
 
-def register_views(spark, settings: Settings) -> dict[str, str]:
-    """Create or replace one view per promoted asset at its pinned snapshot, one per unpromoted asset
-    (failing with :func:`kappa.delta.registry.not_promoted_message` when read), and ``quarantine`` and
-    ``late_events``; returns name -> path (``path@vN`` for a pinned snapshot)."""
-    from kappa.delta.registry import not_promoted_sql
+#: Spark session -> what :func:`kappa.services.serve.process.sync_catalog` registered in its catalog last, so
+#: a session that runs many queries (the demo, the tests' shared one) syncs only what changed.
+_applied: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-    views: dict[str, str] = {}
-    registry = Registry(settings)
-    for asset, version in registry.promoted_all().items():
-        reader = spark.read.format("delta")
-        if version.snapshot is not None:
-            reader = reader.option("versionAsOf", version.snapshot)
-        reader.load(version.table_path).createOrReplaceTempView(asset)
-        views[asset] = version.table_path + ("" if version.snapshot is None else f"@v{version.snapshot}")
-    for asset, message in registry.unpromoted().items():
-        spark.sql(not_promoted_sql(message)).createOrReplaceTempView(asset)
-    for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
-        if storage.exists(storage.join(str(path), "_delta_log"), settings):  # a local folder or an object store
-            spark.read.format("delta").load(str(path)).createOrReplaceTempView(name)
-            views[name] = str(path)
-    return views
+
+def sync_session(spark, settings: Settings) -> dict[str, str]:
+    """Make ``spark``'s catalog serve what the endpoint serves (the stable names, ``quarantine``,
+    ``late_events`` and the dbt marts in ``analytics``); returns name -> a view's SQL or a table's
+    Delta path (:func:`kappa.services.serve.process.sync_catalog`)."""
+    from kappa.services.serve.process import sync_catalog
+
+    _applied[spark] = sync_catalog(spark, settings, _applied.get(spark, {}), marts=True)
+    return _applied[spark]
 
 
 def run_sql(spark, settings: Settings, query: str):
-    """Run ``query`` with the stable-name views registered; returns a pandas DataFrame.
+    """Run ``query`` over what the endpoint serves (:func:`sync_session`); returns a pandas DataFrame.
 
     Raises :class:`QueryError` with Spark's message for a bad query (unknown table or column,
     syntax error, …)."""
     from pyspark.errors import PySparkException
 
-    register_views(spark, settings)
+    sync_session(spark, settings)
     try:
         return spark.sql(query).toPandas()
     except PySparkException as exc:

@@ -128,12 +128,17 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
 
 
 def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool = False) -> dict[str, str]:
-    """Make the catalog equal :func:`served_relations`: register the tables the views read, swap the
-    views, then drop what is no longer served. With ``marts`` (at start-up only, so it never races a
-    running ``dbt build`` creating the same table) also register the dbt marts in :data:`DBT_SCHEMA`.
+    """Make ``spark``'s catalog equal :func:`served_relations`, given ``applied`` (what an earlier
+    call on this catalog returned, ``{}`` for none): register the tables the views read, swap the
+    views, then drop what is no longer served. The one way both analysts' front ends name things:
+    the endpoint's catalog (:func:`serve_forever`) and ``kappa sql``'s session
+    (:func:`kappa.analytics.sql.run_sql`). With ``marts`` (the endpoint at start-up, so it never races
+    a running ``dbt build`` creating the same table; every ``kappa sql``, where dbt never writes) also
+    register the dbt marts in :data:`DBT_SCHEMA` and drop the ones no longer there.
     Returns name -> what it serves (a view's SQL, a table's path). ``CREATE OR REPLACE VIEW`` swaps a
     view in one catalog call, so a query sees the old snapshot or the new one, never no table; an
-    external table's drop leaves its files alone."""
+    external table's drop leaves its files alone; a name ``applied`` at another path (a session
+    reused over another warehouse) is dropped and registered again."""
     views, tables = served_relations(settings)
     if marts:  # start-up: the schemas exist from then on
         for schema in (INTERNAL_SCHEMA, DBT_SCHEMA):
@@ -141,12 +146,14 @@ def sync_catalog(spark, settings: Settings, applied: dict[str, str], marts: bool
     for name, path in tables.items():
         # dbt owns its schema once the endpoint runs; the marts are registered at start-up only
         if applied.get(name) != path and (marts or not name.startswith(f"{DBT_SCHEMA}.")):
+            if name in applied:
+                spark.sql(f"DROP TABLE IF EXISTS {_quoted(name)}")
             spark.sql(f"CREATE TABLE IF NOT EXISTS {_quoted(name)} USING delta LOCATION '{path}'")
     for name, select in views.items():
         if applied.get(name) != select:
             spark.sql(f"CREATE OR REPLACE VIEW default.`{name}` AS {select}")
     for name in set(applied) - set(views) - set(tables):
-        if name.startswith(f"{INTERNAL_SCHEMA}."):
+        if name.startswith(f"{INTERNAL_SCHEMA}.") or (marts and name.startswith(f"{DBT_SCHEMA}.")):
             spark.sql(f"DROP TABLE IF EXISTS {_quoted(name)}")
         elif "." not in name:
             spark.sql(f"DROP VIEW IF EXISTS default.`{name}`")
