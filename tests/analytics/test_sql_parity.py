@@ -1,4 +1,4 @@
-"""`kappa sql` and `kappa serve` name the same things (kappa.services.serve.sync_catalog, one function
+"""`kappa sql` and `kappa serve` name the same things (kappa.services.serve.process.sync_catalog, one function
 for both): a promoted asset and a dbt mart in ``analytics`` answer alike through either, on the
 analysts' state and its running endpoint."""
 
