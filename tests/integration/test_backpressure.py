@@ -19,7 +19,8 @@ import pytest
 
 from kappa.delta.registry import Registry
 from kappa.ingest.nycflights13 import load_events, publish
-from kappa.runners.local import progress_as_dict, resolve_versions
+from kappa.runners.local import progress_as_dict
+from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 

@@ -228,7 +228,7 @@ def test_a_tombstone_deletes_the_row_even_when_its_delete_event_was_compacted_aw
 
     from kappa.config import load_settings
     from kappa.runners import run_until_caught_up
-    from kappa.runners.local import ensure_source_topics
+    from kappa.runners.versions import ensure_source_topics
     from kappa.spec import load_catalog
 
     from ..conftest import REPO, copy_assets

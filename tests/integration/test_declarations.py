@@ -18,7 +18,7 @@ from kappa.delta.registry import Registry
 from kappa.lifecycle import declare
 from kappa.quality.gate import run_gate
 from kappa.runners import run_until_caught_up
-from kappa.runners.local import LogicChangedError
+from kappa.runners.versions import LogicChangedError
 from kappa.streaming.policy import PolicyError
 
 from .helpers import ingest, table

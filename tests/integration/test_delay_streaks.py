@@ -43,7 +43,7 @@ from kappa.ingest.nycflights13 import load_events, publish
 from kappa.lifecycle.promotion import promote, replay
 from kappa.quality.gate import late_events_of, late_rows
 from kappa.runners import run_until_caught_up
-from kappa.runners.local import resolve_versions
+from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 from kappa.streaming.writers import committed_txn_version

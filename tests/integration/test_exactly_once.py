@@ -14,7 +14,7 @@ from kappa.delta.registry import Registry, late_events_path
 from kappa.harness.truth import expected_departures_hourly
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.runners import run_until_caught_up
-from kappa.runners.local import resolve_versions
+from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 

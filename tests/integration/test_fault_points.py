@@ -319,7 +319,7 @@ def test_changelog_tables_are_exact_after_a_kill_at_every_fault_point(tmp_path, 
 
     from confluent_kafka import Producer
 
-    from kappa.runners.local import ensure_source_topics
+    from kappa.runners.versions import ensure_source_topics
     from kappa.spec import load_catalog
 
     from .cdc_helpers import fold

@@ -23,7 +23,7 @@ from kappa.delta.tables import dataset, table_rows
 from kappa.harness.delta_log import commit_actions, data_files, latest_commit, rearranges_only, wait_for_commit
 from kappa.ingest.nycflights13 import load_events, publish
 from kappa.lifecycle.maintain import MaintainError, maintain
-from kappa.runners.local import ensure_source_topics, resolve_versions
+from kappa.runners.versions import ensure_source_topics, resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 

@@ -22,7 +22,7 @@ from kappa.ingest.nycflights13 import publish
 from kappa.lifecycle.promotion import replay
 from kappa.quality.gate import run_gate
 from kappa.runners import run_until_caught_up
-from kappa.runners.local import resolve_versions
+from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 

@@ -159,7 +159,7 @@ def start_detached(
     and the materialization's ``gate`` metadata says which (:func:`gate_note`)."""
     from kappa.delta.declarations import recorded_spec
     from kappa.delta.registry import Registry
-    from kappa.runners.local import resolve_versions
+    from kappa.runners.versions import resolve_versions
 
     registry = Registry(settings)
     version = resolve_versions(catalog, [name], registry)[name]

@@ -135,7 +135,8 @@ def measure(settings: Settings, changes: int = 200, *, rate: float | None = 20.0
     from kappa.cdc import connect
     from kappa.cdc.simulate import simulate
     from kappa.delta.registry import Registry
-    from kappa.runners.local import resolve_versions, run_continuous
+    from kappa.runners.local import run_continuous
+    from kappa.runners.versions import resolve_versions
     from kappa.delta.declarations import catalog as catalog_of
 
     if not connect.status(settings).up:

@@ -175,35 +175,23 @@ def request_maintain(settings: Settings, assets: list[str] | None, retention_hou
 
 
 def approver_identity(settings: Settings, api_client=None) -> dict:
-    """Who is approving, as the platform established it (module doc): ``{"user", "source"}`` plus
-    ``uid`` (local) or ``groups`` (kubernetes). ``api_client``: a ``kubernetes.client.ApiClient``
+    """Who is approving, as the platform established it (module doc; the runner's ``identity``,
+    :func:`kappa.runners.runner_class`): ``{"user", "source"}`` plus ``uid`` (local) or ``groups``
+    (kubernetes). ``api_client``: a ``kubernetes.client.ApiClient``
     to ask with (default: the in-cluster service account, else the caller's kubeconfig,
     ``$KUBECONFIG`` or ``~/.kube/config``). Raises :class:`ApprovalError` when the API server cannot
     be asked or names a service account."""
-    if settings.runner == "kubernetes":
-        try:
-            from kubernetes import client, config
+    from kappa.runners import runner_class
+    from kappa.runners.base import RunError
 
-            if api_client is None:
-                try:
-                    config.load_incluster_config()
-                except config.ConfigException:
-                    config.load_kube_config()
-            review = client.AuthenticationV1Api(api_client).create_self_subject_review(
-                body=client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview"))
-        except Exception as exc:  # noqa: BLE001 - no identity, no approval, whatever the cause
-            raise ApprovalError(f"cannot establish who approves: the API server's SelfSubjectReview failed "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
-        info = review.status.user_info
-        if (info.username or "").startswith("system:serviceaccount:"):
-            raise ApprovalError(f"{info.username} is a service account (a pod's identity): only a person's "
-                                "credentials may approve")
-        return {"user": info.username, "groups": list(info.groups or []), "source": "kubernetes SelfSubjectReview"}
-    import os
-    import pwd
-
-    uid = os.geteuid()
-    return {"user": pwd.getpwuid(uid).pw_name, "uid": uid, "source": "local user (effective uid)"}
+    try:
+        who = runner_class(settings).identity(api_client)
+    except RunError as exc:
+        raise ApprovalError(f"cannot establish who approves: {exc}") from None
+    if who["user"].startswith("system:serviceaccount:"):
+        raise ApprovalError(f"{who['user']} is a service account (a pod's identity): only a person's "
+                            "credentials may approve")
+    return who
 
 
 def approve(settings: Settings, request_id: str, *, key: str | None = None,

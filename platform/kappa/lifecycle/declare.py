@@ -88,14 +88,11 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
         raise DeclarationError(f"{label}: name: {spec.name!r} is already declared in {label}; "
                                "change it with `kappa declarations edit` (or Dagster's edit_asset)")
     candidate = catalog(settings, declared={**active, spec.name: text})
-    if settings.runner == "kubernetes" and spec.topics:
-        from kappa.runners.kubernetes.naming import kafka_user_name
+    from kappa.runners import runner_class
 
-        raise DeclarationError(
-            f"{label}: source.kafka.topics: {', '.join(spec.topics)} not covered by the chart's KafkaUsers: on "
-            f"Kubernetes an asset reads Kafka as its own KafkaUser ({kafka_user_name(spec.name)}), which the chart "
-            "creates only for the assets of its catalog (helm/kappa/catalog.yaml, from assets/); declare it as a "
-            "file in assets/ and upgrade the chart, or read an upstream asset's table instead")
+    refused = runner_class(settings).refuses_source_topics(spec)
+    if refused:
+        raise DeclarationError(f"{label}: source.kafka.topics: {refused}")
     return candidate[spec.name], candidate
 
 

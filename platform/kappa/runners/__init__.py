@@ -3,7 +3,9 @@
 * :mod:`kappa.runners.base` — the :class:`~kappa.runners.base.Runner` protocol, :class:`RunError`
   and the one catch-up loop above any runner;
 * :mod:`kappa.runners.local` and :mod:`kappa.runners.kubernetes` — the two implementations;
-* this package — :func:`pick_runner`, the only branch on ``settings.runner``, and
+* :mod:`kappa.runners.versions` — what every runner needs first: the source topics and the version
+  each asset runs;
+* this package — :func:`runner_class`, the only branch on ``settings.runner``, :func:`pick_runner` and
   :func:`run_until_caught_up`, what ``kappa run``, ``kappa demo`` and Dagster call.
 """
 
@@ -18,18 +20,26 @@ if TYPE_CHECKING:
     from kappa.delta.registry import Version
 
 
-def pick_runner(settings: "Settings", **options) -> Runner:
-    """The runner ``settings.runner`` names: :class:`~kappa.runners.local.LocalRunner` (``options``:
-    ``spark``, ``on_progress``) or :class:`~kappa.runners.kubernetes.runner.KubernetesRunner`
-    (``options``: ``config``, ``api``, ``poll_s``, ``start_timeout_s``; the configuration defaults
-    to ``KAPPA_K8S_*``). The ONLY place that branches on the runner."""
+def runner_class(settings: "Settings") -> type:
+    """The runner class ``settings.runner`` names: :class:`~kappa.runners.local.LocalRunner` or
+    :class:`~kappa.runners.kubernetes.runner.KubernetesRunner`. The ONLY place that branches on the
+    runner: what differs by where queries run is asked of the class (``from_settings``, ``identity``,
+    ``refuses_source_topics``), never by comparing ``settings.runner``."""
     if settings.runner == "kubernetes":
         from kappa.runners.kubernetes.runner import KubernetesRunner
 
-        return KubernetesRunner.from_settings(settings, **options)
+        return KubernetesRunner
     from kappa.runners.local import LocalRunner
 
-    return LocalRunner(settings, **options)
+    return LocalRunner
+
+
+def pick_runner(settings: "Settings", **options) -> Runner:
+    """The runner ``settings.runner`` names (:func:`runner_class`): a
+    :class:`~kappa.runners.local.LocalRunner` (``options``: ``spark``, ``on_progress``) or a
+    :class:`~kappa.runners.kubernetes.runner.KubernetesRunner` (``options``: ``config``, ``api``,
+    ``poll_s``, ``start_timeout_s``; the configuration defaults to ``KAPPA_K8S_*``)."""
+    return runner_class(settings).from_settings(settings, **options)
 
 
 def run_until_caught_up(
@@ -47,10 +57,10 @@ def run_until_caught_up(
     (default: :func:`pick_runner` with ``spark``).
 
     ``versions`` overrides which version of an asset runs (replay passes the new versions).
-    Raises :class:`~kappa.runners.base.RunError` if a query fails, :class:`~kappa.runners.local.LogicChangedError` if a declaration changed.
+    Raises :class:`~kappa.runners.base.RunError` if a query fails, :class:`~kappa.runners.versions.LogicChangedError` if a declaration changed.
     """
     from kappa.delta.registry import Registry
-    from kappa.runners.local import ensure_source_topics, resolve_versions
+    from kappa.runners.versions import ensure_source_topics, resolve_versions
     from kappa.delta.declarations import as_recorded, catalog as catalog_of
 
     catalog = catalog_of(settings)
@@ -72,4 +82,4 @@ def run_until_caught_up(
                 runner.stop(name, chosen[name].version)
 
 
-__all__ = ["RunError", "Runner", "pick_runner", "run_until_caught_up"]
+__all__ = ["RunError", "Runner", "pick_runner", "run_until_caught_up", "runner_class"]

@@ -4,8 +4,12 @@ A :class:`Runner` starts a version's query, reports its status, waits until it h
 given end offsets, stops it, and runs the gate where Spark runs. Two implementations:
 :class:`kappa.runners.local.LocalRunner` (this process's Spark, ``local[*]``) and
 :class:`kappa.runners.kubernetes.runner.KubernetesRunner` (one SparkApplication per version).
-:func:`kappa.runners.pick_runner` is the only place that looks at ``settings.runner``; everything above (the
-CLI, Dagster, ``kappa demo``, :func:`kappa.lifecycle.promotion.replay`) works with any runner.
+:func:`kappa.runners.runner_class` is the only place that looks at ``settings.runner``; everything above (the
+CLI, Dagster, ``kappa demo``, :func:`kappa.lifecycle.promotion.replay`) works with any runner, and
+asks the runner's class what differs by platform: who runs a command (``identity``, for
+``kappa approve``) and whether an asset declared at run time may read its topics
+(``refuses_source_topics``). What every runner needs first (the source topics, the version each
+asset runs) is :mod:`kappa.runners.versions`.
 
 What a version runs with (its table path, checkpoint path and idempotent-writer id ``txnAppId``) is
 the registry's :class:`~kappa.delta.registry.Version`, created once by

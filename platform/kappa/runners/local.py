@@ -25,9 +25,9 @@ from kappa.runners.base import (
     poll_until,
     query_error,
 )
-from kappa.kafka.topics import start_offsets
-from kappa.spec import Catalog, SpecError
-from kappa.delta.declarations import as_recorded, catalog as catalog_of, provenance
+from kappa.spec import Catalog
+from kappa.delta.declarations import as_recorded, catalog as catalog_of
+from kappa.runners.versions import ensure_source_topics, resolve_versions
 from kappa.streaming.kinds import kind_of
 from kappa.streaming.late import LateTally, dropped_by_batch, name_dropped_rows
 from kappa.streaming.late import summary as late_summary
@@ -53,53 +53,6 @@ def restartable(error: str) -> bool:
     (:data:`PYTHON_CONNECT_BACK`): the one failure :meth:`LocalRunner.wait_until_caught_up`
     restarts. Any other failure is the asset's or the data's and is raised."""
     return PYTHON_CONNECT_BACK in error
-
-
-class LogicChangedError(SpecError):
-    """An asset's declaration changed since its current version was created: a new version (a
-    replay) is needed, its checkpoint must not be reused with other logic."""
-
-
-def ensure_source_topics(settings: Settings, catalog: Catalog, names: list[str]) -> list[str]:
-    """Create every declared source topic of ``names`` that does not exist yet (as ``topics.yaml``
-    declares it), so an asset whose producer has not started (a CDC changelog before
-    ``kappa connect start``) runs on an empty log instead of failing. Returns the topics created."""
-    from kappa.kafka.topics import ensure_topics
-
-    wanted = {t: catalog.topics[t] for n in names for t in catalog[n].topics}
-    if not wanted:
-        return []
-    try:
-        return ensure_topics(settings, wanted)
-    except Exception as exc:  # the broker is down: say so, no traceback
-        raise RunError(f"cannot create the source topics at {settings.bootstrap_servers}: {exc}") from None
-
-
-def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> dict[str, Version]:
-    """The version each asset in ``names`` runs: its latest live version, or a new v1 (pinned to its
-    upstream assets' versions). Raises :class:`LogicChangedError` when the declaration changed."""
-    chosen: dict[str, Version] = {}
-    for name in catalog.topological(names):
-        spec = catalog[name]
-        current = registry.latest(name)
-        if current is None:
-            upstream = {}
-            for up in spec.upstream:
-                up_version = chosen.get(up) or registry.latest(up)
-                if up_version is None:
-                    raise SpecError(f"{name} reads {up}, which has no version yet: run {up} first")
-                upstream[up] = up_version.version
-            current = registry.create_version(name, spec.fingerprint(), upstream,
-                                              start_offsets=start_offsets(registry.settings, spec.topics),
-                                              **provenance(registry.settings, spec))
-        elif current.fingerprint != spec.fingerprint():
-            raise LogicChangedError(
-                f"{spec.where}: the declaration of {name} changed since {current.name} was created; "
-                f"its checkpoint cannot be reused with other logic. Replay it into a new version: "
-                f"`kappa replay {name}`"
-            )
-        chosen[name] = current
-    return chosen
 
 
 def progress_as_dict(progress) -> dict:
@@ -203,6 +156,27 @@ class LocalRunner:
     def __init__(self, settings: Settings, *, spark=None, poll_s: float = 1.0, **_ignored):
         self.settings, self._spark, self.poll_s = settings, spark, poll_s
         self._running: dict[tuple[str, int], tuple[object, bool, float]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options) -> "LocalRunner":
+        """The runner for ``settings`` (``options``: ``spark``, ``poll_s``)."""
+        return cls(settings, **options)
+
+    @staticmethod
+    def identity(api_client=None) -> dict:
+        """Who runs this command: ``{"user", "uid", "source"}`` of this process's effective uid
+        (``api_client`` is not used here)."""
+        import os
+        import pwd
+
+        uid = os.geteuid()
+        return {"user": pwd.getpwuid(uid).pw_name, "uid": uid, "source": "local user (effective uid)"}
+
+    @staticmethod
+    def refuses_source_topics(spec) -> str | None:
+        """Why an asset declared at run time may not read its Kafka topics here: never (None); a
+        local query reads the broker as this process."""
+        return None
 
     @property
     def spark(self):

@@ -84,7 +84,7 @@ def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: di
 def start_new_version(spark, settings: Settings, catalog, asset: str, mode):
     """Start ``asset``'s current version (a new one: the bench state is fresh) in ``mode``."""
     from kappa.delta.registry import Registry
-    from kappa.runners.local import resolve_versions
+    from kappa.runners.versions import resolve_versions
     from kappa.streaming.query import start_query
 
     version = resolve_versions(catalog, [asset], Registry(settings))[asset]

@@ -68,6 +68,45 @@ class KubernetesRunner:
         self.apps = apps or SparkApplications(cfg.namespace)
         self.poll_s, self.start_timeout_s, self._clock, self._sleep = poll_s, start_timeout_s, clock, sleep
 
+    @staticmethod
+    def identity(api_client: Any | None = None) -> dict:
+        """Who runs this command as the API server authenticated them (a SelfSubjectReview):
+        ``{"user", "groups", "source"}``. ``api_client``: a ``kubernetes.client.ApiClient`` to ask
+        with (default: the in-cluster service account, else the caller's kubeconfig,
+        ``$KUBECONFIG`` or ``~/.kube/config``). Raises :class:`~kappa.runners.base.RunError` when the
+        API server cannot be asked."""
+        from kappa.runners.base import RunError
+
+        try:
+            from kubernetes import client, config
+
+            if api_client is None:
+                try:
+                    config.load_incluster_config()
+                except config.ConfigException:
+                    config.load_kube_config()
+            review = client.AuthenticationV1Api(api_client).create_self_subject_review(
+                body=client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview"))
+        except Exception as exc:  # noqa: BLE001 - no identity, whatever the cause
+            raise RunError(f"the API server's SelfSubjectReview failed "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        info = review.status.user_info
+        return {"user": info.username or "", "groups": list(info.groups or []), "source": "kubernetes SelfSubjectReview"}
+
+    @staticmethod
+    def refuses_source_topics(spec: Any) -> str | None:
+        """Why an asset declared at run time may not read its Kafka topics here (None: it reads
+        none): a query reads Kafka as the asset's own KafkaUser, which the chart creates only for
+        the assets of its catalog."""
+        from kappa.runners.kubernetes.naming import kafka_user_name
+
+        if not spec.topics:
+            return None
+        return (f"{', '.join(spec.topics)} not covered by the chart's KafkaUsers: on Kubernetes an asset reads "
+                f"Kafka as its own KafkaUser ({kafka_user_name(spec.name)}), which the chart creates only for "
+                "the assets of its catalog (helm/kappa/catalog.yaml, from assets/); declare it as a file in "
+                "assets/ and upgrade the chart, or read an upstream asset's table instead")
+
     @classmethod
     def from_settings(
         cls, settings: "Settings", *, config: KubernetesRunnerConfig | Mapping[str, str] | None = None,
