@@ -167,6 +167,58 @@ def test_run_until_caught_up_prints_each_batch_the_results_and_the_time(make_env
     assert re.search(r"^caught up in \d+\.\d s$", done.output, re.MULTILINE), done.output
 
 
+def test_a_bounded_run_moves_the_stable_names_unless_told_to_keep_them(make_env, spark):
+    """Issue 46 item 6: after `kappa run --until-caught-up`, a promoted asset's stable name reads
+    what the run committed (the cut advanced in one registry commit, as `kappa advance` does);
+    with `--keep-names` it stays at its pinned snapshot; with nothing promoted, no word of names."""
+    from typer.testing import CliRunner
+
+    from kappa.analytics.sql import run_sql
+    from kappa.cli.app import app
+    from kappa.delta.registry import Registry
+    from kappa.ingest.events import Events
+    from kappa.ingest.nycflights13 import load_events, publish
+    from kappa.lifecycle.cut import advance
+
+    from .helpers import renamed, table
+
+    settings, suffix = make_env()
+    flights = next(e for e in renamed(load_events(limit=500), suffix) if e.topic == f"flights_{suffix}")
+
+    def publish_part(lo: int, hi: int) -> None:
+        publish(settings, [Events(topic=flights.topic, keys=flights.keys[lo:hi], values=flights.values[lo:hi],
+                                  timestamps_ms=flights.timestamps_ms[lo:hi], event_ids=flights.event_ids[lo:hi])])
+
+    def run(*extra: str) -> str:
+        done = CliRunner().invoke(app, ["run", "flights", "--until-caught-up", *extra],
+                                  env={**env_for(settings), "COLUMNS": "200"})
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    def named() -> int:
+        return int(run_sql(spark, settings, "SELECT count(*) AS n FROM flights")["n"][0])
+
+    publish_part(0, 300)
+    assert "stable name" not in run()  # nothing promoted
+    Registry(settings).promote({"flights": 1})
+    advance(settings, wait_s=0.0)
+    pinned = Registry(settings).promoted("flights").snapshot
+    before = named()
+    assert pinned is not None and before == len(table(settings, "flights"))
+
+    publish_part(300, 500)
+    out = run("--keep-names")
+    assert "stable name" not in out and "flights: batch" in out
+    assert Registry(settings).promoted("flights").snapshot == pinned and named() == before
+    grown = len(table(settings, "flights"))
+    assert grown > before
+
+    out = run()
+    moved = Registry(settings).promoted("flights").snapshot
+    assert moved > pinned and f"stable name flights: Delta version {pinned} -> {moved}" in out, out
+    assert named() == grown
+
+
 @pytest.mark.spark
 def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     result = kappa("--verbose", "sql", "SELECT 1 AS one", env={"KAPPA_HOME": str(tmp_path)})

@@ -71,8 +71,12 @@ def run(
     assets: Optional[list[str]] = typer.Argument(None, help="Assets to run (default: all)."),
     until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Process everything in the log, then return (available-now trigger)."),
     continuous: bool = typer.Option(False, "--continuous", help="Keep the queries running until Ctrl-C / SIGTERM."),
+    keep_names: bool = typer.Option(False, "--keep-names", help="With --until-caught-up: leave the stable names "
+                                    "at their pinned snapshots (default: advance the cut over what the run committed)."),
 ) -> None:
-    """Run streaming assets' current versions (v1 is created on first run)."""
+    """Run streaming assets' current versions (v1 is created on first run). A bounded run
+    (``--until-caught-up``) ends by advancing the cut over the lineages of the assets it ran, as
+    ``kappa advance`` does, so the stable names show what it committed (``--keep-names``: they stay)."""
     from kappa.runners import run_until_caught_up
     from kappa.runners.local import run_continuous
 
@@ -85,6 +89,8 @@ def run(
             results = run_until_caught_up(settings, assets or None, on_progress=progress_printer())
             console.print(results_table(results))
             console.print(f"caught up in {time.monotonic() - started:.1f} s")
+            if not keep_names:
+                move_names(settings, sorted({r.asset for r in results}))
             return
         from kappa.streaming.session import spark_session
 
@@ -521,6 +527,26 @@ def advance(
             console.print(f"[red]not moved[/] ({group}): {why}")
     if report.refused:
         raise typer.Exit(1)
+
+
+def move_names(settings: Settings, assets: list[str]) -> None:
+    """After a bounded ``kappa run``: advance the cut over the promoted lineages of ``assets``
+    (:func:`kappa.lifecycle.cut.advance`, one registry commit, reason ``run``; a running reader
+    that has not caught up is waited for at most 5 s) and print each name moved, each pin held
+    back and why, or why a lineage was not moved. Prints nothing when none of them is promoted."""
+    from kappa.lifecycle.cut import advance as advance_cut
+
+    report = advance_cut(settings, assets, reason="run", wait_s=5.0)
+    if not report.pins and not report.refused:
+        return  # nothing the run touched is promoted: no stable name reads it
+    print_unverified(report.unverified)
+    print_held_back(report.held_back)
+    for asset, (before, after) in sorted(report.moved.items()):
+        console.print(f"stable name {asset}: Delta version {'latest' if before is None else before} -> {after}")
+    if report.pins and not report.moved:
+        console.print("stable names: the cut is already at the newest consistent snapshot")
+    for group, why in report.refused.items():
+        console.print(f"[yellow]stable names not moved[/] ({group}): {why}")
 
 
 def pin_verification(asset: str, pin: dict | None) -> dict:
