@@ -219,6 +219,64 @@ def test_a_bounded_run_moves_the_stable_names_unless_told_to_keep_them(make_env,
     assert named() == grown
 
 
+def test_a_continuous_run_moves_the_stable_names_on_its_interval(make_env, spark):
+    """`kappa run --continuous`'s interval (its NameMover, on run_continuous's poll): a promoted
+    asset's stable name follows what the running query commits, without `kappa advance`."""
+    import threading
+
+    from kappa.cli.app import NameMover
+    from kappa.delta.registry import Registry
+    from kappa.ingest.events import Events
+    from kappa.ingest.nycflights13 import load_events, publish
+    from kappa.lifecycle.cut import advance
+    from kappa.runners import run_until_caught_up
+    from kappa.runners.local import run_continuous
+
+    from .helpers import renamed, table
+
+    settings, suffix = make_env()
+    flights = next(e for e in renamed(load_events(limit=400), suffix) if e.topic == f"flights_{suffix}")
+
+    def publish_part(lo: int, hi: int) -> None:
+        publish(settings, [Events(topic=flights.topic, keys=flights.keys[lo:hi], values=flights.values[lo:hi],
+                                  timestamps_ms=flights.timestamps_ms[lo:hi], event_ids=flights.event_ids[lo:hi])])
+
+    publish_part(0, 200)
+    run_until_caught_up(settings, ["flights"], spark=spark)
+    Registry(settings).promote({"flights": 1})
+    advance(settings, wait_s=0.0)
+    pinned = Registry(settings).promoted("flights").snapshot
+    stop, failed = threading.Event(), []
+
+    def body() -> None:
+        try:
+            run_continuous(settings, ["flights"], stop=stop, spark=spark, poll_s=1.0,
+                           on_poll=NameMover(settings, ["flights"], every_s=2.0))
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+
+    runner = threading.Thread(target=body, daemon=True)
+    runner.start()
+    try:
+        publish_part(200, 400)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not failed:
+            snapshot = Registry(settings).promoted("flights").snapshot
+            rows = len(table(settings, "flights"))
+            if snapshot > pinned and rows > 300:
+                break
+            time.sleep(2)
+    finally:
+        stop.set()
+        runner.join(120)
+    assert not failed, failed
+    moved = Registry(settings).promoted("flights")
+    assert moved.snapshot > pinned, "the name never moved while the query ran"
+    from deltalake import DeltaTable
+
+    assert len(DeltaTable(moved.table_path, version=moved.snapshot).to_pandas()) > 300
+
+
 @pytest.mark.spark
 def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     result = kappa("--verbose", "sql", "SELECT 1 AS one", env={"KAPPA_HOME": str(tmp_path)})

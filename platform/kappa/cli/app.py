@@ -71,12 +71,15 @@ def run(
     assets: Optional[list[str]] = typer.Argument(None, help="Assets to run (default: all)."),
     until_caught_up: bool = typer.Option(False, "--until-caught-up", help="Process everything in the log, then return (available-now trigger)."),
     continuous: bool = typer.Option(False, "--continuous", help="Keep the queries running until Ctrl-C / SIGTERM."),
-    keep_names: bool = typer.Option(False, "--keep-names", help="With --until-caught-up: leave the stable names "
-                                    "at their pinned snapshots (default: advance the cut over what the run committed)."),
+    keep_names: bool = typer.Option(False, "--keep-names", help="Leave the stable names at their pinned "
+                                    "snapshots (default: advance the cut over what the run committed)."),
+    advance_every: float = typer.Option(60.0, "--advance-every", min=1.0, help="With --continuous: seconds "
+                                        "between two advances of the cut."),
 ) -> None:
     """Run streaming assets' current versions (v1 is created on first run). A bounded run
     (``--until-caught-up``) ends by advancing the cut over the lineages of the assets it ran, as
-    ``kappa advance`` does, so the stable names show what it committed (``--keep-names``: they stay)."""
+    ``kappa advance`` does, so the stable names show what it committed; a continuous run advances
+    it every ``--advance-every`` seconds (``--keep-names``: the names stay)."""
     from kappa.runners import run_until_caught_up
     from kappa.runners.local import run_continuous
 
@@ -106,7 +109,9 @@ def run(
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         console.print("running continuously; Ctrl-C stops every query cleanly")
-        names = run_continuous(settings, assets or None, stop=stop, spark=spark, on_progress=progress_printer())
+        mover = None if keep_names else NameMover(settings, assets or None, advance_every)
+        names = run_continuous(settings, assets or None, stop=stop, spark=spark, on_progress=progress_printer(),
+                               on_poll=mover)
         console.print(f"stopped: {', '.join(names)}")
 
 
@@ -529,11 +534,28 @@ def advance(
         raise typer.Exit(1)
 
 
-def move_names(settings: Settings, assets: list[str]) -> None:
-    """After a bounded ``kappa run``: advance the cut over the promoted lineages of ``assets``
+class NameMover:
+    """``kappa run --continuous``'s ``on_poll``: every ``every_s`` seconds (monotonic clock), the
+    cut advanced over the lineages of ``assets`` (None: all) as :func:`move_names` does, the first
+    time ``every_s`` after the start."""
+
+    def __init__(self, settings: Settings, assets: list[str] | None, every_s: float):
+        self.settings, self.assets, self.every_s = settings, assets, every_s
+        self.due = time.monotonic() + every_s
+
+    def __call__(self) -> None:
+        if time.monotonic() >= self.due:
+            move_names(self.settings, self.assets, say_unmoved=False)
+            self.due = time.monotonic() + self.every_s
+
+
+def move_names(settings: Settings, assets: list[str] | None, say_unmoved: bool = True) -> None:
+    """After a bounded ``kappa run`` (and on an interval of a continuous one): advance the cut over
+    the promoted lineages of ``assets`` (None: all)
     (:func:`kappa.lifecycle.cut.advance`, one registry commit, reason ``run``; a running reader
     that has not caught up is waited for at most 5 s) and print each name moved, each pin held
-    back and why, or why a lineage was not moved. Prints nothing when none of them is promoted."""
+    back and why, or why a lineage was not moved (``say_unmoved``: also that nothing moved).
+    Prints nothing when none of them is promoted."""
     from kappa.lifecycle.cut import advance as advance_cut
 
     report = advance_cut(settings, assets, reason="run", wait_s=5.0)
@@ -543,7 +565,7 @@ def move_names(settings: Settings, assets: list[str]) -> None:
     print_held_back(report.held_back)
     for asset, (before, after) in sorted(report.moved.items()):
         console.print(f"stable name {asset}: Delta version {'latest' if before is None else before} -> {after}")
-    if report.pins and not report.moved:
+    if report.pins and not report.moved and say_unmoved:
         console.print("stable names: the cut is already at the newest consistent snapshot")
     for group, why in report.refused.items():
         console.print(f"[yellow]stable names not moved[/] ({group}): {why}")

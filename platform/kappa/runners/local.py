@@ -282,11 +282,14 @@ def run_continuous(
     on_progress: Callable[[str, dict], None] | None = None,
     poll_s: float = 2.0,
     grace_s: float = 60.0,
+    on_poll: Callable[[], None] | None = None,
 ) -> list[str]:
     """Start ``names`` (default: every asset) with their processing-time triggers and keep them
     running until ``stop`` is set; then stop every query between micro-batches (waiting up to
     ``grace_s`` seconds for the batch in flight to commit). Returns the query names.
-    Raises :class:`RunError` as soon as one query fails (the others are stopped first)."""
+    ``on_poll()`` is called every ``poll_s`` seconds while they run (``kappa run --continuous``
+    advances the cut from it). Raises :class:`RunError` as soon as one query fails (the others are
+    stopped first)."""
     from kappa.streaming.query import start_query
     from kappa.streaming.session import spark_session
 
@@ -321,6 +324,8 @@ def run_continuous(
                     raise RunError(f"{r.version.name} stopped: {query_error(exc)}")
                 if on_progress is not None and r.query.lastProgress:
                     on_progress(r.spec.name, progress_as_dict(r.query.lastProgress))
+            if on_poll is not None:
+                on_poll()
     finally:
         stop_between_batches([r.query for r in running], grace_s=grace_s)
         tally()
