@@ -522,14 +522,7 @@ def advance(
     if fmt == StatusFormat.json:
         print(json.dumps(report.to_json(), default=str))
     else:
-        print_unverified(report.unverified)
-        print_held_back(report.held_back)
-        for asset, (before, after) in sorted(report.moved.items()):
-            console.print(f"{asset}: Delta version {'latest' if before is None else before} -> {after}")
-        if not report.moved:
-            console.print("the cut is already at the newest consistent snapshot")
-        for group, why in report.refused.items():
-            console.print(f"[red]not moved[/] ({group}): {why}")
+        print_advance(report)
     if report.refused:
         raise typer.Exit(1)
 
@@ -551,24 +544,29 @@ class NameMover:
 
 def move_names(settings: Settings, assets: list[str] | None, say_unmoved: bool = True) -> None:
     """After a bounded ``kappa run`` (and on an interval of a continuous one): advance the cut over
-    the promoted lineages of ``assets`` (None: all)
-    (:func:`kappa.lifecycle.cut.advance`, one registry commit, reason ``run``; a running reader
-    that has not caught up is waited for at most 5 s) and print each name moved, each pin held
-    back and why, or why a lineage was not moved (``say_unmoved``: also that nothing moved).
-    Prints nothing when none of them is promoted."""
+    the promoted lineages of ``assets`` (None: all) (:func:`kappa.lifecycle.cut.advance`, one
+    registry commit, reason ``run``; a running reader that has not caught up is waited for at most
+    5 s) and print it as ``kappa advance`` does (:func:`print_advance`; ``say_unmoved``: also that
+    nothing moved). Prints nothing when none of them is promoted."""
     from kappa.lifecycle.cut import advance as advance_cut
 
     report = advance_cut(settings, assets, reason="run", wait_s=5.0)
-    if not report.pins and not report.refused:
-        return  # nothing the run touched is promoted: no stable name reads it
+    if report.pins or report.refused:  # else nothing the run touched is promoted: no name reads it
+        print_advance(report, label="stable name ", say_unmoved=say_unmoved)
+
+
+def print_advance(report, label: str = "", say_unmoved: bool = True) -> None:
+    """A :class:`kappa.lifecycle.cut.AdvanceReport` on the console: the pins not evaluated, the pins
+    held back, one ``<label><asset>: Delta version <before> -> <after>`` per name moved (or, with
+    ``say_unmoved``, that none moved), and each lineage not moved with why."""
     print_unverified(report.unverified)
     print_held_back(report.held_back)
     for asset, (before, after) in sorted(report.moved.items()):
-        console.print(f"stable name {asset}: Delta version {'latest' if before is None else before} -> {after}")
-    if report.pins and not report.moved and say_unmoved:
-        console.print("stable names: the cut is already at the newest consistent snapshot")
+        console.print(f"{label}{asset}: Delta version {'latest' if before is None else before} -> {after}")
+    if not report.moved and say_unmoved:
+        console.print("the cut is already at the newest consistent snapshot")
     for group, why in report.refused.items():
-        console.print(f"[yellow]stable names not moved[/] ({group}): {why}")
+        console.print(f"[red]not moved[/] ({group}): {why}")
 
 
 def pin_verification(asset: str, pin: dict | None) -> dict:

@@ -200,14 +200,7 @@ class ChangelogWriter(MicroBatchWriter):
                 return
             good = changes.where(F.col("reason").isNull())
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history
-
-            def run() -> None:
-                # The batch's MERGE carries the writer's transaction id: Delta skips it when a
-                # re-run batch (killed after this commit, before Spark's commit log) brings it again.
-                with self.transaction(good.sparkSession, batch_id):
-                    merge(good)
-
-            self.dml(run, batch_id, good.sparkSession)
+            self.dml(lambda: merge(good), batch_id, good.sparkSession)
             self.at("after_table_commit", batch_id)
         finally:
             changes.unpersist()

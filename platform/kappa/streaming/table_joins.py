@@ -159,13 +159,12 @@ class ViewWriter(MicroBatchWriter):
             values = [c for c in result.columns if c not in keys]
             on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
             changed = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in values) or "false"
-            with self.transaction(spark, batch_id):
-                (DeltaTable.forPath(spark, self.version.table_path).alias("t")
-                 .merge(result.alias("s"), on)
-                 .whenMatchedUpdateAll(condition=changed)
-                 .whenNotMatchedInsertAll()
-                 .whenNotMatchedBySourceDelete()
-                 .execute())
+            (DeltaTable.forPath(spark, self.version.table_path).alias("t")
+             .merge(result.alias("s"), on)
+             .whenMatchedUpdateAll(condition=changed)
+             .whenNotMatchedInsertAll()
+             .whenNotMatchedBySourceDelete()
+             .execute())
 
         self.dml(merge, batch_id, spark)
         self.at("after_table_commit", batch_id)

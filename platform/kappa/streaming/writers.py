@@ -277,12 +277,14 @@ class MicroBatchWriter:
     def dml(self, run: Callable[[], None], batch_id: int, spark: SparkSession) -> None:
         """Run ``run``, micro-batch ``batch_id``'s MERGE (or UPDATE, DELETE) in ``spark`` (the
         micro-batch's session), through :func:`run_dml`: again on the new snapshot when a
-        concurrent commit conflicts with it. Its commit carries :meth:`provenance` (Delta's
-        ``spark.databricks.delta.commitInfo.userMetadata`` session setting, unset afterwards)."""
+        concurrent commit conflicts with it. Its commit carries this writer's transaction id
+        (:meth:`transaction`: Delta skips it when the batch re-runs after it committed) and
+        :meth:`provenance` (Delta's ``spark.databricks.delta.commitInfo.userMetadata`` session
+        setting, unset afterwards)."""
         key = "spark.databricks.delta.commitInfo.userMetadata"
         spark.conf.set(key, self.provenance(batch_id))
         try:
-            with self.step(spark, "merge"):
+            with self.step(spark, "merge"), self.transaction(spark, batch_id):
                 run_dml(run, f"{self.version.name} batch {batch_id}")
         finally:
             spark.conf.unset(key)
@@ -386,12 +388,11 @@ class UpsertWriter(MicroBatchWriter):
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
 
         def merge() -> None:
-            with self.transaction(spark, batch_id):
-                (DeltaTable.forPath(spark, path).alias("t")
-                 .merge((batch if self.unique_keys else batch.dropDuplicates(self.keys)).alias("s"), cond)
-                 .whenMatchedUpdateAll()
-                 .whenNotMatchedInsertAll()
-                 .execute())
+            (DeltaTable.forPath(spark, path).alias("t")
+             .merge((batch if self.unique_keys else batch.dropDuplicates(self.keys)).alias("s"), cond)
+             .whenMatchedUpdateAll()
+             .whenNotMatchedInsertAll()
+             .execute())
 
         self.dml(merge, batch_id, spark)
 
