@@ -66,7 +66,13 @@ $(LOG_STORE_JAR): jvm/delta-logstore/pom.xml $(shell find jvm/delta-logstore/src
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/delta-logstore/pom.xml package
 
-install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR) $(LOG_STORE_JAR)
+# The local Spark driver's classes, parsed and verified once into a class-data-sharing archive that
+# every later driver maps (kappa.streaming.class_archive): ~20 % less CPU per driver start.
+CLASS_ARCHIVE := build/cds/spark-driver.jsa
+$(CLASS_ARCHIVE): $(VENV)/.installed build/jars/.resolved $(LOG_STORE_JAR)
+	$(BIN)/python -m kappa.streaming.class_archive $@
+
+install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR) $(LOG_STORE_JAR) $(CLASS_ARCHIVE)
 
 # KAPPA_OBJECT_STORE=1 make demo: the demo on the local object store (versitygw built first).
 demo: install $(if $(KAPPA_OBJECT_STORE),objectstore-tools)

@@ -6,6 +6,8 @@ session) or through ``spark.jars`` (a SparkApplication: files in the image), and
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -62,6 +64,37 @@ def spark_jars(settings: Settings) -> list[Path]:
                        f"(mvn -s jvm/settings.xml -f jvm/delta-logstore/pom.xml package)")
     shipped = {artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
     return sorted(j for j in folder.glob("*.jar") if artifact_name(j) not in shipped)
+
+
+#: The local Spark driver's class-data-sharing archive and the record of what it was written for
+#: (:mod:`kappa.streaming.class_archive` writes both).
+CLASS_ARCHIVE, CLASS_ARCHIVE_RECORD = "spark-driver.jsa", "spark-driver.classpath"
+
+
+def class_archive_path(settings: Settings) -> Path:
+    """``<jars_dir>/../cds/spark-driver.jsa`` (``build/cds`` in a checkout)."""
+    assert settings.jars_dir is not None
+    return settings.jars_dir.parent / "cds" / CLASS_ARCHIVE
+
+
+def class_archive_record(classpath: str) -> dict[str, object]:
+    """What an archive is valid for: the driver ``classpath`` and the ``java`` (real path, mtime)."""
+    java = os.path.realpath(java_executable())
+    return {"classpath": classpath, "java": java, "java_mtime": os.stat(java).st_mtime_ns}
+
+
+def class_archive_options(settings: Settings, classpath: str) -> str:
+    """``-XX:SharedArchiveFile=<archive>`` (:mod:`kappa.streaming.class_archive`) when the archive
+    exists and was written for a driver with ``classpath`` (``spark.driver.extraClassPath``) and
+    this ``java``; ``""`` otherwise."""
+    archive = class_archive_path(settings)
+    try:
+        recorded = json.loads((archive.parent / CLASS_ARCHIVE_RECORD).read_text())
+    except (OSError, ValueError):
+        return ""
+    if not archive.is_file() or recorded != class_archive_record(classpath):
+        return ""
+    return f"-XX:SharedArchiveFile={archive}"
 
 
 def properties_text(props: dict[str, str]) -> str:

@@ -218,14 +218,20 @@ def _launch_jvm(settings: Settings, conf: dict[str, str]) -> None:
     inheriting the console, and with it the Python workers' output, which Spark copies to the
     JVM's stderr. ``launch_gateway``'s ``popen_kwargs`` exist for this ("capturing
     stdout/stderr", its docstring); the SparkContext built on that gateway is the one
-    ``getOrCreate`` then returns."""
+    ``getOrCreate`` then returns. The JVM maps its classes from the class-data-sharing archive
+    when there is one for its class path (:mod:`kappa.streaming.class_archive`)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
     from kappa.core import logs
 
+    from kappa.core.jvm import class_archive_options
+
     if getattr(SparkContext, "_gateway", None) is not None:
         return  # the JVM is up (a stopped SparkContext keeps it): getOrCreate reuses it
+    archive = class_archive_options(settings, conf.get("spark.driver.extraClassPath", ""))
+    if archive:  # the driver's classes mapped from the archive `make install` wrote
+        conf = {**conf, "spark.driver.extraJavaOptions": f"{conf['spark.driver.extraJavaOptions']} {archive}"}
     sconf = SparkConf().setAll(conf.items())
     with logs.spark_output(settings) as popen_kwargs:
         gateway = launch_gateway(sconf, popen_kwargs=popen_kwargs)
