@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -174,12 +175,19 @@ def not_promoted_message(asset: str, versions: list[Version]) -> str:
     return f"{asset} has no promoted version (versions: {listed}); promote one with {how}"
 
 
-def not_promoted_sql(message: str) -> str:
+def not_promoted_sql(message: str, columns: Sequence[tuple[str, str]] = ()) -> str:
     """A ``SELECT`` that fails with ``message`` whatever is selected from it, even ``count(*)``
-    (Spark's ``raise_error`` in a filter, which column pruning cannot drop): the relation an
-    unpromoted stable name is served as."""
+    (Spark's ``raise_error`` in a filter over one row, which column pruning cannot drop): the
+    relation an unpromoted stable name is served as. ``columns`` (name, Spark SQL type), the
+    asset's newest table's (:meth:`Registry.unpromoted_columns`), are its columns, each itself a
+    ``raise_error`` cast to the column's type (not a typed NULL, which the optimizer folds: a
+    filter on it would be pruned, query and all, to no rows): a query that names them
+    (``sum(flights)``, a join on ``carrier``) resolves and then fails with ``message`` instead of
+    Spark's ``UNRESOLVED_COLUMN``. Without them its one column is ``id``."""
     quoted = message.replace("\\", "\\\\").replace("'", "\\'")
-    return f"SELECT id FROM range(1) WHERE raise_error('{quoted}') IS NULL"
+    fail = f"raise_error('{quoted}')"
+    select = ", ".join(f"CAST({fail} AS {kind}) AS `{name.replace('`', '``')}`" for name, kind in columns) or "id"
+    return f"SELECT {select} FROM range(1) WHERE {fail} IS NULL"
 
 
 class Registry:
@@ -287,6 +295,21 @@ class Registry:
             if live and not any(v.state == "promoted" for v in versions):
                 out[asset] = not_promoted_message(asset, versions)
         return out
+
+    def unpromoted_columns(self, asset: str, events: list[dict] | None = None) -> list[tuple[str, str]]:
+        """(column, Spark SQL type) of the newest live version of ``asset`` that has a table (its
+        latest commit's schema, read with delta-rs; the types as Spark SQL names them,
+        ``StructType.fromJson`` of Delta's schema JSON, ``simpleString``); ``[]`` when none has
+        committed yet."""
+        from pyspark.sql.types import StructType
+
+        from kappa.delta.tables import is_table, open_table
+
+        for v in reversed(self.versions(asset, events)):
+            if v.state != "retired" and is_table(v.table_path, self.settings):
+                schema = StructType.fromJson(json.loads(open_table(v.table_path, self.settings).schema().to_json()))
+                return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+        return []
 
     # -- writing ---------------------------------------------------------------------------------
     def _append(self, rows: list[dict]) -> None:

@@ -39,7 +39,8 @@ def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]
     """(views, tables). ``views``: stable name (schema ``default``) -> the SQL it selects, for every
     promoted asset (its version's table at its pinned snapshot, ``kappa.<asset>_v<N> VERSION AS OF
     <snapshot>``, :mod:`kappa.lifecycle.cut`), every asset with versions but none promoted
-    (:func:`kappa.delta.registry.not_promoted_sql`: fails naming its versions and how to promote one)
+    (:func:`kappa.delta.registry.not_promoted_sql` with its latest table's columns: any query of it
+    fails naming its versions and how to promote one)
     and ``quarantine`` and ``late_events`` (latest). ``tables``: qualified catalog name -> Delta path of
     every table those views read (schema :data:`INTERNAL_SCHEMA`) and every dbt mart under
     :func:`marts_root` (schema :data:`DBT_SCHEMA`). The views read tables by name, never
@@ -52,7 +53,7 @@ def served_relations(settings: Settings) -> tuple[dict[str, str], dict[str, str]
         tables[name] = str(v.table_path)
         views[asset] = f"SELECT * FROM {_quoted(name)}" + ("" if v.snapshot is None else f" VERSION AS OF {int(v.snapshot)}")
     for asset, message in registry.unpromoted(events).items():
-        views[asset] = not_promoted_sql(message)
+        views[asset] = not_promoted_sql(message, registry.unpromoted_columns(asset, events))
     for name, path in (("quarantine", quarantine_path(settings)), ("late_events", late_events_path(settings))):
         if storage.exists(storage.join(path, "_delta_log"), settings):  # a local folder or an object store
             tables[f"{INTERNAL_SCHEMA}.{name}"] = str(path)
