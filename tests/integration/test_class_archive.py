@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kappa.core.jvm import class_archive_path
+
+pytestmark = pytest.mark.integration
 
 
 def test_the_local_driver_maps_the_archive_make_install_wrote(spark, broker_settings):

@@ -285,13 +285,40 @@ def test_verbose_brings_sparks_output_back_to_the_console(tmp_path):
     assert not (tmp_path / "logs").exists()
 
 
-@pytest.mark.parametrize("args", [
-    ["rollback", "nosuch"], ["promote", "nosuch", "1"], ["gate", "nosuch", "1"], ["replay", "nosuch"],
-    ["run", "nosuch", "--until-caught-up"],
-])
-def test_a_name_the_catalog_lacks_is_one_line_naming_it(args, tmp_path):
+#: Every command that takes asset names, called with one the catalog lacks. The test below checks
+#: that this is every such command of the app (a parameter named ``asset``, ``assets`` or, for a
+#: declaration, ``name``), so a new command is swept too.
+UNKNOWN_NAME_CALLS = {
+    "run": ["run", "nosuch", "--until-caught-up"], "replay": ["replay", "nosuch"],
+    "gate": ["gate", "nosuch", "1"], "promote": ["promote", "nosuch", "1"], "rollback": ["rollback", "nosuch"],
+    "advance": ["advance", "nosuch"], "versions": ["versions", "nosuch"], "status": ["status", "nosuch"],
+    "maintain": ["maintain", "nosuch"], "declarations retire": ["declarations", "retire", "nosuch"],
+}
+
+
+def test_the_unknown_name_sweep_covers_every_command_that_takes_an_asset():
+    import typer
+
+    from kappa.cli.app import app
+
+    def commands(group, path=()):
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from commands(command, (*path, name))
+            else:
+                yield " ".join((*path, name)), {p.name for p in command.params}
+
+    named = {path for path, params in commands(typer.main.get_command(app))
+             if params & {"asset", "assets"} or (path.startswith("declarations ") and "name" in params)}
+    assert named == set(UNKNOWN_NAME_CALLS), named ^ set(UNKNOWN_NAME_CALLS)
+
+
+@pytest.mark.parametrize("command", sorted(UNKNOWN_NAME_CALLS))
+def test_a_name_the_catalog_lacks_is_one_line_naming_it(command, tmp_path):
     # in an empty warehouse: the name is neither declared nor in the registry
-    result = invoke_kappa(*args, env={"KAPPA_HOME": str(tmp_path)})
+    result = invoke_kappa(*UNKNOWN_NAME_CALLS[command], env={"KAPPA_HOME": str(tmp_path)})
     out = (result.stdout + result.stderr).strip()
     assert result.returncode == 1 and "Traceback" not in out, out
-    assert len(out.splitlines()) == 1 and "unknown asset 'nosuch' (known: " in out, out
+    expected = ("no active declaration named 'nosuch'" if command.startswith("declarations ")
+                else "unknown asset 'nosuch' (known: ")
+    assert len(out.splitlines()) == 1 and expected in out, out

@@ -451,11 +451,16 @@ def advance(settings: Settings, assets: list[str] | None = None, reason: str = "
     latest consistent cut (waiting up to ``wait_s`` seconds per lineage for running readers to
     agree, :func:`plan_cut_waiting`), in ONE registry commit, then wait for a running SQL endpoint
     to swap its views. A lineage that cannot be cut keeps its pins and is reported in ``refused``.
-    Raises :class:`kappa.services.serve.ServeError` when a running endpoint does not apply it."""
+    Raises :class:`kappa.services.serve.ServeError` when a running endpoint does not apply it;
+    :class:`kappa.spec.SpecError` when a name of ``assets`` is neither declared nor in the registry
+    (before, an unknown name moved nothing and said the cut was already at the newest snapshot)."""
+    from kappa.delta.declarations import catalog as catalog_of
     from kappa.services.serve import await_in_step
 
     registry = Registry(settings)
     events = registry.events()
+    for asset in sorted(set(assets or ()) - {e["asset"] for e in events}):
+        catalog_of(settings)[asset]  # neither declared nor ever run: SpecError "unknown asset"
     promoted = registry.promoted_all()
     current = {a: v.version for a, v in promoted.items()}
     groups = lineages(settings, current, registry, events)
