@@ -123,7 +123,9 @@ def _run(plan: list[tuple[str, str, str, int, float]], mode: str, env: dict[str,
             assert not exited, {w: p.communicate()[1][-2000:] for w, p in exited.items()}
             assert time.monotonic() < deadline, f"writers not ready after {READY_S:.0f} s"
             time.sleep(0.2)
-        (sync / "go").write_text(str(time.time() + 1.0))
+        # written whole, then renamed: a writer polling for "go" never reads it half-written
+        (sync / "go.partial").write_text(str(time.time() + 1.0))
+        (sync / "go.partial").replace(sync / "go")
         for writer, proc in procs.items():
             out, err = proc.communicate(timeout=RUN_S)
             assert proc.returncode == 0, err[-3000:]
