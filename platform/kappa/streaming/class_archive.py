@@ -75,21 +75,17 @@ def _workload(spark, work: Path) -> None:
 def write_archive(settings: Settings, path: Path) -> None:
     """Write the archive to ``path`` and its record beside it. Raises ``RuntimeError`` when the
     JVM exits without writing it."""
-    from kappa.streaming import session
+    from pyspark import SparkContext
+
+    from kappa.streaming.session import spark_session
 
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
-    conf = session.spark_conf(settings)
-    conf["spark.driver.extraJavaOptions"] += f" -XX:ArchiveClassesAtExit={partial}"
-    session._launch_jvm(settings, conf)
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # an archive from before (jars re-resolved) must not be mapped by the driver that writes anew
+    for old in (partial, path, path.parent / CLASS_ARCHIVE_RECORD):
+        old.unlink(missing_ok=True)
+    spark = spark_session(settings, java_options=f"-XX:ArchiveClassesAtExit={partial}")
+    classpath = spark.sparkContext.getConf().get("spark.driver.extraClassPath")
     with tempfile.TemporaryDirectory(prefix="kappa-class-archive-") as work:
         _workload(spark, Path(work))
         spark.stop()
@@ -99,7 +95,7 @@ def write_archive(settings: Settings, path: Path) -> None:
     if not partial.is_file():
         raise RuntimeError(f"the JVM exited ({proc.returncode}) without writing {partial}")
     partial.replace(path)
-    record = class_archive_record(conf["spark.driver.extraClassPath"])
+    record = class_archive_record(classpath)
     (path.parent / CLASS_ARCHIVE_RECORD).write_text(json.dumps(record))
 
 

@@ -184,8 +184,10 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
     return conf
 
 
-def spark_session(settings: Settings):
-    """Get or create the process's SparkSession with Kappa's configuration.
+def spark_session(settings: Settings, java_options: str = ""):
+    """Get or create the process's SparkSession with Kappa's configuration; ``java_options`` are
+    added to its driver's JVM options when this call starts the JVM (the class archive's writer,
+    :mod:`kappa.streaming.class_archive`).
 
     Raises :class:`kappa.core.jvm.JvmError` when Java or the Maven-resolved jars are missing.
     """
@@ -204,6 +206,8 @@ def spark_session(settings: Settings):
         # cluster's master with local[*].
         return builder.getOrCreate()
     conf = spark_conf(settings)
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] += f" {java_options}"
     _launch_jvm(settings, conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
