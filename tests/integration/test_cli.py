@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ..conftest import REPO, free_port
 from ..kappa_cli import KAPPA, invoke_kappa, run_kappa
@@ -93,6 +94,14 @@ def test_broken_asset_yaml_fails_naming_file_and_field(make_env):
     result = invoke_kappa("assets", env=env_for(settings))
     assert result.returncode == 1
     assert f"{path}: layer: Input should be" in result.stderr.replace("\n", "") and "Traceback" not in result.stderr
+    # an expectation Great Expectations refuses the arguments of: named by file, item and field
+    doc = yaml.safe_load(path.read_text().replace("layer: silverish", "layer: silver"))
+    doc["expectations"].insert(0, {"expect_column_values_to_not_be_null": {"column": "event_id", "mostly": 2}})
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = invoke_kappa("assets", env=env_for(settings))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (f"{path}: expectations.0: expect_column_values_to_not_be_null: mostly: ensure this value is less than "
+            "or equal to 1.0") in result.stderr.replace("\n", ""), result.stderr
 
 
 @pytest.mark.spark

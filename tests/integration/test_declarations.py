@@ -238,4 +238,10 @@ def test_the_cli_refuses_a_bad_declaration_naming_it_and_the_field(make_env, tmp
     refused = kappa(settings, "declarations", "add", str(path), "--apply")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert "declarations:late_departures: layer: Input should be 'bronze', 'silver' or 'gold'" in refused.stderr
+    # an argument Great Expectations refuses: named at validation, before anything runs
+    path.write_text(LATE.replace("{column: event_id}", "{column: event_id, colour: red}"))
+    refused = kappa(settings, "declarations", "add", str(path), "--apply")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert ("declarations:late_departures: expectations.0: expect_column_values_to_not_be_null: colour: extra fields "
+            "not permitted") in refused.stderr.replace("\n", ""), refused.stderr
     assert json.loads(kappa(settings, "declarations", "list", "--all", "--format", "json").stdout) == []

@@ -97,3 +97,30 @@ def test_a_first_versions_shadow_diff_is_not_evaluated_and_blocks_nothing():
         report = GateReport(asset="a", version=1, passed=True, checks=[diff])
         assert report.failed == []  # not evaluated blocks nothing
         assert "shadow_diff NOT EVALUATED" in check_description(diff, report)
+
+
+def test_check_names_load_no_great_expectations_and_equal_the_gates_names():
+    """Dagster's definitions name every check in every run process: the names come from the YAML
+    alone (Great Expectations costs seconds to import), and they are the names the gate gives its
+    GX results (repeats numbered the same way)."""
+    import subprocess
+    import sys
+
+    from kappa.quality.gate import expectation_names, expectations
+    from kappa.spec import parse_declaration
+
+    probe = ("import sys; from kappa.config import load_settings; from kappa.spec import load_catalog; "
+             "from kappa.quality.gate import check_names; "
+             f"c = load_catalog(load_settings(project_dir={str(REPO)!r}).assets_dir); "
+             "n = [x for s in c for x in check_names(s)]; "
+             "print(len(n), 'great_expectations' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    count, loaded = out.stdout.split()
+    assert int(count) > 10 and loaded == "False", out.stdout
+    spec = parse_declaration("name: twice\nlayer: gold\nsource: {asset: flights}\ntransform: {sql: 'SELECT 1 AS a'}\n"
+                             "expectations:\n  - expect_column_values_to_not_be_null: {column: a}\n"
+                             "  - expect_column_values_to_not_be_null: {column: a}\n"
+                             "  - expect_table_row_count_to_be_between: {min_value: 1}\n")
+    assert expectation_names(spec) == ["expect_column_values_to_not_be_null__a",
+                                       "expect_column_values_to_not_be_null__a_2", "expect_table_row_count_to_be_between"]
+    assert [name for name, _ in expectations(spec)] == expectation_names(spec)

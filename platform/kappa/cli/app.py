@@ -234,8 +234,11 @@ def assets_cmd(settings: Settings, fmt: StatusFormat = format_option()) -> None:
     """Validate every declaration (the files of assets/ and those recorded in the warehouse) and
     list the streaming assets."""
     from kappa.delta.declarations import catalog as catalog_of
+    from kappa.quality.gate import expectations
 
     catalog = catalog_of(settings)
+    for spec in catalog:
+        expectations(spec)  # each a Great Expectations expectation with its arguments
     rows = [
         {"name": s.name, "layer": s.layer, "group": s.group, "source": s.topics or s.upstream,
          "transform": s.transform.kind, "file": s.where}

@@ -73,6 +73,7 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
     declaration of the same name when ``replacing``). Returns the spec and the candidate catalog.
     Raises :class:`SpecError` naming ``declarations:<name>`` and the field, or
     :class:`DeclarationError` for an add of a name already declared (or an edit of one that is not),
+    an expectation Great Expectations does not have or whose arguments it refuses (SpecError),
     or, on the ``kubernetes`` runner, a declaration reading a topic: no KafkaUser of the chart
     covers it (the chart makes one per asset of ``assets/``)."""
     spec = parse_declaration(text)
@@ -93,6 +94,9 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
     refused = runner_class(settings).refuses_source_topics(spec)
     if refused:
         raise DeclarationError(f"{label}: source.kafka.topics: {refused}")
+    from kappa.quality.gate import expectations
+
+    expectations(candidate[spec.name])  # each a Great Expectations expectation with its arguments
     return candidate[spec.name], candidate
 
 

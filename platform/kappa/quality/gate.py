@@ -117,35 +117,53 @@ def check_name(expectation: str, kwargs: dict) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", f"{expectation}__{suffix}" if suffix else expectation)
 
 
+def expectation_names(spec: AssetSpec) -> list[str]:
+    """The check name of each declared expectation, in declaration order (:func:`check_name`; a
+    repeated name gets ``_2``, ``_3``, …). Reads only the YAML: Great Expectations, seconds to
+    import, is not loaded (Dagster's definitions and sensors name the checks in every process)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for item in spec.expectations:
+        ((name, kwargs),) = item.items()
+        cname = check_name(name, kwargs or {})
+        n, base = 2, cname
+        while cname in seen:
+            cname, n = f"{base}_{n}", n + 1
+        seen.add(cname)
+        out.append(cname)
+    return out
+
+
 def expectations(spec: AssetSpec) -> list[tuple[str, object]]:
-    """``(check name, GX expectation object)`` per declared expectation.
+    """``(check name, GX expectation object)`` per declared expectation (names as
+    :func:`expectation_names`).
 
     Raises :class:`SpecError` naming the file and item for an unknown expectation or bad kwargs."""
+    if not spec.expectations:
+        return []
     import great_expectations.expectations as gxe
 
     out: list[tuple[str, object]] = []
-    seen: set[str] = set()
-    for i, item in enumerate(spec.expectations):
+    for i, (item, cname) in enumerate(zip(spec.expectations, expectation_names(spec))):
         ((name, kwargs),) = item.items()
         cls = getattr(gxe, _class_name(name), None)
         if cls is None:
             raise SpecError(f"{spec.where}: expectations.{i}: {name!r} is not a Great Expectations expectation")
         try:
             expectation = cls(**(kwargs or {}))
-        except Exception as exc:  # GX raises pydantic errors for bad kwargs
-            raise SpecError(f"{spec.where}: expectations.{i}: {name}: {exc}") from None
-        cname = check_name(name, kwargs or {})
-        n, base = 2, cname
-        while cname in seen:
-            cname, n = f"{base}_{n}", n + 1
-        seen.add(cname)
+        except Exception as exc:  # GX raises pydantic (v1) errors for bad kwargs: one line per field
+            detail = ("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                      if callable(getattr(exc, "errors", None)) else str(exc).strip().replace("\n", " "))
+            raise SpecError(f"{spec.where}: expectations.{i}: {name}: {detail}") from None
         out.append((cname, expectation))
     return out
 
 
 def check_names(spec: AssetSpec) -> list[str]:
-    """The gate's check names for ``spec``, without running anything (for Dagster's asset checks)."""
-    names = [name for name, _ in expectations(spec)]
+    """The gate's check names for ``spec``, without running anything or loading Great Expectations
+    (for Dagster's asset checks): the expectations', then quarantine rate and late rows where the
+    kind has them, then the shadow diff."""
+    names = expectation_names(spec)
     checks = kind_of(spec).gate_checks
     if "quarantine_rate" in checks:
         names.append(QUARANTINE_CHECK)
@@ -156,13 +174,13 @@ def check_names(spec: AssetSpec) -> list[str]:
 
 
 def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tuple[list[CheckResult], str | None]:
+    declared = expectations(spec)
+    if not declared:
+        return [], None
     import great_expectations as gx
     from great_expectations.checkpoint import UpdateDataDocsAction
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    declared = expectations(spec)
-    if not declared:
-        return [], None
     # GX keeps its project (suites, results, Data Docs) in a local folder: next to the tables when
     # they are local, else in this process's scratch (the results are recorded in the registry).
     warehouse = local_path(str(settings.warehouse))
