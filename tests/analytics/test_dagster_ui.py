@@ -412,7 +412,8 @@ def test_the_automation_builds_the_dbt_project_on_a_fresh_instance_and_succeeds(
     deadline, runs, built = time.monotonic() + 420, [], set()
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()[-3000:]
-        runs = _post(f"{base}/graphql", AUTOMATION_RUNS)["data"]["runsOrError"]["results"]
+        data = _post(f"{base}/graphql", AUTOMATION_RUNS).get("data") or {}  # None until the server is up
+        runs = (data.get("runsOrError") or {}).get("results") or []
         built = {"/".join(a["path"]) for r in runs for a in r["assetSelection"] or []}
         if built >= project and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
             break

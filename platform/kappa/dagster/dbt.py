@@ -63,6 +63,11 @@ AUTOMATION = (dg.AutomationCondition.eager() | (
 ).with_label("missing at the first evaluation")).with_label("eager, and what is missing at the first evaluation")
 
 
+#: dbt's indirect selection of tests in the runs Dagster launches (``DBT_INDIRECT_SELECTION``):
+#: a test runs when all its parents are selected or upstream of a selected node.
+INDIRECT_SELECTION = "buildable"
+
+
 class KappaDbtTranslator(DagsterDbtTranslator):
     """dbt nodes as Kappa's Dagster assets: group ``analytics``, rebuilt eagerly after an upstream
     promotion or rollback."""
@@ -86,8 +91,12 @@ def build_dbt_definitions(settings: Settings) -> dg.Definitions:
         # DbtCliResource.cli hands the dbt process a copy of os.environ taken when it starts it: set
         # the variables for that moment only, so nothing leaks into the rest of the run's process.
         # The connection (a TLS relay for an endpoint speaking TLS) lives until dbt is done.
+        # A subset run takes the tests whose every parent it builds or reads below what it builds
+        # (dbt's "buildable" indirect selection, which dagster-dbt reads from the same variable):
+        # dbt's default ("eager") would also run stg_kappa__flights' relationships test in a run
+        # that builds only the airlines models, against a staging model not built yet.
         with dbt_connection(run_settings, ensure_endpoint(run_settings)) as dbt_vars:
-            with scoped_environ(dbt_vars):
+            with scoped_environ({**dbt_vars, "DBT_INDIRECT_SELECTION": INDIRECT_SELECTION}):
                 invocation = dbt.cli(["build"], context=context)
             yield from invocation.stream()
 
