@@ -4,6 +4,7 @@ jars, a real local Spark, real Delta tables. Each test gets its own topics, ware
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -17,6 +18,14 @@ from kappa.config import Settings, load_settings
 from kappa.harness.env import free_port
 
 REPO = Path(__file__).resolve().parents[1]
+
+#: Every `kappa` process a test starts (the CLI, Dagster's runs, the harness's pipelines, the fault
+#: points' killed runs) lives a minute or less: its driver JVM compiles with C1 only
+#: (:attr:`kappa.config.Settings.spark_driver_jit`; measured there). Set here, so every child
+#: process inherits it; helpers that build a clean environment add it back
+#: (:func:`tests.kappa_cli.clean_env`). The session's own Spark (``spark``), which runs the full
+#: data and most make_env pipelines for the whole run, keeps the tiered default.
+os.environ["KAPPA_SPARK_DRIVER_JIT"] = "c1"
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +51,7 @@ _SPARK = pytest.StashKey()
 def spark(request, broker_settings):
     from kappa.streaming.session import spark_session
 
-    session = spark_session(broker_settings)
+    session = spark_session(broker_settings.model_copy(update={"spark_driver_jit": "tiered"}))
     request.config.stash[_SPARK] = session
     yield session
     for q in session.streams.active:

@@ -17,6 +17,9 @@ variable                       meaning                                         d
 ``KAPPA_BOOTSTRAP_SERVERS``    Kafka bootstrap servers                          ``127.0.0.1:<port>``
 ``KAPPA_SPARK_MASTER``         Spark master URL                                 ``local[*]``
 ``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
+``KAPPA_SPARK_DRIVER_JIT``     the driver JVM's JIT compilers: ``tiered`` (C1   ``tiered``
+                               then C2, for long-running queries) or ``c1``
+                               (C1 only: less CPU for short runs)
 ``KAPPA_SPARK_UI``             ``true``: the driver's web UI and REST API        ``false``
 ``KAPPA_SPARK_UI_PORT``        their port (``spark.ui.port``)                   Spark's (``4040``,
                                                                                 the next free one)
@@ -170,6 +173,15 @@ class Settings(BaseSettings):
 
     spark_master: str = "local[*]"
     spark_driver_memory: str = "4g"
+    #: The driver JVM's JIT compilers. ``tiered`` (HotSpot's default) compiles hot methods with C1,
+    #: then the hottest again with C2, whose optimised code pays back over a long-running query.
+    #: ``c1`` (``-XX:TieredStopAtLevel=1``) stops at C1: for a process that lives a minute, C2's
+    #: compiling is most of its CPU. Measured on 2 cores, a ``kappa run flights departures_hourly
+    #: --until-caught-up`` of 2,400 flights (JVM CPU from process accounting; ``-XX:+CITime``:
+    #: 45 s of compiling, 34.5 s of it C2): 64 CPU-s tiered, 44 CPU-s c1, wall 37 s either way.
+    #: A longer Delta write/read/MERGE workload took more CPU with c1 (290 vs 219 CPU-s), hence
+    #: the default.
+    spark_driver_jit: Literal["tiered", "c1"] = "tiered"
     #: ``spark.sql.shuffle.partitions``: a laptop's cores. Each stateful operator keeps one state
     #: store per partition and every micro-batch runs one task per partition, so more partitions than
     #: cores only add per-task cost to small micro-batches (tests/integration replay, late-rows,

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from ..conftest import REPO
+from ..kappa_cli import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
@@ -23,7 +24,7 @@ KEYS = ("u1_events_per_s", "u2_events_per_s", "replay_events_per_s", "replay_ove
 @pytest.mark.timeout(600)
 def test_bench_quick_writes_every_measure_as_json(tmp_path):
     out = tmp_path / "bench.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env = clean_env()
     # a wide terminal, so Rich does not wrap the table's labels over lines
     env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), COLUMNS="200")
     proc = subprocess.run(
@@ -79,7 +80,7 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_sigterm_stops_the_bench_and_the_broker_it_started(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env = clean_env()
     env.update(KAPPA_HOME=str(tmp_path / "home"), KAPPA_PROJECT_DIR=str(REPO), PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-c", "from kappa.cli.app import app; app()", "bench", "--quick"],

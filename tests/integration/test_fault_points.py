@@ -42,7 +42,7 @@ from kappa.runners import run_until_caught_up
 from kappa.streaming.writers import committed_txn_version
 
 from ..conftest import REPO, copy_assets
-from ..kappa_cli import run_kappa
+from ..kappa_cli import clean_env, run_kappa
 from .helpers import assert_departures_equal
 
 pytestmark = pytest.mark.integration
@@ -98,7 +98,7 @@ def fault_env(tmp_path_factory, broker_settings):
 
 def _kappa_run(settings, fault: str | None, timeout: float = 900,
                assets: tuple[str, ...] = ("flights", "departures_hourly")) -> tuple[subprocess.CompletedProcess, float]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env = clean_env()
     env.update({
         "KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(settings.home), "KAPPA_ASSETS_DIR": str(settings.assets_dir),
         "KAPPA_KAFKA_PORT": str(settings.kafka_port),

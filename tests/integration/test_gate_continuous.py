@@ -3,7 +3,6 @@ read: 5 % bad records fail quarantine_rate and block its promotion."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from kappa.streaming.checkpoint import read_checkpoint
 
 from ..conftest import REPO
 from .helpers import renamed
+from ..kappa_cli import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def test_a_continuous_version_with_5_percent_bad_records_fails_quarantine_rate_a
     end = sum(p.end for p in offsets(settings, [flights.topic]))
     assert end == GOOD + BAD
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env = clean_env()
     env.update({"KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(settings.home),
                 "KAPPA_ASSETS_DIR": str(settings.assets_dir), "KAPPA_KAFKA_PORT": str(settings.kafka_port),
                 "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),

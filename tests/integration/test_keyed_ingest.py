@@ -24,6 +24,7 @@ from kappa.kafka.topics import offsets
 
 from ..conftest import REPO
 from .helpers import renamed
+from ..kappa_cli import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -258,7 +259,7 @@ def test_killing_the_broker_during_ingest_duplicates_no_event(tmp_path):
         fut.result()
     resent = {t: ResentBatch(settings, t) for t in probes}
     assert {t: b.send() for t, b in resent.items()} == {t: 0 for t in probes}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env = clean_env()
     env.update({"KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(settings.home),
                 "KAPPA_KAFKA_PORT": str(settings.kafka_port),
                 "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port), "COLUMNS": "200"})

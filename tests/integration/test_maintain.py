@@ -28,7 +28,7 @@ from kappa.spec import load_catalog
 from kappa.streaming.query import start_query
 
 from ..conftest import REPO
-from ..kappa_cli import run_kappa
+from ..kappa_cli import clean_env, run_kappa
 from .helpers import renamed
 
 pytestmark = pytest.mark.integration
@@ -145,7 +145,7 @@ def test_maintain_refuses_a_retention_below_the_platform_floor(tmp_path):
 
 def _cli(*args: str, home) -> subprocess.CompletedProcess:
     """`kappa maintain` as a user runs it (``python -m kappa.cli``: this checkout's code)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+    env = clean_env()
     env.update({"PYTHONPATH": str(REPO / "platform"), "KAPPA_PROJECT_DIR": str(REPO), "KAPPA_HOME": str(home),
                 "COLUMNS": "200"})
     return run_kappa("maintain", *args, env=env, timeout=120)

@@ -43,6 +43,7 @@ class IsolatedEnv:
             "KAPPA_KAFKA_PORT": str(s.kafka_port),
             "KAPPA_KAFKA_CONTROLLER_PORT": str(s.kafka_controller_port),
             "KAPPA_SPARK_DRIVER_MEMORY": s.spark_driver_memory,
+            "KAPPA_SPARK_DRIVER_JIT": s.spark_driver_jit,
             "KAPPA_SPARK_MASTER": s.spark_master,
             "KAPPA_SHUFFLE_PARTITIONS": str(s.shuffle_partitions),
             "KAPPA_MAX_OFFSETS_PER_TRIGGER": str(s.max_offsets_per_trigger),

@@ -123,7 +123,9 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         # "Garbage Collection Tuning"; Java 17's GC Tuning Guide, "The Parallel Collector"). On
         # 2 cores: tests/integration/test_replay.py 316 -> 271 s, test_late_rows + test_exactly_once
         # 261 -> 251 s, same machine, back to back.
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m -XX:+UseParallelGC",
+        # C1 only for short-lived drivers when asked (Settings.spark_driver_jit).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m -XX:+UseParallelGC"
+                                         + (" -XX:TieredStopAtLevel=1" if settings.spark_driver_jit == "c1" else ""),
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         # Spark keeps the classes it compiled for whole-stage code generation in a cache of 100 by
         # default (an internal static setting); one driver running several assets' queries, gates

@@ -379,8 +379,8 @@ ENV_ALLOWED = ("PATH", "HOME", "JAVA_HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", 
                "VIRTUAL_ENV", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "AWS_REGION")
 #: The settings the endpoint process reads, passed as their ``KAPPA_*`` variables.
 ENV_SETTINGS = ("project_dir", "home", "warehouse", "checkpoints", "assets_dir", "jars_dir", "spark_driver_memory",
-                "shuffle_partitions", "delta_snapshot_partitions", "spark_ui", "spark_ui_port", "s3_endpoint",
-                "s3_path_style_access", "serve_tls_keystore", "serve_tls_password_file", "verbose")
+                "spark_driver_jit", "shuffle_partitions", "delta_snapshot_partitions", "spark_ui", "spark_ui_port",
+                "s3_endpoint", "s3_path_style_access", "serve_tls_keystore", "serve_tls_password_file", "verbose")
 #: The two files of an object-store keys folder (:data:`kappa.config.Settings.serve_object_store_keys`).
 KEY_FILES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
