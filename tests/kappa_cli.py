@@ -30,11 +30,11 @@ def settings_env(settings) -> dict[str, str]:
             "KAPPA_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port)}
 
 
-def clean_env(**variables: str) -> dict[str, str]:
-    """This process's environment without any ``KAPPA_*`` variable (a state of the test's own is
-    given in ``variables``), except the driver JIT every test process uses (tests/conftest.py)."""
+def clean_env() -> dict[str, str]:
+    """This process's environment without any ``KAPPA_*`` variable (the caller adds its test's own
+    state), except the driver JIT every test process uses (tests/conftest.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
-    return {**env, "KAPPA_SPARK_DRIVER_JIT": os.environ.get("KAPPA_SPARK_DRIVER_JIT", "tiered"), **variables}
+    return {**env, "KAPPA_SPARK_DRIVER_JIT": os.environ.get("KAPPA_SPARK_DRIVER_JIT", "tiered")}
 
 
 def run_kappa(*args: str, env: Mapping[str, str] | None = None, timeout: float = 180, stdin: str | None = None,

@@ -19,5 +19,7 @@ mkdir -p "$OUT"
   echo "# Then create the object-store Secret named in the kappa-config ConfigMap."
   "$HELM" template kappa helm/kappa --namespace kappa -f helm/kappa/ci/default-values.yaml
 } > "$OUT/kappa.yaml"
-"$PYTHON" -m kappa.runners.kubernetes example assets flights_bronze 1 > "$OUT/sparkapplication-flights-bronze-v1.yaml"
+# from Kappa's defaults: no KAPPA_* setting of the caller's shell reaches the committed example
+(unset "${!KAPPA_@}"; "$PYTHON" -m kappa.runners.kubernetes example assets flights_bronze 1) \
+  > "$OUT/sparkapplication-flights-bronze-v1.yaml"
 echo "wrote $OUT/kappa.yaml $OUT/sparkapplication-flights-bronze-v1.yaml"

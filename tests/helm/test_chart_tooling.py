@@ -47,10 +47,7 @@ def test_catalog_matches_the_declarations_in_assets():
 
 def test_k8s_manifests_are_rendered_from_the_chart_and_the_runner(tmp_path):
     ensure_tools()
-    # rendered from Kappa's defaults, as the committed files are: no KAPPA_* setting of this
-    # process (tests/conftest.py sets the driver JIT) may reach the SparkApplications
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")},
-           "HELM": str(TOOLS / "bin" / "helm"), "PYTHON": str(ROOT / ".venv" / "bin" / "python")}
+    env = {**os.environ, "HELM": str(TOOLS / "bin" / "helm"), "PYTHON": str(ROOT / ".venv" / "bin" / "python")}
     subprocess.run(["bash", "tools/k8s-manifests.sh", str(tmp_path)], cwd=ROOT, env=env, check=True, capture_output=True)
     for f in sorted(tmp_path.iterdir()):
         assert (ROOT / "k8s" / f.name).read_text() == f.read_text(), f"k8s/{f.name} is stale: run `make k8s-manifests`"
