@@ -418,5 +418,6 @@ def test_the_automation_builds_the_dbt_project_on_a_fresh_instance_and_succeeds(
         if built >= project and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
             break
         time.sleep(3)
+    print(f"\nkappa_automation: {len(runs)} runs, {[(r['status'], len(r['assetSelection'] or [])) for r in runs]}")
     assert built >= project, f"not requested by the automation: {sorted(project - built)}; runs: {runs}"
     assert [r for r in runs if r["status"] != "SUCCESS"] == [], (runs, log_path.read_text()[-4000:])

@@ -73,6 +73,22 @@ def test_chain_promotion_is_one_commit(settings):
     assert set(reg.promoted_all()) == {"s", "g"}
 
 
+def test_a_promotion_re_pins_only_the_names_whose_pin_changes(settings):
+    """A promotion re-pins the other names of its lineage; one whose pin it leaves as it was gets
+    no ``pinned`` event (Dagster would report it as a materialization, and dbt's automation would
+    rebuild every model below it), one whose snapshot moves gets one."""
+    reg = Registry(settings)
+    reg.create_version("s", "f", {})
+    reg.create_version("g", "f", {"s": 1})
+    s_pin = {"version": 1, "snapshot": 3, "cut": {"t": {0: 5}}, "verified": True}  # int partition, as plan_cut gives
+    reg.promote({"s": 1}, pins={"s": s_pin})
+    reg.promote({"g": 1}, pins={"g": {"version": 1, "snapshot": 0}, "s": dict(s_pin)})
+    assert [e["event"] for e in reg.events("s")] == ["created", "promoted"]
+    reg.promote({"g": 1}, pins={"g": {"version": 1, "snapshot": 1}, "s": {**s_pin, "snapshot": 4}})
+    assert [e["event"] for e in reg.events("s")] == ["created", "promoted", "pinned"]
+    assert reg.promoted("s").snapshot == 4
+
+
 def test_unknown_and_retired_versions_cannot_be_promoted(settings):
     reg = Registry(settings)
     reg.create_version("a", "f", {})

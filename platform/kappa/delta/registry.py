@@ -346,7 +346,7 @@ class Registry:
         """Point each stable name in ``targets`` at its version, in ONE commit (atomic for a chain).
         ``pins`` (asset -> pin, :func:`kappa.lifecycle.cut.plan_cut`) go into the same commit: a
         target's with its ``promoted`` event, any other promoted asset's as a ``pinned`` event (its
-        snapshot moved with the cut). Readers see it at their next look
+        snapshot moved with the cut; none when its pin is unchanged). Readers see it at their next look
         (:func:`kappa.lifecycle.promotion.commit_promotion` also waits for a running SQL endpoint).
 
         Raises :class:`RegistryError` for an unknown or retired version, or one whose checkpoint
@@ -378,12 +378,19 @@ class Registry:
             self._append(rows)
 
     def _pin_rows(self, pins: dict[str, dict], reason: str) -> list[dict]:
+        """The ``pinned`` events of ``pins``, leaving out a pin equal in every field to the one the
+        promoted version has: re-pinning a name at the snapshot it reads is not an event (a
+        promotion re-pins its lineage's other names; one Dagster reads as a materialization of the
+        name, which its dbt automation rebuilds the models below)."""
         events = self.events()
         rows = []
         for asset, pin in pins.items():
             current = self.promoted(asset, events)
             if current is None or current.version != pin["version"]:
                 raise RegistryError(f"cannot pin {asset}/v{pin['version']}: it is not the promoted version")
+            as_recorded = json.loads(json.dumps(pin, default=str))  # as _append stores it: keys are strings
+            if current.pin is not None and all(current.pin.get(k) == v for k, v in as_recorded.items()):
+                continue
             rows.append({"asset": asset, "version": pin["version"], "event": "pinned",
                          "details": {"reason": reason, **pin}})
         return rows
