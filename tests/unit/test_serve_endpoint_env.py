@@ -37,3 +37,11 @@ def test_without_its_own_keys_the_endpoint_gets_the_callers_as_files_and_no_stal
     env = endpoint_env(settings, CALLER, None)
     assert "KAPPA_SERVE_PASSWORD_FILE" not in env and "AWS_ACCESS_KEY_ID" not in env
     assert object_store_keys(settings, {"PATH": "/bin"}) is None
+
+
+def test_the_endpoint_runs_with_the_tiered_jit_whatever_its_caller_uses(tmp_path):
+    """A long-running endpoint never gets the C1-only JIT of short-lived drivers (the caller's
+    setting, or its environment's ``KAPPA_SPARK_DRIVER_JIT``)."""
+    settings = load_settings(home=tmp_path, spark_driver_jit="c1")
+    env = endpoint_env(settings, {**CALLER, "KAPPA_SPARK_DRIVER_JIT": "c1"}, None)
+    assert "KAPPA_SPARK_DRIVER_JIT" not in env

@@ -377,9 +377,12 @@ def start(settings: Settings, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST
 #: that could read the server's environment would find nothing worth having.
 ENV_ALLOWED = ("PATH", "HOME", "JAVA_HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
                "VIRTUAL_ENV", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "AWS_REGION")
-#: The settings the endpoint process reads, passed as their ``KAPPA_*`` variables.
+#: The settings the endpoint process reads, passed as their ``KAPPA_*`` variables. Not
+#: ``spark_driver_jit``: its ``c1`` is for drivers that live a minute, and the endpoint runs for
+#: hours, every dbt build's SQL in its JVM (the C1-only JIT the tests' processes inherit had
+#: doubled the analysts' tests that go through it: tests/analytics/test_dbt.py 138 -> 281 s).
 ENV_SETTINGS = ("project_dir", "home", "warehouse", "checkpoints", "assets_dir", "jars_dir", "spark_driver_memory",
-                "spark_driver_jit", "shuffle_partitions", "delta_snapshot_partitions", "spark_ui", "spark_ui_port",
+                "shuffle_partitions", "delta_snapshot_partitions", "spark_ui", "spark_ui_port",
                 "s3_endpoint", "s3_path_style_access", "serve_tls_keystore", "serve_tls_password_file", "verbose")
 #: The two files of an object-store keys folder (:data:`kappa.config.Settings.serve_object_store_keys`).
 KEY_FILES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
