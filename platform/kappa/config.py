@@ -180,7 +180,7 @@ class Settings(BaseSettings):
     #: --until-caught-up`` of 2,400 flights (JVM CPU from process accounting; ``-XX:+CITime``:
     #: 45 s of compiling, 34.5 s of it C2): 64 CPU-s tiered, 44 CPU-s c1, wall 37 s either way.
     #: A longer Delta write/read/MERGE workload took more CPU with c1 (290 vs 219 CPU-s), hence
-    #: the default.
+    #: the default. ``kappa serve``'s endpoint, which runs for hours, is always ``tiered``.
     spark_driver_jit: Literal["tiered", "c1"] = "tiered"
     #: ``spark.sql.shuffle.partitions``: a laptop's cores. Each stateful operator keeps one state
     #: store per partition and every micro-batch runs one task per partition, so more partitions than
