@@ -51,6 +51,25 @@ def table(settings: Settings, asset: str, version: int | None = None) -> pd.Data
     return DeltaTable(v.table_path).to_pandas()
 
 
+def data_docs_validation(settings: Settings, index: str, suite: str) -> str:
+    """The text (tags dropped, whitespace folded) of the newest validation page of ``suite``
+    (``<asset>_v<N>``) in the GX Data Docs site whose ``index.html`` is at ``index`` (a gate's
+    ``data_docs_path``: a path, or an ``s3a://`` URI read from the object store), as a browser
+    opening the site reaches it: by the index's link."""
+    import html
+    import re
+
+    from kappa.core.storage import read_text
+
+    page = read_text(index, settings)
+    # the index's table of validations links each page by its path (a quoted string in its script)
+    links = sorted(set(re.findall(rf'validations/{re.escape(suite)}/[^"\'\s]+\.html', page)))
+    assert links, f"{index} links no validation of {suite}"
+    site = index.rsplit("/", 1)[0]
+    text = re.sub(r"<[^>]+>", " ", read_text(f"{site}/{links[-1]}", settings))
+    return re.sub(r"\s+", " ", html.unescape(text))
+
+
 def quarantine(settings: Settings) -> pd.DataFrame:
     return DeltaTable(str(quarantine_path(settings))).to_pandas()
 

@@ -16,7 +16,7 @@ from kappa.quality.gate import run_gate
 from kappa.runners import run_until_caught_up
 from kappa.analytics.sql import run_sql
 
-from .helpers import ingest, table
+from .helpers import data_docs_validation, ingest, table
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +72,11 @@ def test_replay_with_a_broken_transform_fails_the_gate_and_keeps_v1_promoted(mak
     failed = {c.name: c for c in report.gates["departures_hourly"].failed}
     assert "expect_column_values_to_be_between__flights" in failed
     assert "unexpected" in str(failed["expect_column_values_to_be_between__flights"].observed)
+    # GX's Data Docs, in the warehouse: v2's validation page shows every expectation and the failure
+    page = data_docs_validation(settings, report.gates["departures_hourly"].data_docs_path, "departures_hourly_v2")
+    for column in ("window_start", "flights", "cancelled", "avg_dep_delay_min"):
+        assert column in page, column
+    assert "values must never be null" in page and "Failed" in page and "unexpected" in page
     reg = Registry(settings)
     assert reg.promoted("departures_hourly").version == 1
     assert reg.version("departures_hourly", 2).state == "failed-gate"

@@ -44,7 +44,7 @@ from kappa.kafka.topics import start_offsets
 from kappa.spec import load_catalog
 from kappa.delta.tables import dataset
 from kappa.lifecycle.promotion import commit_promotion
-from tests.integration.helpers import ingest, object_store
+from tests.integration.helpers import data_docs_validation, ingest, object_store
 from tests.kubernetes.kubelet import KubeletWatcher
 from tests.kubernetes.plane import ROOT, wait_for
 
@@ -180,6 +180,13 @@ def _replay_then_rollback(make_env, tmp_path, monkeypatch, api_client, namespace
     gate = v2.last("gate_passed")
     assert gate is not None and {c["name"] for c in gate["checks"]} >= {"quarantine_rate", "shadow_diff"}
     assert all(c["passed"] for c in gate["checks"] if c["blocking"])
+    # GX's Data Docs outlive the gate's pod: copied from its scratch to the warehouse on the object
+    # store, where v2's validation page shows every expectation of weather's suite
+    assert gate["data_docs"] == "s3a://plane/warehouse/_kappa/data_docs/weather/v2/index.html"
+    page = data_docs_validation(settings, gate["data_docs"], "weather_v2")
+    for column in ("event_id", "event_time", "origin", "temp"):
+        assert column in page, column
+    assert "values must be unique" in page and "values must never be null" in page, page[:2000]
 
     # the real server accepted both applications (CRD schema) and the operator ran them: v2's query is
     # RUNNING, the gate job COMPLETED from its driver's exit 0

@@ -114,6 +114,13 @@ def health_metadata(h) -> dict[str, object]:
     return md
 
 
+def data_docs_url(location: str | Path) -> dg.MetadataValue:
+    """A link to a gate's GX Data Docs ``index.html``: a local path as a ``file://`` URL, an
+    object-store URI (``s3a://``) as it is."""
+    text = str(location)
+    return dg.MetadataValue.url(text if "://" in text else Path(text).resolve().as_uri())
+
+
 def check_metadata(check, report) -> dict[str, object]:
     """Metadata of one gate check (a :class:`kappa.quality.gate.CheckResult` of ``report``, a
     :class:`~kappa.quality.gate.GateReport`): version, observed, expected, blocking, each
@@ -128,8 +135,7 @@ def check_metadata(check, report) -> dict[str, object]:
     for k, v in (check.details or {}).items():
         md[f"details/{k}"] = meta_value(v)
     if report.data_docs_path:
-        docs = str(report.data_docs_path)
-        md["data_docs"] = dg.MetadataValue.url(docs if "://" in docs else Path(docs).resolve().as_uri())
+        md["data_docs"] = data_docs_url(report.data_docs_path)
         md["data_docs_path"] = dg.MetadataValue.path(report.data_docs_path)
     if check.name == "shadow_diff" and report.shadow_diff is not None:
         md["shadow_diff"] = meta_value(report.shadow_diff)

@@ -72,7 +72,7 @@ def promotion_materialization(version: Version, event: dict, settings) -> dg.Ass
 def gate_evaluations(version: Version, declared: Iterable[str]) -> list[dg.AssetCheckEvaluation]:
     """The latest recorded gate of ``version`` as check evaluations of the declared checks (none
     when the version was never gated)."""
-    from kappa.dagster.metadata import meta_value
+    from kappa.dagster.metadata import data_docs_url, meta_value
 
     gate = None
     for e in reversed(version.events):
@@ -98,9 +98,7 @@ def gate_evaluations(version: Version, declared: Iterable[str]) -> list[dg.Asset
         for k, v in (c.get("details") or {}).items():
             md[f"details/{k}"] = meta_value(v)
         if docs:
-            from pathlib import Path
-
-            md["data_docs"] = dg.MetadataValue.url(Path(docs).resolve().as_uri())
+            md["data_docs"] = data_docs_url(docs)
         verdict = "passed" if c.get("passed") else "FAILED"
         out.append(dg.AssetCheckEvaluation(
             asset_key=dg.AssetKey(version.asset), check_name=name, passed=bool(c.get("passed")),

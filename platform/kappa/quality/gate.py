@@ -2,7 +2,9 @@
 
 * the asset's Great Expectations suite (its YAML's ``expectations:``), validated against the
   version's Delta table on GX's Spark execution engine; one check per expectation; GX Data Docs are
-  built for every validated version (``<warehouse>/_kappa/gx/uncommitted/data_docs/local_site``);
+  built for every validated version, in the warehouse (:data:`DATA_DOCS_SITE`; on the object
+  store, where the gate builds them in its scratch, copied to :func:`data_docs_location`, so they
+  outlive a Kubernetes gate pod);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
 * ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): the version's rows in
@@ -27,7 +29,7 @@ from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.spec import AssetSpec, SpecError
 from kappa.delta.declarations import catalog as catalog_of, known_version, recorded_spec
 from kappa.streaming.kinds import kind_of
-from kappa.core.storage import exists, join, local_path
+from kappa.core.storage import exists, filesystem, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
@@ -173,6 +175,35 @@ def check_names(spec: AssetSpec) -> list[str]:
     return names
 
 
+#: The GX Data Docs site of a local warehouse, relative to it (GX's own layout of a file project
+#: under ``_kappa``): ``index.html`` links every suite (``<asset>_v<N>``) and validation.
+DATA_DOCS_SITE = ("_kappa", "gx", "uncommitted", "data_docs", "local_site")
+
+
+def data_docs_location(settings: Settings, asset: str, version: int) -> str:
+    """Where the Data Docs of ``asset`` version ``version`` are kept when the warehouse is on the
+    object store: ``<warehouse>/_kappa/data_docs/<asset>/v<N>`` (an ``s3a://`` URI)."""
+    return join(str(settings.warehouse), "_kappa", "data_docs", asset, f"v{version}")
+
+
+def publish_data_docs(settings: Settings, site: Path, asset: str, version: int) -> str:
+    """The GX Data Docs site built in ``site`` (a local folder) for a gate of ``asset`` version
+    ``version``, in the warehouse. A local warehouse's is where GX built it (:data:`DATA_DOCS_SITE`,
+    one site for every version). On the object store GX builds it in the gate's scratch, which a
+    Kubernetes gate pod loses: the site is copied (pyarrow's ``copy_files``) to
+    :func:`data_docs_location`, an index and the pages of what that scratch project validated.
+    Returns the location of its ``index.html`` (a path or an ``s3a://`` URI). Raises ``OSError``
+    when the object store refuses the copy."""
+    from pyarrow import fs as pafs
+
+    if local_path(str(settings.warehouse)) is not None:
+        return str(site / "index.html")
+    dest = data_docs_location(settings, asset, version)
+    fs, path = filesystem(dest, settings)
+    pafs.copy_files(str(site), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+    return join(dest, "index.html")
+
+
 def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tuple[list[CheckResult], str | None]:
     declared = expectations(spec)
     if not declared:
@@ -182,7 +213,8 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     # GX keeps its project (suites, results, Data Docs) in a local folder: next to the tables when
-    # they are local, else in this process's scratch (the results are recorded in the registry).
+    # they are local, else in this process's scratch (the results are recorded in the registry,
+    # the Data Docs copied to the warehouse: publish_data_docs).
     warehouse = local_path(str(settings.warehouse))
     root = (warehouse if warehouse is not None else (settings.home or Path(".kappa"))) / "_kappa"
     context = gx.get_context(mode="file", project_root_dir=str(root))
@@ -237,8 +269,8 @@ def _run_gx(spark, settings: Settings, spec: AssetSpec, version: int, df) -> tup
                                            observed=_jsonable(observed), expected=str(kwargs),
                                            details=_jsonable(details), evaluated=measured)
     checks = [checks_by_name[name] for name, _ in declared]
-    docs = root / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
-    return checks, str(docs) if docs.exists() else None
+    site = root.joinpath(*DATA_DOCS_SITE[1:])
+    return checks, publish_data_docs(settings, site, spec.name, version) if (site / "index.html").exists() else None
 
 
 def _config_key(expectation) -> str:
