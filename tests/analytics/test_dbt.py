@@ -1,6 +1,6 @@
 """The dbt project in dbt/ against `kappa serve`: it builds (models, seeds, data tests and unit tests),
 its mart equals an independent DuckDB computation, and it follows a replay and a rollback of the
-promoted `flights`."""
+promoted `flights`, built by `kappa dbt` and by Dagster (issue 46 item 4)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import yaml
 
 from kappa import tables
 
-from .conftest import SLICE, hive_count, kappa
+from .conftest import SERVE_CA, SERVE_PASSWORD, SERVE_USER, SLICE, hive_count, kappa
 
 pytestmark = pytest.mark.integration
 
@@ -65,17 +65,44 @@ def dbt_build(settings, *args: str):
     return done.stdout
 
 
-def test_dbt_builds_and_follows_a_replay_of_flights_and_its_rollback(served, tmp_path, spark):
-    """Two `kappa dbt build` runs (each takes a minute or more in CI), one over v2 and one over v1.
+def dagster_dbt_build(settings, monkeypatch, selection) -> dict[str, bool]:
+    """Materialize the dbt assets of ``selection`` (a ``dg.AssetSelection``, within the analytics
+    group) through Dagster, in process, as a run of the code location does: the ``dbt_models``
+    asset's ``dbt build`` against the session's endpoint, logged in as SERVE_USER over TLS. Asserts
+    the run succeeded and returns its dbt tests (asset checks): check name -> passed."""
+    import dagster as dg
+
+    from kappa.dagster.dbt import GROUP
+    from kappa.dagster.definitions import build_definitions
+    from kappa.dagster.resources import KappaResource
+
+    for name, value in {"KAPPA_SERVE_USER": SERVE_USER, "KAPPA_SERVE_PASSWORD": SERVE_PASSWORD,
+                        "KAPPA_SERVE_TLS_CA_FILE": str(SERVE_CA)}.items():
+        monkeypatch.setenv(name, value)
+    defs = build_definitions(settings.assets_dir, resource=KappaResource.from_settings(settings))
+    keys = (selection & dg.AssetSelection.groups(GROUP)).resolve(defs.get_repository_def().asset_graph)
+    result = defs.get_implicit_global_asset_job_def().execute_in_process(
+        asset_selection=list(keys), instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success, [e.message for e in result.all_events if e.is_failure][:3]
+    assert {e.asset_key for e in result.get_asset_materialization_events()} >= keys
+    return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+
+
+def test_dbt_builds_and_follows_a_replay_of_flights_and_its_rollback(served, tmp_path, spark, monkeypatch):
+    """dbt builds the mart over v2 and twice over v1: Dagster (its ``dbt_models`` asset, in
+    process) after the promotion and after the rollback, then a full `kappa dbt build`.
 
     v2 of `flights` sees different data than v1: its declaration now requires ``dep_delay``, so
     the slice's cancelled flights (no departure, no delay) go to quarantine instead of the table
     (22 of 3,000 rows, under the 1 % quarantine limit, so the gate passes). The replay (the one
     `kappa replay --promote` runs, here on the session's Spark rather than a new driver) builds v2
     (and v2 of departures_hourly downstream) from the log; the next `kappa dbt build`
-    must compute the mart over v2's rows. After `kappa rollback` the full build (every model, seed,
-    data test and unit test) passes, its mart equals DuckDB's over v1's rows again and the other
-    mart is served by the endpoint."""
+    must compute the mart over v2's rows. After `kappa rollback` Dagster's build of the mart alone
+    computes it over v1's rows again; the full `kappa dbt build` (every model, seed, data test and
+    unit test) passes, its mart equals DuckDB's over v1's rows and the other mart is served by the
+    endpoint."""
+    import dagster as dg
+
     from kappa.config import load_settings
     from kappa.delta.registry import Registry
 
@@ -105,8 +132,10 @@ def test_dbt_builds_and_follows_a_replay_of_flights_and_its_rollback(served, tmp
         v2 = registry.promoted("flights").version
         assert v2 > before["flights"] and registry.promoted("departures_hourly").version > before["departures_hourly"]
         assert 0 < len(kept) < SLICE and len(table(settings, "flights", v2)) == len(kept)
-        # the mart with its parents (staging views, seed) and tests: the staging view reads the stable name, now v2
-        dbt_build(settings, "--select", "+carrier_daily_performance")
+        # the mart with its parents (staging views, seed) and tests, by Dagster: the staging view
+        # reads the stable name, now v2
+        tests = dagster_dbt_build(settings, monkeypatch, dg.AssetSelection.assets("carrier_daily_performance").upstream())
+        assert tests and all(tests.values()), tests
         assert_mart_equals(settings, kept)
         assert hive_count(port, "flights") == len(kept)
     finally:
@@ -115,6 +144,8 @@ def test_dbt_builds_and_follows_a_replay_of_flights_and_its_rollback(served, tmp
         rolled = kappa(settings, "rollback", "flights")
         assert rolled.returncode == 0, rolled.stderr
     assert {a: registry.promoted(a).version for a in before} == before
+    dagster_dbt_build(settings, monkeypatch, dg.AssetSelection.assets("carrier_daily_performance"))
+    assert_mart_equals(settings, source)
     out = dbt_build(settings)
     # the unit tests and data tests ran (not just the models)
     assert "unit_test" in out or "carrier_daily_performance_counts_cancellations" in out
