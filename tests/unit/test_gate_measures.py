@@ -99,6 +99,27 @@ def test_a_first_versions_shadow_diff_is_not_evaluated_and_blocks_nothing():
         assert "shadow_diff NOT EVALUATED" in check_description(diff, report)
 
 
+def test_the_shadow_diff_compares_at_the_latest_batches_that_cover_the_same_offsets():
+    """The candidate's latest batch with a twin in the promoted version (equal source-offset
+    watermarks), whatever the promoted version read since; none: one line saying why, with the
+    candidate's offsets."""
+    from kappa.quality.gate import common_cut
+    from kappa.streaming.provenance import BatchWatermark as B
+
+    wm = lambda *o: {"flights": {str(p): n for p, n in enumerate(o)}}
+    promoted = [B(0, 1, 2, wm(10, 10)), B(1, 3, 3, wm(20, 15)), B(2, 4, 7, wm(30, 31))]
+    replay = [B(0, 1, 1, wm(5, 5)), B(1, 2, 2, wm(20, 15)), B(2, 3, 4, wm(25, 30))]
+    cut = common_cut("a/v2", replay, "a/v1", promoted)
+    assert (cut["candidate_batch"], cut["candidate_snapshot"], cut["promoted_batch"], cut["promoted_snapshot"]) == (1, 2, 1, 3)
+    assert cut["watermark"] == wm(20, 15)
+    apart = common_cut("a/v2", replay[2:], "a/v1", promoted)
+    assert apart == {"why": "no micro-batch of a/v1 covers the source offsets a/v2 batch 2 covers (flights[0:25,1:30]); "
+                            "let both queries reach the same offsets (stop ingesting, run each until caught up) "
+                            "and run the gate again"}
+    unrecorded = common_cut("a/v2", [B(0, 1, 1, None)], "a/v1", promoted)
+    assert unrecorded["why"].startswith("a/v2 has no micro-batch commit that records the source offsets")
+
+
 def test_check_names_load_no_great_expectations_and_equal_the_gates_names():
     """Dagster's definitions name every check in every run process: the names come from the YAML
     alone (Great Expectations costs seconds to import), and they are the names the gate gives its

@@ -12,7 +12,11 @@
   dropped, named from the checkpoint by :mod:`kappa.streaming.late`) plus the rows Spark dropped
   that were not named, must be none — a version that lost events is not promoted;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
-  differences of numeric column sums); blocking only if the asset sets ``shadow_diff_blocking``.
+  differences of numeric column sums), both read at one cut: the Delta versions of the two whose
+  micro-batches covered the same source offsets (:func:`same_cut`), so a promoted query that has
+  read further since does not differ from a correct replay; blocking only if the asset sets
+  ``shadow_diff_blocking``. With no version promoted it is not evaluated and does not block; with
+  no common cut it is not evaluated and blocks when declared blocking.
 
 The result is recorded in the registry as ``gate_passed`` or ``gate_failed`` with every check.
 See the Great Expectations 1.x docs ("Validate data", "Run a Checkpoint", "Data Docs").
@@ -429,6 +433,51 @@ def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: in
                        details=_jsonable(summary))
 
 
+def same_cut(settings: Settings, registry: Registry, candidate, promoted) -> dict:
+    """Where the shadow diff compares ``candidate`` with ``promoted`` (two
+    :class:`kappa.delta.registry.Version` of one asset): :func:`common_cut` of their micro-batches'
+    source-offset watermarks (:func:`kappa.streaming.provenance.batch_watermarks`, over each
+    table's last 500 commits)."""
+    from kappa.streaming.provenance import batch_watermarks
+
+    return common_cut(candidate.name, batch_watermarks(settings, candidate, registry),
+                      promoted.name, batch_watermarks(settings, promoted, registry))
+
+
+def common_cut(candidate: str, mine: list, promoted: str, theirs: list) -> dict:
+    """The latest micro-batch of the candidate (``mine``, oldest first, of
+    :class:`kappa.streaming.provenance.BatchWatermark`) for which a micro-batch of the promoted
+    version (``theirs``) covers the same source offsets through every upstream, so both were
+    computed from the same records however far the promoted query has read since; ``candidate``
+    and ``promoted`` name the versions in messages. Returns ``{"watermark": topic -> partition ->
+    offset, "candidate_snapshot", "promoted_snapshot" (Delta versions), "candidate_batch",
+    "promoted_batch", "table_sides"}``, or ``{"why": one line}`` when there is no such pair. Pure."""
+    import json
+
+    key = lambda wm: json.dumps(wm, sort_keys=True)
+    at = {key(b.watermark): b for b in theirs if b.watermark is not None}  # the latest batch per watermark
+    for b in reversed(mine):
+        if b.watermark is not None and key(b.watermark) in at:
+            p = at[key(b.watermark)]
+            return {"watermark": b.watermark, "candidate_snapshot": b.snapshot, "promoted_snapshot": p.snapshot,
+                    "candidate_batch": b.batch_id, "promoted_batch": p.batch_id,
+                    "table_sides": sorted(set(b.table_sides) | set(p.table_sides))}
+    for name, batches in ((candidate, mine), (promoted, theirs)):
+        if not any(b.watermark for b in batches):
+            return {"why": f"{name} has no micro-batch commit that records the source offsets it covers "
+                           "through every upstream: no cut to compare at"}
+    last = next(b for b in reversed(mine) if b.watermark)
+    return {"why": f"no micro-batch of {promoted} covers the source offsets {candidate} batch {last.batch_id} "
+                   f"covers ({_offsets_line(last.watermark)}); let both queries reach the same offsets "
+                   "(stop ingesting, run each until caught up) and run the gate again"}
+
+
+def _offsets_line(watermark: dict) -> str:
+    """``flights[0:120,1:118]`` for a watermark (topic -> partition -> end offset)."""
+    return ", ".join(f"{t}[" + ",".join(f"{p}:{o}" for p, o in sorted(parts.items())) + "]"
+                     for t, parts in sorted(watermark.items()))
+
+
 def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateReport:
     """Run every check of ``asset`` version ``version`` and record ``gate_passed``/``gate_failed``.
 
@@ -455,10 +504,19 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
         named = late_events_of(spark, settings, asset, version) if kind.keeps_late_rows else 0
         checks.append(late_rows(ver, named))
     promoted = registry.promoted(asset)
-    promoted_df = None
-    if promoted is not None and promoted.version != version:
-        promoted_df = spark.read.format("delta").load(promoted.table_path)
-    diff = shadow_diff(spark, spec, df, promoted_df, version, promoted.version if promoted else None)
+    if promoted is None or promoted.version == version:
+        diff = shadow_diff(spark, spec, df, None, version, None)
+    else:
+        cut = same_cut(settings, registry, ver, promoted)
+        if "why" in cut:
+            diff = CheckResult(name=SHADOW_CHECK, passed=False, blocking=spec.shadow_diff_blocking,
+                               observed="not evaluated", expected="no difference at one cut", evaluated=False,
+                               details={"candidate": version, "promoted": promoted.version, **cut})
+        else:
+            candidate_df, promoted_df = (spark.read.format("delta").option("versionAsOf", cut[f"{side}_snapshot"])
+                                         .load(v.table_path) for side, v in (("candidate", ver), ("promoted", promoted)))
+            diff = shadow_diff(spark, spec, candidate_df, promoted_df, version, promoted.version)
+            diff.details = {**diff.details, "cut": cut}
     checks.append(diff)
     report = GateReport(asset=asset, version=version, passed=all(c.passed for c in checks if c.blocking),
                         checks=checks, data_docs_path=docs, shadow_diff=diff.details or None)

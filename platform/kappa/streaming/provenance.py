@@ -282,3 +282,68 @@ def batch_commits(settings: Settings, version: Version, limit: int = 500) -> tup
             out.append(BatchCommit(n, batch, describe_sources(settings, version, raw, ids) if raw else None))
     out.sort(key=lambda c: c.table_version)
     return table.version(), out
+
+
+@dataclass
+class BatchWatermark:
+    """One micro-batch commit of a version with the Kafka end offsets it covers through every
+    upstream asset it reads (:func:`batch_watermarks`): ``snapshot`` is the Delta version a reader
+    at that batch sees (the last version before the next micro-batch commit, the latest for the
+    last); ``watermark`` topic -> partition -> offset (exclusive), None when it cannot be told (the
+    batch does not record its sources, read an upstream partway into a Delta version, or reads one
+    partition to two points); ``table_sides``: upstream assets read as a lookup's table side, which
+    no batch records (as of the batch, not of an offset: outside the watermark)."""
+
+    batch_id: int
+    table_version: int
+    snapshot: int
+    watermark: dict[str, dict[str, int]] | None
+    table_sides: tuple[str, ...] = ()
+
+
+def batch_watermarks(settings: Settings, version: Version, registry: Registry | None = None,
+                     limit: int = 500, _seen: dict | None = None) -> list[BatchWatermark]:
+    """Every micro-batch commit of ``version`` among its table's last ``limit`` commits (oldest
+    first, :func:`batch_commits`), each with its source-offset watermark: its own Kafka end offsets
+    merged with, for each upstream asset it reads as a Delta source, the watermark of that
+    upstream's micro-batch commit at or before the Delta version it read through (recursively, so
+    a gold batch is described by the Kafka offsets its silver rows came from); an upstream that no
+    batch records is a lookup's table side (as in :func:`kappa.lifecycle.cut.solve`), named in
+    ``table_sides`` and left out of the watermark. Two versions of one
+    asset at batches with equal watermarks were computed from the same records. Raises
+    :class:`kappa.delta.registry.RegistryError` for an upstream version the registry lacks."""
+    registry = registry or Registry(settings)
+    seen = {} if _seen is None else _seen
+    key = (version.asset, version.version)
+    if key in seen:
+        return seen[key]
+    latest, commits = batch_commits(settings, version, limit)
+    recorded = [u for u in version.upstream
+                if any(c.sources is None or c.reads(u, version.upstream[u])[0] is not None for c in commits)]
+    sides = tuple(u for u in version.upstream if u not in recorded)
+    ups = {u: batch_watermarks(settings, registry.upstream_of(version, u), registry, limit, seen) for u in recorded}
+    out = []
+    for i, c in enumerate(commits):
+        snapshot = commits[i + 1].table_version - 1 if i + 1 < len(commits) else latest
+        out.append(BatchWatermark(c.batch_id, c.table_version, snapshot, _watermark(c, version, ups), sides))
+    seen[key] = out
+    return out
+
+
+def _watermark(commit: BatchCommit, version: Version, ups: dict[str, list[BatchWatermark]]) -> dict | None:
+    """``commit``'s Kafka offsets merged with its upstreams' watermarks (see :func:`batch_watermarks`)."""
+    if commit.sources is None:
+        return None
+    merged = {topic: dict(parts) for topic, parts in commit.offsets.items()}
+    for asset, batches in ups.items():
+        through, complete = commit.reads(asset, version.upstream[asset])
+        if through is None or not complete:
+            return None
+        up = next((b for b in reversed(batches) if b.table_version <= through), None)
+        if up is None or up.watermark is None:
+            return None
+        for topic, parts in up.watermark.items():
+            for part, offset in parts.items():
+                if merged.setdefault(topic, {}).setdefault(part, offset) != offset:
+                    return None
+    return merged or None
