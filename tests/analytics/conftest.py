@@ -87,10 +87,12 @@ def make_keystore(folder: Path) -> tuple[Path, Path, Path]:
 SERVE_CA = Path(tempfile.gettempdir()) / f"kappa-test-serve-ca-{os.getpid()}.pem"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def served(analysts_state):
     """`kappa serve --auth FILE --tls-keystore K --tls-password-file P` on the analysts' state
-    (started with the CLI, stopped at the end): TLS as on the chart, with a key made here (its
+    (started with the CLI, stopped when this package's tests end: every test using it is here, and
+    ``make test`` runs them on one worker in a row, so the endpoint's JVM does not idle through
+    the rest of the run): TLS as on the chart, with a key made here (its
     certificate at :data:`SERVE_CA`); only SERVE_USER (role ``dbt``) and ANALYST_USER (role
     ``analyst``) log in, with their passwords (salted hashes of the real cost, as `kappa serve user
     add` writes them). `kappa dbt` logs in as SERVE_USER (:func:`kappa`) over TLS."""
