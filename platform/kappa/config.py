@@ -58,6 +58,8 @@ variable                       meaning                                         d
 ``KAPPA_SERVE_TLS_KEYSTORE``   ``kappa serve`` speaks TLS (HiveServer2 SSL)     none (plain TCP)
                                with this PKCS12 keystore (key and certificate)
 ``KAPPA_SERVE_TLS_PASSWORD_FILE`` a file holding that keystore's password       required with it
+``KAPPA_ALERT_WEBHOOK``        URL each alert is POSTed to as JSON              none (alerts only in
+                               (:mod:`kappa.quality.freshness`)                 ``_kappa/alerts``)
 ``KAPPA_SERVE_TLS``            clients of ``KAPPA_SERVE_HOST``'s endpoint use   ``false``
                                TLS (a local endpoint says so in its state)
 ``KAPPA_SERVE_TLS_CA_FILE``    PEM certificates clients verify the endpoint's   the system's CAs
@@ -247,6 +249,9 @@ class Settings(BaseSettings):
     postgres_password: str = "kappa"
     connect_port: int = 58083
 
+    #: ``KAPPA_ALERT_WEBHOOK``: where an alert (freshness breach, stopped query) is POSTed as JSON
+    #: (:func:`kappa.quality.freshness.notify`); None = recorded in ``<warehouse>/_kappa/alerts`` only.
+    alert_webhook: str | None = None
     #: ``kappa serve``'s port when none is given (HiveServer2's registered port).
     serve_port: int = Field(10000, ge=1, le=65535)
     #: ``KAPPA_SERVE_HOST``: the host of an endpoint another process runs, on ``serve_port`` (on

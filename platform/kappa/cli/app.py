@@ -6,6 +6,7 @@ failed query…) print one clear message and exit with status 1; no traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -314,13 +315,16 @@ def status(
     the recorded runs, and those not named; ``stable_name``: the promoted version's pinned snapshot
     and cut, ``verified``, ``why_unverified`` and ``held_back`` (why the newest consistent cut, as
     ``kappa advance`` would choose it now, stays before the table's latest micro-batch, naming the
-    reader that holds it; one line, also printed under the table)."""
+    reader that holds it; one line, also printed under the table); ``freshness`` for an asset that
+    declares it (:mod:`kappa.quality.freshness`: records and seconds behind, fresh or STALE and
+    why)."""
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.lifecycle.cut import held_back_now
     from kappa.streaming.checkpoint import observe
     from kappa.streaming.kinds import kind_of
     from kappa.streaming.late import late_counts
+    from kappa.quality.freshness import evaluate
 
     catalog = catalog_of(settings)
     for name in assets or []:
@@ -336,6 +340,10 @@ def status(
                                        "cut": (v.pin or {}).get("cut"), **pin_verification(asset, v.pin),
                                        "held_back": held.get(asset)}
 
+    def freshness(asset: str) -> dict | None:
+        f = evaluate(settings, asset, registry, catalog)
+        return None if f is None else dataclasses.asdict(f)
+
     rows = [{"asset": h.asset, "version": h.version, "state": h.state, "healthy": h.healthy,
              "committed_batch": h.committed_batch, "lag": h.lag, "total_lag": h.total_lag,
              "upstream_versions_behind": h.upstream_versions_behind,
@@ -344,23 +352,30 @@ def status(
              # Late rows: named in the late-events table, and Spark's drops not named (if any).
              "late": late_counts(settings, registry.version(h.asset, h.version),
                                  names_itself=kind_of(catalog[h.asset]).dropped_rows is None)
-             if kind_of(catalog[h.asset]).keeps_late_rows else None} for h in found]
+             if kind_of(catalog[h.asset]).keeps_late_rows else None,
+             # Declared freshness against the log now (None: not declared).
+             "freshness": freshness(h.asset)}
+            for h in found]
     if fmt == StatusFormat.json:
         print(json.dumps(rows, default=str))
         return
     table = Table(title="streaming queries")
+    declared = any(r["freshness"] for r in rows)
     for col in ("asset", "version", "state", "batch", "lag (records)", "behind (Delta versions)", "late (named)",
-                "health"):
+                "health", *(["freshness"] if declared else [])):
         table.add_column(col, overflow="fold")
     for r in rows:
-        late = r["late"]
+        late, fresh = r["late"], r["freshness"]
+        shown = [] if not declared else ["" if fresh is None else "[green]fresh[/]" if fresh["fresh"] else
+                                         f"[yellow]not evaluated: {fresh['reason']}[/]" if fresh["fresh"] is None
+                                         else f"[red]STALE: {fresh['reason']}[/]"]
         table.add_row(r["asset"], f"v{r['version']}", r["state"],
                       "" if r["committed_batch"] is None else str(r["committed_batch"]),
                       f"{r['total_lag']:,}" if not r["upstream_versions_behind"] else "",
                       "" if r["upstream_versions_behind"] is None else str(r["upstream_versions_behind"]),
                       "" if late is None else f"{late['named']:,}" + (
                           f" [red](+{late['not_named']:,} dropped, not named)[/]" if late["not_named"] else ""),
-                      "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]")
+                      "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]", *shown)
     console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
     print_held_back({a: line for a, line in held.items() if not assets or a in assets})
 

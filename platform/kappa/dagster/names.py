@@ -11,6 +11,8 @@ import dagster as dg
 
 #: Name of the non-blocking check the sensor evaluates on every asset.
 HEALTH_CHECK = "query_health"
+#: Name of the non-blocking check the sensor evaluates on every asset that declares ``freshness``.
+FRESHNESS_CHECK = "freshness"
 SENSOR_NAME = "kappa_streaming_queries"
 REPLAY_JOB = "replay"
 MAINTAIN_JOB = "maintain"

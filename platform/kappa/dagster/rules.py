@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from kappa.dagster.names import HEALTH_CHECK
+from kappa.dagster.names import FRESHNESS_CHECK, HEALTH_CHECK
 from kappa.spec import AssetSpec, SpecError
 
 _OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.\-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
@@ -14,15 +14,17 @@ _OWNER_RE = re.compile(r"^(team:[A-Za-z0-9_.\-]+|[^@\s]+@[^@\s]+\.[^@\s]+)$")
 
 def declared_checks(spec: AssetSpec) -> list[str]:
     """The Dagster asset-check names of ``spec``'s expectations (:func:`kappa.quality.gate.check_names`).
-    Raises :class:`SpecError` when two are the same or one takes the sensor's ``query_health``."""
+    Raises :class:`SpecError` when two are the same or one takes a sensor check's name
+    (``query_health``, ``freshness``)."""
     from kappa.quality.gate import check_names
 
     names = list(check_names(spec))
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SpecError(f"{spec.where}: expectations: check names must be unique, repeated: {dupes}")
-    if HEALTH_CHECK in names:
-        raise SpecError(f"{spec.where}: expectations: {HEALTH_CHECK!r} is reserved for the query sensor")
+    for reserved in (HEALTH_CHECK, FRESHNESS_CHECK):
+        if reserved in names:
+            raise SpecError(f"{spec.where}: expectations: {reserved!r} is reserved for the query sensor")
     return names
 
 

@@ -5,6 +5,11 @@ Every tick, for the latest version of every asset, the sensor reports an ``Asset
 between ticks) and a ``query_health`` check evaluation. A failed or stalled query fails the check,
 so it shows red in the UI rather than going quiet. Each source topic gets an observation of its log
 end offsets too (per partition, and their total). The logic is in :mod:`kappa.streaming.checkpoint`.
+
+Every asset that declares ``freshness`` gets a ``freshness`` check evaluation each tick
+(:func:`kappa.quality.freshness.evaluate`), and the tick raises alerts
+(:func:`kappa.quality.freshness.raise_alert`: the alerts table and the webhook) when an asset's
+freshness breaks or recovers and when a query stops (its version failed) or runs again.
 """
 
 
@@ -15,7 +20,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 
 from kappa.dagster.metadata import health_metadata
-from kappa.dagster.names import HEALTH_CHECK, SENSOR_NAME, LoadOptions, topic_key
+from kappa.dagster.names import FRESHNESS_CHECK, HEALTH_CHECK, SENSOR_NAME, LoadOptions, topic_key
 from kappa.dagster.resources import KappaResource
 from kappa.streaming.checkpoint import QueryHealth, observe
 
@@ -32,6 +37,41 @@ def health_evaluation(h: QueryHealth, blocking: bool = False) -> dg.AssetCheckEv
         severity=dg.AssetCheckSeverity(h.severity), description=h.reason, metadata=health_metadata(h),
         blocking=blocking,
     )
+
+
+def freshness_evaluation(f) -> dg.AssetCheckEvaluation:
+    """The ``freshness`` check evaluation of a :class:`kappa.quality.freshness.Freshness`: passed
+    when fresh; not evaluated shows as a non-passing WARN whose description says NOT EVALUATED;
+    a breach as a failed ERROR naming each bound exceeded."""
+    md = {"lag_records": f.lag_records, "lag_seconds": f.lag_seconds, "max_lag_records": f.max_lag_records,
+          "max_lag_seconds": f.max_lag_seconds, "version": f.version}
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey(f.asset), check_name=FRESHNESS_CHECK, passed=bool(f.fresh),
+        severity=dg.AssetCheckSeverity.WARN if f.fresh is None else dg.AssetCheckSeverity.ERROR,
+        description=f.describe(), metadata={k: v for k, v in md.items() if v is not None},
+    )
+
+
+def alert_on(settings, h: QueryHealth, f, states: dict | None = None) -> list[str]:
+    """Raise (or resolve) the alerts of one observation: ``query_stopped`` while ``h``'s version
+    has failed, ``freshness`` while ``f`` (a :class:`kappa.quality.freshness.Freshness`, or None)
+    is stale; ``states`` as :func:`kappa.quality.freshness.raise_alert` takes it. Returns the
+    one-line messages of the alerts raised now (state changes only)."""
+    from kappa.quality.freshness import Alert, raise_alert
+
+    raised = []
+    stopped = h.state == "failed"
+    alert = Alert("query_stopped", h.asset, h.version, "firing" if stopped else "resolved",
+                  f"{h.asset} v{h.version}: " + (f"its query stopped: {h.reason}" if stopped else "its query runs again"))
+    if raise_alert(settings, alert, states):
+        raised.append(alert.message)
+    if f is not None and f.fresh is not None:
+        alert = Alert("freshness", f.asset, f.version, "resolved" if f.fresh else "firing",
+                      f"{f.asset} v{f.version}: " + ("fresh again" if f.fresh else f.reason),
+                      {"lag_records": f.lag_records, "lag_seconds": f.lag_seconds, "behind": f.behind})
+        if raise_alert(settings, alert, states):
+            raised.append(alert.message)
+    return raised
 
 
 def _observe(settings, catalog: "Catalog", options: LoadOptions, kappa: KappaResource, names: list[str] | None = None):
@@ -64,7 +104,23 @@ def build_health_checks(catalog: "Catalog", options: LoadOptions, specs: list["A
 
         return _health
 
+    def build_freshness(spec: "AssetSpec") -> dg.AssetChecksDefinition:
+        @dg.asset_check(
+            asset=dg.AssetKey(spec.name), name=FRESHNESS_CHECK, blocking=False,
+            description="The asset is within its declared freshness: records behind the log end (through "
+                        "its upstreams) and the age of the oldest record it has not read.",
+        )
+        def _freshness(context: dg.AssetCheckExecutionContext, kappa: KappaResource) -> dg.AssetCheckResult:
+            from kappa.quality.freshness import evaluate
+
+            e = freshness_evaluation(evaluate(kappa.settings(assets_dir=str(options.assets_path)), spec.name))
+            return dg.AssetCheckResult(passed=e.passed, description=e.description, metadata=e.metadata,
+                                       severity=e.severity)
+
+        return _freshness
+
     checks = [build(spec.name) for spec in specs]
+    checks += [build_freshness(spec) for spec in specs if spec.freshness is not None]
     return checks
 
 
@@ -74,6 +130,16 @@ def running_sensor(name: str, interval_s: int, description: str):
     turn them on."""
     return dg.sensor(name=name, minimum_interval_seconds=interval_s, default_status=dg.DefaultSensorStatus.RUNNING,
                      description=description)
+
+
+def freshness_of(settings, catalog: "Catalog", asset: str):
+    """:func:`kappa.quality.freshness.evaluate` of ``asset`` when it declares freshness, else None."""
+    spec = catalog.assets.get(asset)  # an asset declared after the location loaded has no such check
+    if spec is None or spec.freshness is None:
+        return None
+    from kappa.quality.freshness import evaluate
+
+    return evaluate(settings, asset, catalog=catalog)
 
 
 def build_sensor(catalog: "Catalog", options: LoadOptions) -> dg.SensorDefinition:
@@ -95,6 +161,9 @@ def build_sensor(catalog: "Catalog", options: LoadOptions) -> dg.SensorDefinitio
         cursor: dict[str, dict] = {}
         events: list = []
         topics_seen: dict[str, dict] = {}
+        from kappa.quality.freshness import alert_states
+
+        states = alert_states(settings)  # read once a tick
         for h in _observe(settings, catalog, options, kappa):
             md = health_metadata(h)
             consumed = sum(int(v) for parts in h.committed.values() if isinstance(parts, dict)
@@ -108,6 +177,11 @@ def build_sensor(catalog: "Catalog", options: LoadOptions) -> dg.SensorDefinitio
             events.append(dg.AssetObservation(asset_key=dg.AssetKey(h.asset), metadata=md,
                                               description=h.reason))
             events.append(health_evaluation(h))
+            fresh = freshness_of(settings, catalog, h.asset)
+            if fresh is not None:
+                events.append(freshness_evaluation(fresh))
+            for message in alert_on(settings, h, fresh, states):
+                context.log.warning(f"alert: {message}")
             for topic, ends in h.end_offsets.items():
                 topics_seen[topic] = ends
         for topic, ends in topics_seen.items():

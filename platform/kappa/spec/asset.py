@@ -49,6 +49,25 @@ class Resources(StrictModel):
         return v
 
 
+class Freshness(StrictModel):
+    """The optional ``freshness`` block of an asset YAML: how far behind the log the asset may fall
+    before an alert (:mod:`kappa.quality.freshness`); at least one bound::
+
+        freshness:
+          max_lag_records: 10000   # records behind the log end, through its upstreams
+          max_lag_seconds: 300     # age of the oldest record it has not read (wall-clock seconds)
+    """
+
+    max_lag_records: int | None = Field(None, ge=0)
+    max_lag_seconds: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> "Freshness":
+        if self.max_lag_records is None and self.max_lag_seconds is None:
+            raise ValueError("freshness needs max_lag_records, max_lag_seconds or both")
+        return self
+
+
 class AssetResources(StrictModel):
     """The optional ``resources`` block of an asset YAML::
 
@@ -88,6 +107,8 @@ class AssetSpec(StrictModel):
     #: Whether a difference between a candidate version and the promoted one blocks promotion
     #: (default: the shadow diff is reported, not blocking).
     shadow_diff_blocking: bool = False
+    #: How far behind the log the asset may fall (:class:`Freshness`); None = no freshness check.
+    freshness: Freshness | None = None
 
     # Where the spec came from (not part of the YAML): the file, or for a declaration recorded in
     # the warehouse (:mod:`kappa.delta.declarations`) its label ``declarations:<name>``; and the
@@ -281,7 +302,7 @@ class AssetSpec(StrictModel):
         # must not force a replay.
         doc = self.model_dump(mode="json", by_alias=True, exclude={
             "description", "owner", "group", "expectations", "max_quarantine_rate", "shadow_diff_blocking", "trigger",
-            "resources",
+            "resources", "freshness",
         })
         blob = json.dumps(doc, sort_keys=True)
         if self.transform.python and self.path is not None:
