@@ -164,6 +164,10 @@ transform:
 expectations:
   - expect_column_values_to_not_be_null: {{column: window_start}}
   - expect_column_pair_values_a_to_be_greater_than_b: {{column_A: flights, column_B: delayed, or_equal: true}}
+row_expectations:
+  - name: delayed_within_flights
+    expr: delayed <= flights
+    max_rate: 0
 """
 
 LOCATION = """
@@ -264,6 +268,7 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
     checks = {c["name"]: c["blocking"] for c in node["assetChecksOrError"]["checks"]}
     assert checks.pop("query_health") is False
     assert set(checks) >= {"expect_column_values_to_not_be_null__window_start", "shadow_diff"}, checks
+    assert checks["row_expectation__delayed_within_flights"] is True  # the per-row expectation blocks above 0
 
     # an edit made from a text someone changed since is refused at its first step
     status, events = wait_for_run(base, launch(base, "edit_asset", {"ops": {"validate_edit": {"config": {

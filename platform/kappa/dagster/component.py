@@ -249,5 +249,8 @@ def _check_description(name: str) -> str:
         "shadow_diff": "The candidate compared with the promoted version (row counts, keys on one side only, "
                        "aggregate differences); blocks only if the asset says so.",
     }
+    if name.startswith("row_expectation__"):
+        return (f"Per-row expectation {name.removeprefix('row_expectation__')}: its violations over the version's "
+                "rows (kept, or dropped to quarantine), counted in every micro-batch; blocks above its max_rate.")
     return known.get(name, f"Great Expectations expectation {name} on the version's Delta table.")
 

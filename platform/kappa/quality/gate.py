@@ -11,6 +11,8 @@
   the late-events table (a pattern's, and the rows a window's, join's or sliding window's watermark
   dropped, named from the checkpoint by :mod:`kappa.streaming.late`) plus the rows Spark dropped
   that were not named, must be none — a version that lost events is not promoted;
+* ``row_expectation__<rule>`` per per-row expectation (:func:`row_expectation_checks`): its
+  violations over the version's rows, kept or dropped to quarantine; blocking above ``max_rate``;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums), both read at one cut: the Delta versions of the two whose
   micro-batches covered the same source offsets (:func:`same_cut`), so a promoted query that has
@@ -38,6 +40,10 @@ from kappa.core.storage import exists, filesystem, join, local_path
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
 SHADOW_CHECK = "shadow_diff"
+ROW_CHECK_PREFIX = "row_expectation__"
+#: How a row dropped by a per-row expectation's reason starts in the quarantine table
+#: (:meth:`kappa.streaming.writers.MicroBatchWriter.expect_rows`).
+ROW_DROP_REASON = "row expectation '"
 
 
 @dataclass
@@ -168,15 +174,21 @@ def expectations(spec: AssetSpec) -> list[tuple[str, object]]:
 def check_names(spec: AssetSpec) -> list[str]:
     """The gate's check names for ``spec``, without running anything or loading Great Expectations
     (for Dagster's asset checks): the expectations', then quarantine rate and late rows where the
-    kind has them, then the shadow diff."""
+    kind has them, the per-row expectations' (:func:`row_check_name`), then the shadow diff."""
     names = expectation_names(spec)
     checks = kind_of(spec).gate_checks
     if "quarantine_rate" in checks:
         names.append(QUARANTINE_CHECK)
     if "late_rows" in checks:
         names.append(LATE_CHECK)
+    names += [row_check_name(r.name) for r in spec.row_expectations]
     names.append(SHADOW_CHECK)
     return names
+
+
+def row_check_name(rule: str) -> str:
+    """The gate's check of the per-row expectation ``rule``: ``row_expectation__<rule>``."""
+    return f"{ROW_CHECK_PREFIX}{rule}"
 
 
 #: The GX Data Docs site of a local warehouse, relative to it (GX's own layout of a file project
@@ -312,13 +324,17 @@ def records_read_by(version_obj, settings: Settings | None = None) -> int:
 
 def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
     """Quarantined records of this version / records it read from the log
-    (:func:`records_read_by`). Not evaluated when it has read nothing."""
+    (:func:`records_read_by`); rows a per-row expectation dropped are not bad records and are left
+    out (:func:`row_expectation_checks` counts them). Not evaluated when it has read nothing."""
+    from pyspark.sql import functions as F
+
     read = records_read_by(version_obj, settings)
     q = quarantine_path(settings)
     quarantined = 0
     if exists(join(q, "_delta_log"), settings):
         quarantined = (spark.read.format("delta").load(str(q))
-                       .where(f"asset = '{spec.name}' AND version = {version_obj.version}").count())
+                       .where(f"asset = '{spec.name}' AND version = {version_obj.version}")
+                       .where(~F.col("reason").startswith(ROW_DROP_REASON)).count())
     if read <= 0:
         return CheckResult(name=QUARANTINE_CHECK, passed=False, blocking=True, observed="not evaluated",
                            expected=f"<= {spec.max_quarantine_rate}", evaluated=False,
@@ -330,6 +346,52 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
         observed=round(rate, 6), expected=f"<= {spec.max_quarantine_rate}",
         details={"quarantined": quarantined, "read": read},
     )
+
+
+def row_expectation_checks(spark, settings: Settings, spec: AssetSpec, version_obj, df) -> list[CheckResult]:
+    """One check per per-row expectation (:class:`kappa.spec.RowExpectation`), counted again over
+    what the version holds, not from its commits: a ``warn`` (or ``fail``) rule's violations are
+    the rows of the version's table ``df`` whose ``expr`` is not true; a ``drop`` rule's, its rows
+    in the quarantine table. Rate = violations / (table rows + rows any rule dropped). Blocking
+    when the rule sets ``max_rate`` (passed: rate ≤ max_rate); otherwise a warning that passes
+    only with no violation. Not evaluated when the version holds no row at all."""
+    from pyspark.sql import functions as F
+
+    rules = spec.row_expectations
+    if not rules:
+        return []
+    kept = df.agg(F.count(F.lit(1)).alias("_rows"), *[
+        F.count_if(~F.coalesce(F.expr(r.expr), F.lit(False))).alias(r.name) for r in rules]).first()
+    dropped: dict[str, int] = {r.name: 0 for r in rules}
+    total_dropped = 0
+    q = quarantine_path(settings)
+    if any(r.on_violation == "drop" for r in rules) and exists(join(q, "_delta_log"), settings):
+        mine = (spark.read.format("delta").load(str(q))
+                .where(f"asset = '{spec.name}' AND version = {version_obj.version}")
+                .where(F.col("reason").startswith(ROW_DROP_REASON)))
+        got = mine.agg(F.count(F.lit(1)).alias("_all"), *[
+            F.count_if(F.col("reason").contains(f"{ROW_DROP_REASON}{r.name}' failed")).alias(r.name)
+            for r in rules]).first()
+        dropped, total_dropped = {r.name: got[r.name] for r in rules}, got["_all"]
+    total = kept["_rows"] + total_dropped
+    out = []
+    for r in rules:
+        name = row_check_name(r.name)
+        bound = f"<= {r.max_rate}" if r.max_rate is not None else "no violation (reported, not blocking)"
+        if total == 0:
+            out.append(CheckResult(name=name, passed=False, blocking=r.max_rate is not None, observed="not evaluated",
+                                   expected=bound, evaluated=False, details={"why": "the version holds no row"}))
+            continue
+        violations = dropped[r.name] if r.on_violation == "drop" else kept[r.name]
+        rate = violations / total
+        out.append(CheckResult(
+            name=name, passed=rate <= r.max_rate if r.max_rate is not None else violations == 0,
+            blocking=r.max_rate is not None,
+            observed=f"{violations:,} of {total:,} rows ({rate:.2%}) " + ("dropped" if r.on_violation == "drop" else "kept"),
+            expected=bound,
+            details={"rule": r.expr, "on_violation": r.on_violation, "violations": violations, "rows": total,
+                     "rate": rate}))
+    return out
 
 
 def late_rows(version_obj, named: int = 0) -> CheckResult:
@@ -503,6 +565,7 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
         # sliding window's after Spark dropped them); late_rows compares with Spark's count.
         named = late_events_of(spark, settings, asset, version) if kind.keeps_late_rows else 0
         checks.append(late_rows(ver, named))
+    checks += row_expectation_checks(spark, settings, spec, ver, df)
     promoted = registry.promoted(asset)
     if promoted is None or promoted.version == version:
         diff = shadow_diff(spark, spec, df, None, version, None)

@@ -50,7 +50,7 @@ syntax), :mod:`~kappa.spec.transforms` (one model per transform kind), :mod:`~ka
 names below are the package's public face; import them from ``kappa.spec``.
 """
 
-from kappa.spec.asset import AssetResources, AssetSpec, Resources, Sink, Trigger
+from kappa.spec.asset import AssetResources, AssetSpec, Freshness, Resources, RowExpectation, Sink, Trigger
 from kappa.spec.base import SpecError, interval_seconds
 from kappa.spec.catalog import (
     Catalog,
@@ -71,7 +71,7 @@ from kappa.spec.transforms import (
 )
 
 __all__ = [
-    "AssetResources", "AssetSpec", "Catalog", "ChangelogTransform", "FieldSpec", "ParseTransform", "Resources",
-    "Sink", "Source", "SpecError", "TopicSpec", "Transform", "Trigger", "Watermark", "interval_seconds",
+    "AssetResources", "AssetSpec", "Catalog", "ChangelogTransform", "FieldSpec", "Freshness", "ParseTransform",
+    "Resources", "RowExpectation", "Sink", "Source", "SpecError", "TopicSpec", "Transform", "Trigger", "Watermark", "interval_seconds",
     "declaration_label", "load_asset", "load_catalog", "parse_declaration", "upstream_first",
 ]

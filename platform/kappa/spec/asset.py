@@ -49,6 +49,35 @@ class Resources(StrictModel):
         return v
 
 
+#: The kinds whose writer applies per-row expectations (:meth:`kappa.streaming.writers.MicroBatchWriter.expect_rows`).
+ROW_EXPECTATION_KINDS = ("parse", "raw", "sql", "python", "window", "sliding", "join")
+
+
+class RowExpectation(StrictModel):
+    """One per-row expectation of an asset YAML's ``row_expectations``: a SQL boolean expression
+    over the rows the asset writes, evaluated on every row inside the streaming query (a row whose
+    expression is not true, false or NULL, violates it), counted per micro-batch::
+
+        row_expectations:
+          - name: known_distance
+            expr: distance > 0
+            on_violation: drop   # warn (keep, count) | drop (to quarantine) | fail (stop the query)
+            max_rate: 0.01       # the gate blocks promotion above this share of rows (optional)
+    """
+
+    name: str
+    expr: str
+    on_violation: Literal["warn", "drop", "fail"] = "warn"
+    max_rate: float | None = Field(None, ge=0, le=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("must be lower_snake_case (letters, digits, _), starting with a letter")
+        return v
+
+
 class Freshness(StrictModel):
     """The optional ``freshness`` block of an asset YAML: how far behind the log the asset may fall
     before an alert (:mod:`kappa.quality.freshness`); at least one bound::
@@ -109,6 +138,8 @@ class AssetSpec(StrictModel):
     shadow_diff_blocking: bool = False
     #: How far behind the log the asset may fall (:class:`Freshness`); None = no freshness check.
     freshness: Freshness | None = None
+    #: Rules on each row the asset writes (:class:`RowExpectation`), evaluated in the query.
+    row_expectations: list[RowExpectation] = Field(default_factory=list)
 
     # Where the spec came from (not part of the YAML): the file, or for a declaration recorded in
     # the warehouse (:mod:`kappa.delta.declarations`) its label ``declarations:<name>``; and the
@@ -138,6 +169,13 @@ class AssetSpec(StrictModel):
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
         kind = self.transform.kind
+        if self.row_expectations:
+            names = [r.name for r in self.row_expectations]
+            if len(set(names)) != len(names):
+                raise ValueError(f"row_expectations: names must be unique, got {names}")
+            if kind not in ROW_EXPECTATION_KINDS:
+                raise ValueError(f"row_expectations: a '{kind}' asset's writer does not evaluate them "
+                                 f"(kinds that do: {', '.join(ROW_EXPECTATION_KINDS)})")
         if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
         if kind not in ("raw", "parse", "changelog") and self.source.asset is None:

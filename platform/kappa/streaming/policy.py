@@ -85,7 +85,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 
 from kappa.core.sql_functions import function_tables
 from kappa.errors import KappaError
-from kappa.spec import AssetResources, AssetSpec, Resources, Sink, Source, Transform, Trigger, Watermark
+from kappa.spec import AssetResources, AssetSpec, Resources, RowExpectation, Sink, Source, Transform, Trigger, Watermark
 from kappa.spec.base import MEMORY_RE, memory_bytes
 from kappa.spec.transforms import (
     ChangelogTransform,
@@ -262,6 +262,7 @@ FIELD_ROLES: dict[tuple[type[BaseModel], str], str] = {
     (MaterializedViewTransform, "tables"): PLAIN, (MaterializedViewTransform, "key"): NAME,
     (MaterializedViewTransform, "sql"): QUERY,
     (PatternStep, "name"): NAME, (PatternStep, "when"): EXPRESSION,
+    (RowExpectation, "name"): PLAIN, (RowExpectation, "expr"): EXPRESSION,
     (PatternTransform, "key"): NAME, (PatternTransform, "time_column"): NAME, (PatternTransform, "order_by"): NAME,
     (PatternTransform, "event_id"): NAME, (PatternTransform, "where"): EXPRESSION, (PatternTransform, "within"): PLAIN,
     (PatternTransform, "collect"): NAME,

@@ -30,6 +30,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from kappa.config import Settings
 from kappa.core.storage import local_path
 from kappa.delta.registry import Version, late_events_path, quarantine_path
+from kappa.errors import KappaError
 from kappa.spec import AssetSpec
 from kappa.streaming.parse import late_events_schema, quarantine_schema
 
@@ -177,6 +178,11 @@ def files_for(rows: int, rows_per_file: int = ROWS_PER_FILE) -> int:
     return max(1, -(-rows // rows_per_file))
 
 
+class RowExpectationError(KappaError, RuntimeError):
+    """A ``fail`` row expectation found a violating row: the query stops before the batch writes
+    anything (the message names the rule, the count and the first row's Kafka coordinates)."""
+
+
 class MicroBatchWriter:
     """A ``foreachBatch`` body of one asset version (see the module docstring). Subclasses
     implement :meth:`write`; calling the writer runs it, then the ``after_batch`` fault point."""
@@ -192,6 +198,8 @@ class MicroBatchWriter:
         self._described: tuple[int | None, list[dict]] = (None, [])  # (batch id, its provenance sources)
         self._upstream_ids: dict | None = None  # Delta table id -> upstream (asset, version, table path)
         self._sources: dict[int, list[dict]] = {}  # the last two batches' write-ahead log entries
+        self._row_checks: tuple[int | None, dict] = (None, {})  # (batch id, its row expectations' counts)
+        self._held: list[DataFrame] = []  # frames persisted for one batch, released after it
 
     def writer_id(self, side: str | None = None) -> str:
         """The ``txnAppId`` of this version's writes to its table (``side`` None) or to a side
@@ -211,13 +219,16 @@ class MicroBatchWriter:
     def provenance(self, batch_id: int) -> str:
         """The ``commitInfo.userMetadata`` of every Delta commit micro-batch ``batch_id`` makes: JSON
         ``{"kappa": 1, "asset", "version", "batch_id", "sources": [...]}``, the sources being what
-        the batch reads up to (:meth:`provenance_sources`). Read back by
+        the batch reads up to (:meth:`provenance_sources`), and ``row_expectations`` when the asset
+        declares any (:meth:`expect_rows`). Read back by
         :func:`kappa.streaming.provenance.covered`."""
         if self._provenance[0] != batch_id:
             sources = self.provenance_sources(batch_id)
-            self._provenance = (batch_id, json.dumps(
-                {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
-                 "sources": sources}, separators=(",", ":"), sort_keys=True))
+            doc = {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
+                   "sources": sources}
+            if self._row_checks[0] == batch_id:
+                doc["row_expectations"] = self._row_checks[1]
+            self._provenance = (batch_id, json.dumps(doc, separators=(",", ":"), sort_keys=True))
         return self._provenance[1]
 
     def provenance_sources(self, batch_id: int) -> list[dict]:
@@ -314,13 +325,84 @@ class MicroBatchWriter:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
         return committed_txn_version(path, self.writer_id(side), self.settings)
 
+    def expect_rows(self, rows: DataFrame, batch_id: int, columns: list[str]) -> tuple[DataFrame, DataFrame | None, int]:
+        """The asset's per-row expectations (:class:`kappa.spec.RowExpectation`) on ``rows``, the
+        rows micro-batch ``batch_id`` is about to write to the asset's table: ``columns`` are the
+        table's, and ``topic``, ``partition``, ``offset``, ``timestamp`` the Kafka record's when
+        the kind reads Kafka (else absent). A row violates a rule when its ``expr`` is not true.
+        One Spark job counts the rows and each rule's violations (recorded in the batch's commit
+        metadata, :meth:`provenance`: ``{"rows": n, "rules": {name: {"violations", "on_violation"}}}``).
+
+        Returns (the rows to write, ``columns`` only, less those a ``drop`` rule refuses; the
+        dropped rows as quarantine rows, :func:`kappa.streaming.parse.quarantine_schema`, with the
+        Kafka coordinates when known, the row as JSON in ``value`` and the rules they failed in
+        ``reason``, or None; how many were dropped). Raises :class:`RowExpectationError` when a
+        ``fail`` rule has a violation, before anything of the batch is written. Without rules:
+        ``(rows of columns, None, 0)`` and no job."""
+        rules = self.spec.row_expectations
+        if not rules:
+            return rows.select(*columns), None, 0
+        ok = {r.name: F.coalesce(F.expr(r.expr), F.lit(False)) for r in rules}
+        tagged = rows.withColumns({f"_ok_{n}": c for n, c in ok.items()}).persist()
+        self._held.append(tagged)
+        with self.step(rows.sparkSession, "row expectations"):
+            counted = tagged.agg(F.count(F.lit(1)).alias("_rows"),
+                                 *[F.count_if(~F.col(f"_ok_{r.name}")).alias(r.name) for r in rules]).first()
+        self._row_checks = (batch_id, {"rows": counted["_rows"], "rules": {
+            r.name: {"violations": counted[r.name], "on_violation": r.on_violation} for r in rules}})
+        kafka = "offset" in rows.columns
+        for r in rules:
+            if r.on_violation == "fail" and counted[r.name]:
+                first = tagged.where(~F.col(f"_ok_{r.name}"))
+                first = (first.orderBy("topic", "partition", "offset").select("topic", "partition", "offset")
+                         if kafka else first.select(*columns)).first()
+                where = (f"topic {first['topic']} partition {first['partition']} offset {first['offset']}" if kafka
+                         else json.dumps(first.asDict(), default=str))
+                raise RowExpectationError(
+                    f"{self.version.name} batch {batch_id}: row expectation '{r.name}' ({r.expr}) failed on "
+                    f"{counted[r.name]:,} row(s), the first at {where}; the query stops and nothing of the "
+                    "batch is written")
+        drops = [r for r in rules if r.on_violation == "drop" and counted[r.name]]
+        if not drops:
+            return tagged.select(*columns), None, 0
+        dropped_when = F.lit(False)
+        for r in drops:
+            dropped_when = dropped_when | ~F.col(f"_ok_{r.name}")
+        dropped = tagged.where(dropped_when)
+        n = dropped.count()
+        reason = F.concat_ws("; ", *[F.when(~F.col(f"_ok_{r.name}"), F.lit(f"row expectation '{r.name}' failed: {r.expr}"))
+                                     for r in drops])
+        coords = ([F.col(c) for c in ("topic", "partition", "offset")] + [F.col("timestamp").alias("kafka_timestamp")]
+                  if kafka else [F.lit(None).cast(t).alias(c) for c, t in (("topic", "string"), ("partition", "int"),
+                                                                           ("offset", "long"), ("kafka_timestamp", "timestamp"))])
+        quarantined = dropped.select(
+            *self.owner_columns(), *coords, F.lit(None).cast("binary").alias("key"),
+            F.to_json(F.struct(*columns)).cast("binary").alias("value"), reason.alias("reason"),
+            F.current_timestamp().alias("quarantined_at"))
+        return tagged.where(~dropped_when).select(*columns), quarantined, n
+
+    def checked_rows(self, spark: SparkSession, rows: DataFrame, batch_id: int) -> DataFrame:
+        """:meth:`expect_rows` of a frame kind's output ``rows`` (every column the table's), the
+        dropped rows appended to the quarantine table first (fault point
+        ``after_quarantine_commit``); the rows to write."""
+        rows, dropped, n = self.expect_rows(rows, batch_id, rows.columns)
+        if dropped is not None:
+            self.append(dropped, ensure_quarantine_table(spark, self.settings), batch_id, side="quarantine", rows=n)
+            self.at("after_quarantine_commit", batch_id)
+        return rows
+
     def write(self, batch: DataFrame, batch_id: int) -> None:
         """Write one micro-batch (``batch``: the query's output rows of batch ``batch_id``)."""
         raise NotImplementedError
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        with self.step(batch.sparkSession, "write"):  # a subclass names its own steps inside
-            self.write(batch, batch_id)
+        try:
+            with self.step(batch.sparkSession, "write"):  # a subclass names its own steps inside
+                self.write(batch, batch_id)
+        finally:
+            for frame in self._held:
+                frame.unpersist()
+            self._held = []
         # The batch function has returned; Spark has not yet written its commit log entry.
         self.at("after_batch", batch_id)
 
@@ -385,6 +467,7 @@ class UpsertWriter(MicroBatchWriter):
     def _merge(self, spark: SparkSession, path: str, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
+        batch = self.checked_rows(spark, batch, batch_id)
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
 
         def merge() -> None:
@@ -426,6 +509,7 @@ class AppendWriter(MicroBatchWriter):
         if self._committed is not None and batch_id <= self._committed:
             run_for_state(batch)
             return
+        batch = self.checked_rows(batch.sparkSession, batch, batch_id)
         self.append(batch, path, batch_id, partition_by=self.partition_by)
         self.at("after_table_commit", batch_id)
 

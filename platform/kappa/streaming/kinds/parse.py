@@ -176,12 +176,6 @@ class ParseWriter(MicroBatchWriter):
                     F.count_if(checked).alias("checked"),
                     F.min(F.when(checked, et)).alias("earliest"),
                 ).first()
-            self.at("before_write", batch_id)
-            if stats["bad"]:  # an empty append would still cost a Delta commit
-                bad = frame.where(on_state & ~is_good).select(
-                    *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
-                self.append(bad, self.quarantine, batch_id, side="quarantine", rows=stats["bad"])
-                self.at("after_quarantine_commit", batch_id)
             n_late, n_new, late = stats["late"], stats["fresh"], []
             if n_late:  # new events behind W that the state store passed: their bytes from the lender rows
                 late.append(frame.where(on_state & is_good & behind_now).drop("key", "value")
@@ -192,20 +186,33 @@ class ParseWriter(MicroBatchWriter):
                     counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new")).first()
                 n_late, n_new = n_late + counts["late"], n_new + counts["new"]
                 late.append(new.where(behind_now))
+            fields = list(self.transform.fields)
+            rows, dropped, n_dropped = None, None, 0
+            if n_new:  # the new rows, held to the row expectations before anything is written
+                rows = frame.where(fresh)
+                if new is not None:
+                    rows = rows.unionByName(new.where(~behind_now))
+                rows, dropped, n_dropped = self.expect_rows(
+                    rows.select(*[F.col(f"r.{f}").alias(f) for f in fields], *coords, "timestamp"), batch_id, fields)
+                n_new -= n_dropped
+            self.at("before_write", batch_id)
+            if stats["bad"] or n_dropped:  # an empty append would still cost a Delta commit
+                bad = frame.where(on_state & ~is_good).select(
+                    *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
+                if dropped is not None:
+                    bad = bad.unionByName(dropped)
+                self.append(bad, self.quarantine, batch_id, side="quarantine", rows=stats["bad"] + n_dropped)
+                self.at("after_quarantine_commit", batch_id)
             if n_late:
-                rows = late[0] if len(late) == 1 else late[0].unionByName(late[1])
-                self.append(rows.select(
+                rows_late = late[0] if len(late) == 1 else late[0].unionByName(late[1])
+                self.append(rows_late.select(
                     *self.owner_columns(), F.col(f"r.{eid}").alias("event_id"), et.alias("event_time"),
                     watermark.cast("timestamp").alias("watermark"),
                     *record_columns(), F.current_timestamp().alias("arrived_at")), self.late, batch_id, side="late",
                     rows=n_late)
                 self.at("after_late_commit", batch_id)
-            if n_new:  # nothing new (every record a duplicate, bad or late): no empty commit
-                rows = frame.where(fresh)
-                if new is not None:
-                    rows = rows.unionByName(new.where(~behind_now))
-                self.append(rows.select(*[F.col(f"r.{f}").alias(f) for f in self.transform.fields]),
-                            self.version.table_path, batch_id, rows=n_new)
+            if n_new:  # nothing new (every record a duplicate, bad, late or dropped): no empty commit
+                self.append(rows, self.version.table_path, batch_id, rows=n_new)
                 self.at("after_table_commit", batch_id)
         finally:
             if new is not None:
