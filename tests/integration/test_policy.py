@@ -185,6 +185,13 @@ def test_sql_in_the_other_kinds_is_found_and_checked(spark):
     assert (err.value.field, err.value.rule) == (
         "expectations.0.expect_column_values_to_not_be_null.row_condition", "function")
 
+    rule = _sql_asset("SELECT * FROM input", row_expectations=[
+        {"name": "fine", "expr": "dep_delay < 120"},
+        {"name": "leak", "expr": "java_method('java.lang.System', 'exit', 1) IS NULL", "on_violation": "fail"}])
+    with pytest.raises(PolicyError) as err:
+        check_runtime_declaration(spark, rule)
+    assert (err.value.field, err.value.rule) == ("row_expectations.1.expr", "function")
+
 
 def test_every_shipped_asset_would_pass_the_policy(spark):
     """Every shipped asset but a python transform's, which only a file under assets/ may hold."""
