@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kappa.spec.base import MEMORY_RE, NAME_RE, StrictModel, check_interval
+from kappa.spec.base import MEMORY_RE, StrictModel, check_interval, check_name
 from kappa.spec.transforms import Source, Transform, Watermark
 
 class Trigger(StrictModel):
@@ -70,12 +70,7 @@ class RowExpectation(StrictModel):
     on_violation: Literal["warn", "drop", "fail"] = "warn"
     max_rate: float | None = Field(None, ge=0, le=1)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError("must be lower_snake_case (letters, digits, _), starting with a letter")
-        return v
+    _name = field_validator("name")(check_name)
 
 
 class Freshness(StrictModel):
@@ -148,12 +143,7 @@ class AssetSpec(StrictModel):
     origin: str | None = Field(None, exclude=True)
     text: str | None = Field(None, exclude=True)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
-            raise ValueError("must be lower_snake_case (letters, digits, _), starting with a letter")
-        return v
+    _name = field_validator("name")(check_name)
 
     @field_validator("expectations")
     @classmethod

@@ -19,6 +19,14 @@ MEMORY_RE = re.compile(r"^\d+[kmgt]?$", re.IGNORECASE)
 _UNIT_SECONDS = {"millisecond": 0.001, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
+
+def check_name(v: str) -> str:
+    """``v`` if it is lower_snake_case (:data:`NAME_RE`: an asset's or a rule's name); raises
+    ``ValueError`` (pydantic's one-line field error) otherwise."""
+    if not NAME_RE.match(v):
+        raise ValueError(f"{v!r} must be lower_snake_case (letters, digits, _), starting with a letter")
+    return v
+
 FieldType = Literal["string", "int", "long", "double", "boolean", "timestamp", "date"]
 
 

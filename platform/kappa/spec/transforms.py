@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from kappa.spec.base import NAME_RE, FieldType, StrictModel, check_interval, interval_seconds, schema_shorthand
+from kappa.spec.base import FieldType, StrictModel, check_interval, check_name, interval_seconds, schema_shorthand
 
 class FieldSpec(StrictModel):
     """One declared column of a ``schema:`` mapping (parse and changelog transforms): its type (one
@@ -280,7 +280,7 @@ class LookupTable(StrictModel):
     @classmethod
     def _snake_out(cls, v: dict[str, str]) -> dict[str, str]:
         for out in v.values():
-            _snake(out)
+            check_name(out)
         return v
 
 
@@ -317,7 +317,7 @@ class PatternStep(StrictModel):
     when: str = Field(min_length=1)
     count: int = Field(1, ge=1, le=100)
 
-    _n = field_validator("name")(classmethod(lambda cls, v: _snake(v)))
+    _n = field_validator("name")(check_name)
 
 
 #: Columns every pattern's output has, besides its ``collect`` arrays.
@@ -352,7 +352,7 @@ class PatternTransform(StrictModel):
             raise ValueError(f"step names must be unique, got {names}")
         taken = {self.key, *PATTERN_COLUMNS}
         for out in self.collect:
-            _snake(out)
+            check_name(out)
             if out in taken:
                 raise ValueError(f"collect: output column {out!r} collides with {sorted(taken)}")
         return self
@@ -362,12 +362,6 @@ class PatternTransform(StrictModel):
         """Every input column the pattern names (a step's SQL predicate aside)."""
         cols = [self.key, self.time_column, *self.order_by, self.event_id, *self.collect.values()]
         return list(dict.fromkeys(cols))
-
-
-def _snake(v: str) -> str:
-    if not NAME_RE.match(v):
-        raise ValueError(f"{v!r} must be lower_snake_case (letters, digits, _), starting with a letter")
-    return v
 
 
 class Transform(StrictModel):
