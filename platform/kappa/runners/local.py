@@ -28,6 +28,7 @@ from kappa.runners.base import (
 from kappa.spec import Catalog
 from kappa.delta.declarations import as_recorded, catalog as catalog_of
 from kappa.runners.versions import ensure_source_topics, resolve_versions
+from kappa.streaming.checkpoint import checkpoint_watermark
 from kappa.streaming.kinds import kind_of
 from kappa.streaming.late import LateTally, dropped_by_batch, name_dropped_rows
 from kappa.streaming.late import summary as late_summary
@@ -135,7 +136,9 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
         delta_version=delta_version, end_offsets=end_offsets, batch_ms=batch_ms,
         input_rows_per_s=round(input_rows / seconds, 1) if seconds > 0 else 0.0, **named,
         processed_rows_per_s=round(input_rows / (sum(batch_ms) / 1000), 1) if sum(batch_ms) else 0.0,
-        watermark=((progress[-1] if progress else {}).get("eventTime") or {}).get("watermark"),
+        # A run that found nothing to read ran no batch: the watermark is the last committed batch's.
+        watermark=((progress[-1] if progress else {}).get("eventTime") or {}).get("watermark")
+        or (checkpoint_watermark(version.checkpoint_path, settings) if spec.watermark is not None else None),
         state_rows=sum(int(op.get("numRowsTotal", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
         state_bytes=sum(int(op.get("memoryUsedBytes", 0)) for op in (progress[-1] if progress else {}).get("stateOperators", [])),
     )

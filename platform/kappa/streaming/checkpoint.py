@@ -96,6 +96,21 @@ def batch_watermark_ms(checkpoint: str | Path, batch_id: int, settings: Settings
         return None
 
 
+def checkpoint_watermark(checkpoint: str | Path, settings: Settings | None = None) -> str | None:
+    """The event-time watermark of the checkpoint's last committed micro-batch, as Spark's progress
+    reports a batch's (``eventTime.watermark``: ISO-8601 UTC with milliseconds, ``…T02:59:00.000Z``),
+    from its write-ahead log entry (:func:`batch_watermark_ms`); None with no committed batch. For
+    a run that found nothing new to read (no batch, so no progress to read it from)."""
+    from datetime import datetime, timezone
+
+    batch = read_checkpoint(checkpoint, settings).batch_id
+    ms = None if batch is None else batch_watermark_ms(checkpoint, batch, settings)
+    if ms is None:
+        return None
+    at = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
 def batch_sources(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> list[dict]:
     """What micro-batch ``batch_id`` reads up to, one entry per source in the query's source order,
     from its write-ahead log entry ``<checkpoint>/offsets/<batch_id>`` (written before the batch
