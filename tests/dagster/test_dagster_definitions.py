@@ -222,8 +222,8 @@ def test_the_maintain_job_runs_the_library_and_returns_its_report(tmp_path):
                                     run_config={"ops": {"maintain_tables": {"config": {"assets": ["flights"]}}}})
     assert result.success
     report = result.output_for_node("maintain_tables")
-    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/registry",
-                                                      "_kappa/forgotten"]
+    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/rescued",
+                                                      "_kappa/registry", "_kappa/forgotten", "_kappa/alerts"]
     with pytest.raises(dg.DagsterInvalidConfigError):
         job.execute_in_process(resources={"kappa": KappaResource(home=str(tmp_path))},
                                run_config={"ops": {"maintain_tables": {"config": {"assets": ["no_such_asset"]}}}})

@@ -101,7 +101,8 @@ def test_maintain_compacts_a_running_tables_files_and_changes_nothing_it_holds(m
         print(f"maintain took {took:.1f} s")
         assert not report.failed
         assert [t.table for t in report.tables] == ["flights/v1", "_kappa/quarantine", "_kappa/late_events",
-                                                   "_kappa/registry", "_kappa/forgotten"]
+                                                   "_kappa/rescued", "_kappa/registry", "_kappa/forgotten",
+                                                   "_kappa/alerts"]
         mine = report.tables[0]
         assert lines[0].startswith("flights/v1: ")
         assert mine.files_before > 1 and mine.files_after == 1 and mine.compacted == mine.files_before
@@ -113,9 +114,11 @@ def test_maintain_compacts_a_running_tables_files_and_changes_nothing_it_holds(m
         # VACUUM used Delta's retention: the snapshot from before maintenance still reads whole.
         assert spark.read.format("delta").option("versionAsOf", mine.version_before).load(path).count() == len(before)
         assert mine.vacuumed == 0
-        registry = report.tables[3]
+        tables = {t.table: t for t in report.tables}
+        registry = tables["_kappa/registry"]
         assert registry.engine == "delta-rs" and registry.files_after == 1 < registry.files_before
-        assert report.tables[4].skipped == "no table yet"  # nothing forgotten in this warehouse
+        for nothing in ("_kappa/forgotten", "_kappa/rescued", "_kappa/alerts"):  # nothing forgotten, drifted or alerted
+            assert tables[nothing].skipped == "no table yet", nothing
         assert [(v.asset, v.version, v.state, v.table_path) for v in Registry(settings).versions("flights")] \
             == versions_before
 
@@ -157,8 +160,8 @@ def test_the_command_reports_every_table_and_refuses_zero_retention(tmp_path):
     done = _cli("--format", "json", home=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/registry",
-                                                      "_kappa/forgotten"]
+    assert [t["table"] for t in report["tables"]] == ["_kappa/quarantine", "_kappa/late_events", "_kappa/rescued",
+                                                      "_kappa/registry", "_kappa/forgotten", "_kappa/alerts"]
     assert {t["skipped"] for t in report["tables"]} == {"no table yet"}
     refused = _cli("--vacuum-retention", "0.0001", home=tmp_path)
     assert refused.returncode == 1 and "platform floor of 168 hours" in refused.stderr and "Traceback" not in refused.stderr

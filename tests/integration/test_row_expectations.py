@@ -57,7 +57,10 @@ def test_warn_keeps_drop_quarantines_and_fail_stops_with_nothing_written(make_en
     short_hop = int((flights["distance"] < 200).sum())
     assert long_delay > 0 and short_hop > 0  # the data has both
 
-    run_until_caught_up(settings, ["flights", "departures_hourly"], spark=spark)
+    first = {r.asset: r for r in run_until_caught_up(settings, ["flights", "departures_hourly"], spark=spark)}
+    # a run with nothing new to read runs no batch, and reports the watermark its checkpoint holds
+    [again] = run_until_caught_up(settings, ["departures_hourly"], spark=spark)
+    assert again.batches == 0 and again.watermark == first["departures_hourly"].watermark is not None
 
     rows = table(settings, "flights", 1)
     assert len(rows) == ROWS - short_hop and (rows["distance"] >= 200).all()

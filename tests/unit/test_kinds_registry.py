@@ -50,7 +50,7 @@ def test_the_branch_pattern_finds_what_it_claims():
 
 @pytest.mark.parametrize("asset, facts", [
     ("flights", {"reads_kafka": True, "quarantines": True, "keeps_late_rows": True, "forget": "event_ids",
-                 "gate_checks": ("quarantine_rate",), "stateful": True}),  # deduplication state
+                 "gate_checks": ("quarantine_rate", "schema_drift"), "stateful": True}),  # deduplication state
     ("flights_bronze", {"reads_kafka": True, "stateful": False}),
     ("departures_hourly", {"stateful": True, "quarantines": False, "keeps_late_rows": True,
                            "gate_checks": ("late_rows",)}),

@@ -317,7 +317,8 @@ def status(
     ``kappa advance`` would choose it now, stays before the table's latest micro-batch, naming the
     reader that holds it; one line, also printed under the table); ``freshness`` for an asset that
     declares it (:mod:`kappa.quality.freshness`: records and seconds behind, fresh or STALE and
-    why)."""
+    why); ``schema_drift`` for a parse asset: undeclared field -> records that carried it
+    (commit metadata, :func:`kappa.lifecycle.evolve.drift_counts`), also printed under the table."""
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.lifecycle.cut import held_back_now
@@ -325,6 +326,7 @@ def status(
     from kappa.streaming.kinds import kind_of
     from kappa.streaming.late import late_counts
     from kappa.quality.freshness import evaluate
+    from kappa.lifecycle.evolve import drift_counts
 
     catalog = catalog_of(settings)
     for name in assets or []:
@@ -354,7 +356,10 @@ def status(
                                  names_itself=kind_of(catalog[h.asset]).dropped_rows is None)
              if kind_of(catalog[h.asset]).keeps_late_rows else None,
              # Declared freshness against the log now (None: not declared).
-             "freshness": freshness(h.asset)}
+             "freshness": freshness(h.asset),
+             # Schema drift: the undeclared fields this version's records carried (parse assets).
+             "schema_drift": (drift_counts(settings, registry.version(h.asset, h.version))
+                              if "schema_drift" in kind_of(catalog[h.asset]).gate_checks else None)}
             for h in found]
     if fmt == StatusFormat.json:
         print(json.dumps(rows, default=str))
@@ -377,6 +382,11 @@ def status(
                           f" [red](+{late['not_named']:,} dropped, not named)[/]" if late["not_named"] else ""),
                       "[green]ok[/]" if r["healthy"] else f"[red]{r['reason']}[/]", *shown)
     console.print(table if rows else "no asset has a version yet: `kappa run` starts them")
+    for r in rows:
+        if r["schema_drift"]:
+            fields = ", ".join(f"{n} ({c:,} records)" for n, c in r["schema_drift"].items())
+            console.print(f"{r['asset']}/v{r['version']}: schema drift: undeclared fields {fields}; "
+                          f"`kappa declarations evolve {r['asset']}` proposes them", highlight=False)
     print_held_back({a: line for a, line in held.items() if not assets or a in assets})
 
 

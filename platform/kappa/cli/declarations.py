@@ -111,3 +111,46 @@ def list_cmd(
     for r in rows:
         table.add_row(r.asset, r.event, r.fingerprint, r.who, f"{r.at:%Y-%m-%d %H:%M:%S}", r.reason)
     console.print(table)
+
+
+@declarations_app.command("evolve")
+@guarded
+def evolve_cmd(
+    settings: Settings,
+    asset: str = typer.Argument(..., help="A parse (silver) asset whose records carry fields it does not declare."),
+    apply: bool = typer.Option(False, "--apply", help="Write the evolved declaration (its file in assets/, or "
+                               "an edit recorded in the warehouse); default: show it only."),
+    who: Optional[str] = _WHO, reason: str = _REASON,
+) -> None:
+    """Schema drift into the declaration: the fields the asset's records carried and it lacks
+    (its gate's schema_drift check), typed from their values and added to transform.parse.schema.
+    A replay then builds the next version with them as columns."""
+    from kappa.lifecycle.evolve import propose
+
+    ev = propose(settings, asset)
+    if not ev.fields:
+        console.print(f"{asset}/v{ev.version}: no undeclared field: nothing to evolve", highlight=False)
+        return
+    table = Table(title=f"{asset}/v{ev.version}: fields its records carry that {ev.origin} does not declare")
+    for col in ("field", "proposed type", "records", "sample"):
+        table.add_column(col)
+    for name, f in ev.fields.items():
+        table.add_row(name, f["type"], f"{f['records']:,}", "" if f["sample"] is None else str(f["sample"])[:60])
+    console.print(table)
+    if not apply:
+        console.print(ev.proposed, highlight=False, markup=False)
+        console.print(f"the declaration above is proposed, not written: --apply writes it, then `kappa replay {asset}`",
+                      highlight=False)
+        return
+    if ev.path is None:  # recorded in the warehouse: an edit of the active text
+        from kappa.delta.declarations import Declarations
+        from kappa.lifecycle import declare
+
+        current = Declarations(settings).active()[asset]
+        _show(declare.edit(settings, ev.proposed, current.fingerprint, who=who,
+                           reason=reason or "kappa declarations evolve", sample=False))
+    else:
+        ev.path.write_text(ev.proposed)
+        console.print(f"wrote {ev.path}", highlight=False)
+    console.print(f"`kappa replay {asset}` builds v{ev.version + 1} with {', '.join(ev.fields)} from the log",
+                  highlight=False)

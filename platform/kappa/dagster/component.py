@@ -246,6 +246,8 @@ def _code_ref(path: Path) -> dg.CodeReferencesMetadataValue:
 def _check_description(name: str) -> str:
     known = {
         "quarantine_rate": "Quarantined records / input records must not exceed the asset's max_quarantine_rate.",
+        "schema_drift": "Fields the version's records carried that its declaration lacks (kept in the rescued-fields "
+                        "table), with counts and a sample; `kappa declarations evolve` proposes them.",
         "shadow_diff": "The candidate compared with the promoted version (row counts, keys on one side only, "
                        "aggregate differences); blocks only if the asset says so.",
     }

@@ -54,7 +54,7 @@ from pydantic import Field
 
 from kappa.config import Settings
 from kappa.dagster.rules import check_dagster_rules
-from kappa.dagster.names import ADD_ASSET_JOB, EDIT_ASSET_JOB, RETIRE_ASSET_JOB, LoadOptions
+from kappa.dagster.names import ADD_ASSET_JOB, EDIT_ASSET_JOB, EVOLVE_ASSET_JOB, RETIRE_ASSET_JOB, LoadOptions
 from kappa.dagster.failure import as_failure
 from kappa.errors import KappaError
 
@@ -78,6 +78,17 @@ class EditConfig(DeclarationConfig):
 
     expected_fingerprint: str = Field(description="The fingerprint of the text you edited (`kappa declarations "
                                       "list`); an edit over text someone changed since is refused.")
+
+
+class EvolveConfig(dg.Config):
+    """Run config of ``evolve_asset`` (``kappa declarations evolve ASSET [--apply]``)."""
+
+    asset: str = Field(description="A parse (silver) asset whose records carry fields it does not declare.")
+    apply: bool = Field(False, description="Record the evolved declaration as an edit and reload the code location "
+                        "(a declaration recorded in the warehouse; a file of assets/ is changed by a commit). "
+                        "False: show the proposal only.")
+    who: str = Field("", description="Who makes the change, as recorded (Dagster OSS has no login).")
+    reason: str = Field("", description="Why, as recorded.")
 
 
 class RetireConfig(dg.Config):
@@ -298,7 +309,53 @@ def build_declaration_jobs(options: LoadOptions) -> list[dg.JobDefinition]:
     def edit_asset():
         reload(record_edit(analyze(validate_edit())))
 
-    return [add_asset, edit_asset, _retire_job(options, reload)]
+    return [add_asset, edit_asset, _retire_job(options, reload), _evolve_job(options, reload)]
+
+
+def _evolve_job(options: LoadOptions, reload) -> dg.JobDefinition:
+    """``evolve_asset``: ``kappa declarations evolve`` (:func:`kappa.lifecycle.evolve.propose`) from
+    the launchpad, its reload the shared one."""
+    @dg.op(name="evolve_declaration", required_resource_keys={"kappa"}, pool=POOL,
+           out={"proposal": dg.Out(dict), "applied": dg.Out(dict, is_required=False)})
+    def evolve_declaration(context: dg.OpExecutionContext, config: EvolveConfig):
+        """Propose the declaration with the undeclared fields the asset's records carried (typed
+        from their values; shown as metadata); with ``apply``, record it as an edit."""
+        from kappa.delta.declarations import DeclarationError, Declarations
+        from kappa.lifecycle import declare
+        from kappa.lifecycle.evolve import propose
+
+        settings = _settings(context, options)
+        with as_failure():
+            ev = propose(settings, config.asset)
+            fields = [{"field": n, "type": f["type"], "records": f["records"], "sample": f["sample"]}
+                      for n, f in ev.fields.items()]
+        yield dg.Output({"asset": config.asset, "version": ev.version, "fields": ev.fields}, "proposal", metadata={
+            "fields": dg.MetadataValue.md(_markdown(fields, ["field", "type", "records", "sample"]) if fields
+                                          else "no undeclared field"),
+            "proposed": dg.MetadataValue.md(f"```yaml\n{ev.proposed}```"), "version": ev.version})
+        with as_failure():
+            if not config.apply or not ev.fields:
+                context.log.info(f"{config.asset}: {len(ev.fields)} undeclared field(s); nothing applied")
+                return
+            if ev.path is not None:
+                raise DeclarationError(
+                    f"{ev.origin}: a file of assets/ is changed by a commit, not from Dagster: the evolved text is "
+                    "this step's 'proposed' metadata")
+            current = Declarations(settings).active()[config.asset]
+            change = declare.edit(settings, ev.proposed, current.fingerprint, who=_who(config, context),
+                                  reason=config.reason or "evolve: schema drift", run_id=context.run_id)
+        for line in change.notes:
+            context.log.info(line)
+        yield dg.Output({"asset": change.asset, "fingerprint": change.fingerprint, "event": change.event}, "applied")
+
+    @dg.job(name=EVOLVE_ASSET_JOB, tags={"kappa/kind": "declarations"},
+            description="Schema drift into a declaration (kappa declarations evolve): the undeclared fields its records "
+                        "carried, typed; applied, a replay builds the next version with them.")
+    def evolve_asset():
+        _proposal, applied = evolve_declaration()
+        reload(applied)
+
+    return evolve_asset
 
 
 def _retire_job(options: LoadOptions, reload) -> dg.JobDefinition:

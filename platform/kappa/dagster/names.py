@@ -25,6 +25,7 @@ FORGET_JOB = "forget_key"
 ADD_ASSET_JOB = "add_asset"
 EDIT_ASSET_JOB = "edit_asset"
 RETIRE_ASSET_JOB = "retire_asset"
+EVOLVE_ASSET_JOB = "evolve_asset"
 
 
 class RunMode(str, Enum):

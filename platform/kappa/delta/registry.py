@@ -144,6 +144,13 @@ def quarantine_path(settings: Settings) -> Path | str:
     return join(settings.warehouse, "_kappa", "quarantine")
 
 
+def rescued_path(settings: Settings) -> Path | str:
+    """Fields of silver's records that their asset does not declare, per record (schema drift;
+    :func:`kappa.streaming.parse.rescued_schema`), shared by every asset and version."""
+    assert settings.warehouse is not None
+    return join(settings.warehouse, "_kappa", "rescued")
+
+
 def late_events_path(settings: Settings) -> Path | str:
     """Events that arrived behind their asset's watermark (kept, never silently dropped)."""
     assert settings.warehouse is not None

@@ -316,11 +316,11 @@ def _equal_all(values: dict[str, str]):
 def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str], derived: list[str],
             values: dict[str, str]) -> dict:
     """DELETE the key's rows (:func:`_row_condition`) from every version of the tables reading the
-    topic and of every table derived from them, and from the quarantine and late-events tables.
-    Returns ``{"tables": {table path: rows deleted}, "rows": total}``."""
+    topic and of every table derived from them, and from the quarantine, late-events and
+    rescued-fields tables. Returns ``{"tables": {table path: rows deleted}, "rows": total}``."""
     from pyspark.sql import functions as F
 
-    from kappa.delta.registry import late_events_path, quarantine_path
+    from kappa.delta.registry import late_events_path, quarantine_path, rescued_path
 
     ids = sorted({i for found in _id_hashes(req.steps["located"]).values() for i in found})
     id_columns = {kind_of(catalog[n]).event_id(catalog[n]) for n in direct if kind_of(catalog[n]).forget == "event_ids"}
@@ -338,7 +338,10 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     if ids and keeping:
         # A derived table's late rows (a pattern's) carry no Kafka coordinates, only their event id.
         late = late | (F.col("asset").isin(keeping) & _sha256(F.col("event_id")).isin(ids))
-    for path, cond in ((str(quarantine_path(settings)), _is_key(catalog, req)), (str(late_events_path(settings)), late)):
+    # The rescued fields of silver's records (schema drift) carry the event id, not the record's key.
+    rescued = _sha256(F.col("event_id")).isin(ids) if ids else F.lit(False)
+    for path, cond in ((str(quarantine_path(settings)), _is_key(catalog, req)), (str(late_events_path(settings)), late),
+                       (str(rescued_path(settings)), rescued)):
         table = _open(spark, path)
         deleted[path] = _delete_rows(table, cond) if table is not None else 0
     return {"tables": deleted, "rows": sum(deleted.values())}

@@ -147,13 +147,14 @@ def _snapshot(path: str, settings: Settings) -> _Snapshot:
 
 def targets(settings: Settings, assets: list[str] | None = None) -> list[tuple[str, str, str]]:
     """(name, path, engine) of every table to maintain: each version of ``assets`` (default: every
-    declared asset, in dependency order), then the quarantine and late-events tables (``spark``),
-    then the registry and the forgotten list (``delta-rs``). Raises :class:`kappa.spec.SpecError`
+    declared asset, in dependency order), then the quarantine, late-events and rescued-fields
+    tables (``spark``), then the registry, the forgotten list and the alerts (``delta-rs``). Raises :class:`kappa.spec.SpecError`
     for an undeclared asset."""
     from kappa.config import join
     from kappa.delta.forgotten import forgotten_path
-    from kappa.delta.registry import Registry, late_events_path, quarantine_path
+    from kappa.delta.registry import Registry, late_events_path, quarantine_path, rescued_path
     from kappa.delta.declarations import catalog as catalog_of
+    from kappa.quality.freshness import alerts_path
 
     catalog = catalog_of(settings)
     for name in assets or []:
@@ -164,8 +165,10 @@ def targets(settings: Settings, assets: list[str] | None = None) -> list[tuple[s
     out = [(v.name, v.table_path, "spark") for n in names for v in registry.versions(n, events)]
     out += [("_kappa/quarantine", str(quarantine_path(settings)), "spark"),
             ("_kappa/late_events", str(late_events_path(settings)), "spark"),
+            ("_kappa/rescued", str(rescued_path(settings)), "spark"),
             ("_kappa/registry", str(join(settings.warehouse, "_kappa", "registry")), "delta-rs"),
-            ("_kappa/forgotten", str(forgotten_path(settings)), "delta-rs")]
+            ("_kappa/forgotten", str(forgotten_path(settings)), "delta-rs"),
+            ("_kappa/alerts", str(alerts_path(settings)), "delta-rs")]
     return out
 
 

@@ -7,6 +7,8 @@
   outlive a Kubernetes gate pod);
 * ``quarantine_rate`` (parse assets): quarantined records / records read from the log, against the
   asset's ``max_quarantine_rate``;
+* ``schema_drift`` (parse assets): the fields its records carried that it does not declare
+  (kept in the rescued-fields table), named with counts and a sample; reported, not blocking;
 * ``late_rows`` (stateful assets: windows, joins, sliding windows, patterns): the version's rows in
   the late-events table (a pattern's, and the rows a window's, join's or sliding window's watermark
   dropped, named from the checkpoint by :mod:`kappa.streaming.late`) plus the rows Spark dropped
@@ -31,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, late_events_path, quarantine_path
+from kappa.delta.registry import Registry, late_events_path, quarantine_path, rescued_path
 from kappa.spec import AssetSpec, SpecError
 from kappa.delta.declarations import catalog as catalog_of, known_version, recorded_spec
 from kappa.streaming.kinds import kind_of
@@ -40,6 +42,7 @@ from kappa.core.storage import exists, filesystem, join, local_path
 QUARANTINE_CHECK = "quarantine_rate"
 LATE_CHECK = "late_rows"
 SHADOW_CHECK = "shadow_diff"
+DRIFT_CHECK = "schema_drift"
 ROW_CHECK_PREFIX = "row_expectation__"
 #: How a row dropped by a per-row expectation's reason starts in the quarantine table
 #: (:meth:`kappa.streaming.writers.MicroBatchWriter.expect_rows`).
@@ -179,6 +182,8 @@ def check_names(spec: AssetSpec) -> list[str]:
     checks = kind_of(spec).gate_checks
     if "quarantine_rate" in checks:
         names.append(QUARANTINE_CHECK)
+    if "schema_drift" in checks:
+        names.append(DRIFT_CHECK)
     if "late_rows" in checks:
         names.append(LATE_CHECK)
     names += [row_check_name(r.name) for r in spec.row_expectations]
@@ -346,6 +351,31 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
         observed=round(rate, 6), expected=f"<= {spec.max_quarantine_rate}",
         details={"quarantined": quarantined, "read": read},
     )
+
+
+def schema_drift(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
+    """The fields this version's records carried that its declaration does not (the rescued-fields
+    table, :func:`kappa.streaming.parse.rescued_schema`): per field, how many records and one
+    value as a sample. Not blocking (the rows are written, the fields kept aside): it passes with no
+    undeclared field and otherwise names them; ``kappa declarations evolve`` proposes the
+    declaration with them."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    found: dict[str, dict] = {}
+    path = rescued_path(settings)
+    if exists(join(path, "_delta_log"), settings):
+        fields = F.from_json(F.col("fields"), T.MapType(T.StringType(), T.StringType()))
+        rows = (spark.read.format("delta").load(str(path))
+                .where(f"asset = '{spec.name}' AND version = {version_obj.version}")
+                .select(F.explode(fields).alias("field", "value"))
+                .groupBy("field").agg(F.count(F.lit(1)).alias("records"), F.min("value").alias("sample"))
+                .orderBy("field").collect())
+        found = {r["field"]: {"records": r["records"], "sample": r["sample"]} for r in rows}
+    observed = ("no undeclared field" if not found else f"{len(found)} undeclared field(s): " + ", ".join(
+        f"{f} ({d['records']:,} records, e.g. {d['sample']!r})" for f, d in found.items()))
+    return CheckResult(name=DRIFT_CHECK, passed=not found, blocking=False, observed=observed,
+                       expected="every field declared (reported, not blocking)", details={"fields": found})
 
 
 def row_expectation_checks(spark, settings: Settings, spec: AssetSpec, version_obj, df) -> list[CheckResult]:
@@ -560,6 +590,8 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     kind = kind_of(spec)
     if "quarantine_rate" in kind.gate_checks:
         checks.append(quarantine_rate(spark, settings, spec, ver))
+    if "schema_drift" in kind.gate_checks:
+        checks.append(schema_drift(spark, settings, spec, ver))
     if "late_rows" in kind.gate_checks:
         # A kind that keeps late rows names them in the late-events table (a window's, join's or
         # sliding window's after Spark dropped them); late_rows compares with Spark's count.

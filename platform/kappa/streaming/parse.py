@@ -2,8 +2,9 @@
 
 Input: the Kafka source's columns (``key`` binary, ``value`` binary, ``topic`` string, ``partition``
 int, ``offset`` long, ``timestamp`` timestamp). Output of :func:`parse_columns`: the same columns plus
-``r`` (the parsed struct, every declared field nullable) and ``reason`` (string, null for a good
-record).
+``r`` (the parsed struct, every declared field nullable), ``reason`` (string, null for a good
+record) and ``_rescued`` (the fields the record has and the asset does not declare, as JSON; null
+for none: schema drift, kept in the rescued-fields table, never dropped without a word).
 
 A record is bad, in this order of reasons, when its value is null or empty, is larger than
 ``max_value_bytes``, is not valid UTF-8, is not a JSON object (malformed, or nested deeper than the
@@ -89,14 +90,32 @@ def reason_column(text: Column, value: Column, parsed: Column, transform: ParseT
     )
 
 
+#: The column of :func:`parse_columns` holding a record's undeclared fields (see :func:`rescued_column`).
+RESCUED = "_rescued"
+
+
+def rescued_column(text: Column, declared: list[str]) -> Column:
+    """The fields of the JSON object ``text`` that ``declared`` does not name, as a JSON object of
+    field -> value text (a nested value as its JSON), null when there is none (or ``text`` is not
+    a JSON object): what schema drift adds, kept instead of dropped. One parse of the object's keys
+    per record; the map only for a record that has such a field."""
+    names = F.array(*[F.lit(n) for n in declared])
+    extra = F.array_except(F.json_object_keys(text), names)
+    undeclared = F.map_filter(F.from_json(text, T.MapType(T.StringType(), T.StringType())),
+                              lambda k, _v: ~F.array_contains(names, k))
+    return F.when(F.size(extra) > 0, F.to_json(undeclared))
+
+
 def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
-    """Add ``r`` (parsed struct) and ``reason`` (null = good) to a frame of Kafka records."""
+    """Add ``r`` (parsed struct), ``reason`` (null = good) and ``_rescued`` (:func:`rescued_column`)
+    to a frame of Kafka records."""
     fields = transform.fields
     schema = row_schema(fields).add(T.StructField(CORRUPT, T.StringType(), True))
     text = F.col("value").cast("string")
     parsed = F.from_json(text, schema, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     with_r = kafka_df.withColumn("r", parsed)
-    return with_r.withColumn("reason", reason_column(text, F.col("value"), F.col("r"), transform))
+    return (with_r.withColumn("reason", reason_column(text, F.col("value"), F.col("r"), transform))
+            .withColumn(RESCUED, rescued_column(text, list(fields))))
 
 
 def _record_fields() -> list[T.StructField]:
@@ -128,6 +147,22 @@ def late_events_schema() -> T.StructType:
         *_record_fields(),
         T.StructField("arrived_at", T.TimestampType(), False),
         T.StructField("reason", T.StringType(), True),
+    ])
+
+
+def rescued_schema() -> T.StructType:
+    """Schema of the rescued-fields table (schema drift): per good record that carried fields its
+    asset does not declare, the record's event id and Kafka coordinates and ``fields``, a JSON
+    object of those fields (:func:`rescued_column`); ``batch_id`` the micro-batch that read it."""
+    return T.StructType([
+        *_owner_fields(),
+        T.StructField("event_id", T.StringType(), True),
+        T.StructField("topic", T.StringType(), True),
+        T.StructField("partition", T.IntegerType(), True),
+        T.StructField("offset", T.LongType(), True),
+        T.StructField("fields", T.StringType(), False),
+        T.StructField("batch_id", T.LongType(), False),
+        T.StructField("rescued_at", T.TimestampType(), False),
     ])
 
 

@@ -198,7 +198,7 @@ class MicroBatchWriter:
         self._described: tuple[int | None, list[dict]] = (None, [])  # (batch id, its provenance sources)
         self._upstream_ids: dict | None = None  # Delta table id -> upstream (asset, version, table path)
         self._sources: dict[int, list[dict]] = {}  # the last two batches' write-ahead log entries
-        self._row_checks: tuple[int | None, dict] = (None, {})  # (batch id, its row expectations' counts)
+        self._notes: tuple[int | None, dict] = (None, {})  # (batch id, what it counted: see :meth:`note`)
         self._held: list[DataFrame] = []  # frames persisted for one batch, released after it
 
     def writer_id(self, side: str | None = None) -> str:
@@ -219,15 +219,15 @@ class MicroBatchWriter:
     def provenance(self, batch_id: int) -> str:
         """The ``commitInfo.userMetadata`` of every Delta commit micro-batch ``batch_id`` makes: JSON
         ``{"kappa": 1, "asset", "version", "batch_id", "sources": [...]}``, the sources being what
-        the batch reads up to (:meth:`provenance_sources`), and ``row_expectations`` when the asset
-        declares any (:meth:`expect_rows`). Read back by
+        the batch reads up to (:meth:`provenance_sources`), and what the batch counted
+        (:meth:`note`: ``row_expectations``, silver's ``schema_drift``). Read back by
         :func:`kappa.streaming.provenance.covered`."""
         if self._provenance[0] != batch_id:
             sources = self.provenance_sources(batch_id)
             doc = {"kappa": 1, "asset": self.spec.name, "version": self.version.version, "batch_id": batch_id,
                    "sources": sources}
-            if self._row_checks[0] == batch_id:
-                doc["row_expectations"] = self._row_checks[1]
+            if self._notes[0] == batch_id:
+                doc.update(self._notes[1])
             self._provenance = (batch_id, json.dumps(doc, separators=(",", ":"), sort_keys=True))
         return self._provenance[1]
 
@@ -325,6 +325,13 @@ class MicroBatchWriter:
         """The last batch id this writer committed to the table at ``path`` (None: none)."""
         return committed_txn_version(path, self.writer_id(side), self.settings)
 
+    def note(self, batch_id: int, key: str, value: dict) -> None:
+        """Record ``value`` under ``key`` in the metadata of every commit micro-batch ``batch_id``
+        makes (:meth:`provenance`); to be called before its first write."""
+        if self._notes[0] != batch_id:
+            self._notes = (batch_id, {})
+        self._notes[1][key] = value
+
     def expect_rows(self, rows: DataFrame, batch_id: int, columns: list[str]) -> tuple[DataFrame, DataFrame | None, int]:
         """The asset's per-row expectations (:class:`kappa.spec.RowExpectation`) on ``rows``, the
         rows micro-batch ``batch_id`` is about to write to the asset's table: ``columns`` are the
@@ -348,7 +355,7 @@ class MicroBatchWriter:
         with self.step(rows.sparkSession, "row expectations"):
             counted = tagged.agg(F.count(F.lit(1)).alias("_rows"),
                                  *[F.count_if(~F.col(f"_ok_{r.name}")).alias(r.name) for r in rules]).first()
-        self._row_checks = (batch_id, {"rows": counted["_rows"], "rules": {
+        self.note(batch_id, "row_expectations", {"rows": counted["_rows"], "rules": {
             r.name: {"violations": counted[r.name], "on_violation": r.on_violation} for r in rules}})
         kafka = "offset" in rows.columns
         for r in rules:

@@ -31,9 +31,10 @@ StartWriter = Callable[["SparkSession", "AssetSpec", "Version", "Settings", "Dat
 ForgetRule = Literal["record_key", "event_ids", "key_columns"]
 
 #: The kind-specific checks of the gate (:mod:`kappa.quality.gate`), besides the asset's
-#: expectations and the shadow diff: ``quarantine_rate`` (bad records / records read) and
-#: ``late_rows`` (rows a stateful operator's watermark dropped).
-GateCheck = Literal["quarantine_rate", "late_rows"]
+#: expectations and the shadow diff: ``quarantine_rate`` (bad records / records read),
+#: ``schema_drift`` (fields the records carried that the declaration lacks) and ``late_rows``
+#: (rows a stateful operator's watermark dropped).
+GateCheck = Literal["quarantine_rate", "schema_drift", "late_rows"]
 
 #: How Spark's ``numRowsDroppedByWatermark`` counts what a stateful operator drops, so a named set of
 #: input rows can be compared with it: ``rows`` (each input row: a stream-stream join's sides, a

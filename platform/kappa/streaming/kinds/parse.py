@@ -42,11 +42,11 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
-from kappa.delta.registry import Version
+from kappa.delta.registry import Version, rescued_path
 from kappa.spec import AssetSpec, ParseTransform
 from kappa.streaming.checkpoint import batch_watermark_ms
 from kappa.streaming.kinds.base import Kind
-from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, parse_columns, row_schema
+from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, RESCUED, parse_columns, rescued_schema, row_schema
 from kappa.streaming.writers import (
     MicroBatchWriter,
     ensure_late_events_table,
@@ -82,7 +82,7 @@ def silver_frame(source: DataFrame, spec: AssetSpec) -> DataFrame:
     state = parsed.select(
         "topic", "partition", "offset", "timestamp",
         F.when(~good, F.col("key")).alias("key"), F.when(~good, F.col("value")).alias("value"),
-        "r", "reason", F.when(good, F.col(f"r.{t.event_time}")).alias(EVENT_TIME),
+        "r", "reason", F.when(good, F.col(RESCUED)).alias(RESCUED), F.when(good, F.col(f"r.{t.event_time}")).alias(EVENT_TIME),
         F.when(good, F.col(f"r.{t.event_id}").cast("string"))
         .otherwise(F.concat_ws(":", F.lit("\u0000bad"), "topic", "partition", "offset")).alias("_id"))
     if spec.watermark is None:
@@ -92,6 +92,7 @@ def silver_frame(source: DataFrame, spec: AssetSpec) -> DataFrame:
     behind = raw.select(
         "topic", "partition", "offset", "timestamp", "key", "value",
         F.lit(None).cast(parsed.schema["r"].dataType).alias("r"), F.lit(None).cast("string").alias("reason"),
+        F.lit(None).cast("string").alias(RESCUED),
         _probe_event_time(t).alias(EVENT_TIME), F.lit(BEHIND).alias(PATH))
     return state.unionByName(behind)
 
@@ -173,25 +174,30 @@ class ParseWriter(MicroBatchWriter):
                     F.count_if(on_state & ~is_good).alias("bad"),
                     F.count_if(on_state & is_good & behind_now).alias("late"),
                     F.count_if(fresh).alias("fresh"),
+                    F.count_if(fresh & F.col(RESCUED).isNotNull()).alias("rescued"),
                     F.count_if(checked).alias("checked"),
                     F.min(F.when(checked, et)).alias("earliest"),
                 ).first()
-            n_late, n_new, late = stats["late"], stats["fresh"], []
+            n_late, n_new, n_rescued, late = stats["late"], stats["fresh"], stats["rescued"], []
             if n_late:  # new events behind W that the state store passed: their bytes from the lender rows
                 late.append(frame.where(on_state & is_good & behind_now).drop("key", "value")
                             .join(frame.where(lender).select(*coords, "key", "value"), coords))
             if stats["checked"]:
                 with self.step(spark, "check behind the watermark"):  # the anti-join against the table
                     new = self._new_events(frame.where(checked), stats["earliest"])
-                    counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new")).first()
+                    counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new"),
+                                     F.count_if(~behind_now & F.col(RESCUED).isNotNull()).alias("rescued")).first()
                 n_late, n_new = n_late + counts["late"], n_new + counts["new"]
+                n_rescued += counts["rescued"]
                 late.append(new.where(behind_now))
             fields = list(self.transform.fields)
-            rows, dropped, n_dropped = None, None, 0
+            rows, dropped, n_dropped, rescued = None, None, 0, None
             if n_new:  # the new rows, held to the row expectations before anything is written
                 rows = frame.where(fresh)
                 if new is not None:
                     rows = rows.unionByName(new.where(~behind_now))
+                if n_rescued:  # schema drift: fields the declaration lacks, kept and counted per field
+                    rescued = self._rescued(rows, batch_id, n_rescued)
                 rows, dropped, n_dropped = self.expect_rows(
                     rows.select(*[F.col(f"r.{f}").alias(f) for f in fields], *coords, "timestamp"), batch_id, fields)
                 n_new -= n_dropped
@@ -211,6 +217,9 @@ class ParseWriter(MicroBatchWriter):
                     *record_columns(), F.current_timestamp().alias("arrived_at")), self.late, batch_id, side="late",
                     rows=n_late)
                 self.at("after_late_commit", batch_id)
+            if rescued is not None:
+                self.append(rescued, ensure_table(spark, str(rescued_path(self.settings)), rescued_schema()),
+                            batch_id, side="rescued", rows=n_rescued)
             if n_new:  # nothing new (every record a duplicate, bad, late or dropped): no empty commit
                 self.append(rows, self.version.table_path, batch_id, rows=n_new)
                 self.at("after_table_commit", batch_id)
@@ -218,6 +227,20 @@ class ParseWriter(MicroBatchWriter):
             if new is not None:
                 new.unpersist()
             frame.unpersist()
+
+    def _rescued(self, rows: DataFrame, batch_id: int, n: int) -> DataFrame:
+        """Of the batch's new ``rows`` (:func:`silver_frame`'s columns), the ``n`` whose records carry
+        undeclared fields, as rows of the rescued-fields table; counts each such field once per
+        record into the batch's commit metadata (``schema_drift``: ``{"rows": n, "fields": {name:
+        records}}``, :meth:`note`): one small job over those rows."""
+        with_fields = rows.where(F.col(RESCUED).isNotNull())
+        keys = F.map_keys(F.from_json(F.col(RESCUED), T.MapType(T.StringType(), T.StringType())))
+        counted = with_fields.select(F.explode(keys).alias("f")).groupBy("f").count().collect()
+        self.note(batch_id, "schema_drift", {"rows": n, "fields": {r["f"]: r["count"] for r in sorted(counted)}})
+        return with_fields.select(
+            *self.owner_columns(), F.col(f"r.{self.transform.event_id}").cast("string").alias("event_id"),
+            "topic", "partition", "offset", F.col(RESCUED).alias("fields"), F.lit(batch_id).cast("long").alias("batch_id"),
+            F.current_timestamp().alias("rescued_at"))
 
     def _new_events(self, checked: DataFrame, earliest) -> DataFrame:
         """Of ``checked`` (rows of :func:`silver_frame` whose records must be checked against the
@@ -231,7 +254,7 @@ class ParseWriter(MicroBatchWriter):
             # one came through the state path already, and is quarantined from there).
             checked = parse_columns(checked.select(*KAFKA_COLUMNS), t).where(F.col("reason").isNull()).select(
                 F.lit(BEHIND).alias(PATH), "topic", "partition", "offset", "timestamp", "key", "value", "r", "reason",
-                F.col(f"r.{et}").alias(EVENT_TIME))
+                RESCUED, F.col(f"r.{et}").alias(EVENT_TIME))
         else:
             checked = checked.where(F.col("reason").isNull())
         # One row per event_id: the earliest copy in the log wins, so every version (and a replay
@@ -265,7 +288,7 @@ def _columns(spec: AssetSpec):
 
 
 KIND = Kind(name="parse", start=start, reads_kafka=True, quarantines=True, keeps_late_rows=True,
-            gate_checks=("quarantine_rate",), forget="event_ids", event_id=_event_id, declared_columns=_columns,
+            gate_checks=("quarantine_rate", "schema_drift"), forget="event_ids", event_id=_event_id, declared_columns=_columns,
             # a watermark bounds its deduplication state (dropDuplicatesWithinWatermark, keyed by
             # event id) and only evicts it: no no-data micro-batches
             stateful=lambda spec: spec.watermark is not None, no_data_batches=lambda spec: False)
