@@ -302,6 +302,7 @@ UNKNOWN_NAME_CALLS = {
     "gate": ["gate", "nosuch", "1"], "promote": ["promote", "nosuch", "1"], "rollback": ["rollback", "nosuch"],
     "advance": ["advance", "nosuch"], "versions": ["versions", "nosuch"], "status": ["status", "nosuch"],
     "maintain": ["maintain", "nosuch"], "declarations retire": ["declarations", "retire", "nosuch"],
+    "declarations evolve": ["declarations", "evolve", "nosuch"],
 }
 
 
@@ -328,6 +329,7 @@ def test_a_name_the_catalog_lacks_is_one_line_naming_it(command, tmp_path):
     result = invoke_kappa(*UNKNOWN_NAME_CALLS[command], env={"KAPPA_HOME": str(tmp_path)})
     out = (result.stdout + result.stderr).strip()
     assert result.returncode == 1 and "Traceback" not in out, out
-    expected = ("no active declaration named 'nosuch'" if command.startswith("declarations ")
+    # retire acts on the declarations log; evolve, like the others, on any asset the catalog declares
+    expected = ("no active declaration named 'nosuch'" if command == "declarations retire"
                 else "unknown asset 'nosuch' (known: ")
     assert len(out.splitlines()) == 1 and expected in out, out
