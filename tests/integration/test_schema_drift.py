@@ -16,7 +16,8 @@ from deltalake import DeltaTable
 from kappa.delta.registry import Registry, rescued_path
 from kappa.ingest.events import build_events
 from kappa.ingest.nycflights13 import publish
-from kappa.lifecycle.evolve import drift_counts, rescued_fields
+from kappa.delta.rescued import rescued_fields
+from kappa.lifecycle.evolve import drift_counts
 from kappa.lifecycle.promotion import promote, replay
 from kappa.quality.gate import run_gate
 from kappa.runners import run_until_caught_up

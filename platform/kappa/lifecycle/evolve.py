@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, rescued_path
+from kappa.delta.registry import Registry
+from kappa.delta.rescued import rescued_fields
 from kappa.spec import SpecError, parse_declaration
 
 _INT = re.compile(r"^-?\d+$")
@@ -68,31 +69,6 @@ def _is_timestamp(v: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-def rescued_fields(settings: Settings, asset: str, version: int, samples: int = 1_000) -> dict[str, dict]:
-    """name -> ``{"records": n, "values": up to ``samples`` values, "sample": the first}`` of the
-    fields ``asset`` version ``version`` rescued, read with delta-rs (no Spark); empty when none."""
-    import pyarrow.compute as pc
-
-    from kappa.delta.tables import dataset, is_table
-
-    path = rescued_path(settings)
-    if not is_table(path, settings):
-        return {}
-    rows = (dataset(path, settings).to_table(
-        columns=["fields", "offset"], filter=(pc.field("asset") == asset) & (pc.field("version") == version))
-        .sort_by("offset").column("fields").to_pylist())
-    out: dict[str, dict] = {}
-    for text in rows:
-        for name, value in json.loads(text).items():
-            f = out.setdefault(name, {"records": 0, "values": []})
-            f["records"] += 1
-            if len(f["values"]) < samples and value is not None:
-                f["values"].append(value)
-    for f in out.values():
-        f["sample"] = f["values"][0] if f["values"] else None
-    return out
 
 
 def drift_counts(settings: Settings, version, limit: int = 500) -> dict[str, int]:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, late_events_path, quarantine_path, rescued_path
+from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.spec import AssetSpec, SpecError
 from kappa.delta.declarations import catalog as catalog_of, known_version, recorded_spec
 from kappa.streaming.kinds import kind_of
@@ -355,23 +355,14 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
 
 def schema_drift(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
     """The fields this version's records carried that its declaration does not (the rescued-fields
-    table, :func:`kappa.streaming.parse.rescued_schema`): per field, how many records and one
-    value as a sample. Not blocking (the rows are written, the fields kept aside): it passes with no
+    table, read by :func:`kappa.delta.rescued.rescued_fields`): per field, how many records and
+    its first value as a sample. Not blocking (the rows are written, the fields kept aside): it passes with no
     undeclared field and otherwise names them; ``kappa declarations evolve`` proposes the
     declaration with them."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+    from kappa.delta.rescued import rescued_fields
 
-    found: dict[str, dict] = {}
-    path = rescued_path(settings)
-    if exists(join(path, "_delta_log"), settings):
-        fields = F.from_json(F.col("fields"), T.MapType(T.StringType(), T.StringType()))
-        rows = (spark.read.format("delta").load(str(path))
-                .where(f"asset = '{spec.name}' AND version = {version_obj.version}")
-                .select(F.explode(fields).alias("field", "value"))
-                .groupBy("field").agg(F.count(F.lit(1)).alias("records"), F.min("value").alias("sample"))
-                .orderBy("field").collect())
-        found = {r["field"]: {"records": r["records"], "sample": r["sample"]} for r in rows}
+    found = {name: {"records": f["records"], "sample": f["sample"]}
+             for name, f in sorted(rescued_fields(settings, spec.name, version_obj.version, samples=1).items())}
     observed = ("no undeclared field" if not found else f"{len(found)} undeclared field(s): " + ", ".join(
         f"{f} ({d['records']:,} records, e.g. {d['sample']!r})" for f, d in found.items()))
     return CheckResult(name=DRIFT_CHECK, passed=not found, blocking=False, observed=observed,

@@ -118,12 +118,19 @@ def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
             .withColumn(RESCUED, rescued_column(text, list(fields))))
 
 
-def _record_fields() -> list[T.StructField]:
-    """Where a Kafka record came from and its raw bytes: kept for every record Kappa sets aside."""
+def _coordinate_fields() -> list[T.StructField]:
+    """Where a Kafka record is in the log: ``topic``, ``partition``, ``offset``."""
     return [
         T.StructField("topic", T.StringType(), True),
         T.StructField("partition", T.IntegerType(), True),
         T.StructField("offset", T.LongType(), True),
+    ]
+
+
+def _record_fields() -> list[T.StructField]:
+    """Where a Kafka record came from and its raw bytes: kept for every record Kappa sets aside."""
+    return [
+        *_coordinate_fields(),
         T.StructField("kafka_timestamp", T.TimestampType(), True),
         T.StructField("key", T.BinaryType(), True),
         T.StructField("value", T.BinaryType(), True),
@@ -157,9 +164,7 @@ def rescued_schema() -> T.StructType:
     return T.StructType([
         *_owner_fields(),
         T.StructField("event_id", T.StringType(), True),
-        T.StructField("topic", T.StringType(), True),
-        T.StructField("partition", T.IntegerType(), True),
-        T.StructField("offset", T.LongType(), True),
+        *_coordinate_fields(),
         T.StructField("fields", T.StringType(), False),
         T.StructField("batch_id", T.LongType(), False),
         T.StructField("rescued_at", T.TimestampType(), False),
