@@ -1,14 +1,17 @@
 """A corpus of bad input injected into a source topic: every record ends in silver, quarantine or
-late events, exactly once, with its raw bytes, coordinates and a reason; the query never stops."""
+late events, exactly once, with its raw bytes, coordinates and a reason; the query never stops. A
+record whose optional fields are of the wrong type is not bad: silver keeps it, null there, and the
+values are in the rescued-fields table (schema drift)."""
 
 from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-from kappa.delta.registry import late_events_path
+from kappa.delta.registry import late_events_path, rescued_path
 from kappa.ingest.events import nycflights13_events
 from kappa.ingest.producer import produce
 from kappa.runners import run_until_caught_up
@@ -29,7 +32,7 @@ def _corpus(good_value: bytes) -> list[tuple[bytes | None, bytes | None, str]]:
     deep = b'{"a":' * 5000 + b"1" + b"}" * 5000
     return [
         (b"k1", b"{not json", "malformed JSON"),
-        (b"k2", variant("double", dep_delay="late"), "field 'dep_delay' is not a valid double: late"),
+        (b"k2", variant("int", month="January"), "field 'month' is not a valid int: January"),
         (b"k3", variant("int", flight="UA-12"), "field 'flight' is not a valid int"),
         (b"k4", json.dumps(missing).encode(), "missing required field(s): origin"),
         (b"k5", variant("null", carrier=None), "missing required field(s): carrier"),
@@ -60,6 +63,10 @@ def test_bad_input_corpus_loses_nothing(make_env, spark):
     for i, (key, value, _) in enumerate(corpus):  # interleave with good records
         tail.insert(1 + i * 60, (key, value, None))
     tail.insert(500, (b"late", far_past, None))
+    # Optional fields of the wrong type do not make a record bad: kept, null there, values rescued.
+    mistyped = json.dumps({**json.loads(good.values[-1]), "event_id": "mistyped-1", "dep_delay": "late",
+                           "air_time": {"h": 3}}).encode()
+    tail.insert(700, (b"mistyped", mistyped, None))
     produce(settings, topic, tail)
 
     results = run_until_caught_up(settings, ["flights"], spark=spark)  # returns: the query never stopped
@@ -68,7 +75,7 @@ def test_bad_input_corpus_loses_nothing(make_env, spark):
     late = DeltaTable(str(late_events_path(settings))).to_pandas()
     total = len(head) + len(tail)
     assert len(silver) + len(q) + len(late) == total  # input = clean + quarantine + late, exactly
-    assert len(silver) == len(good) and silver["event_id"].is_unique
+    assert len(silver) == len(good) + 1 and silver["event_id"].is_unique
     assert not q.duplicated(["partition", "offset"]).any() and set(q["topic"]) == {topic}
     assert results[0].quarantined == len(corpus) and results[0].late_events == 1
 
@@ -80,6 +87,13 @@ def test_bad_input_corpus_loses_nothing(make_env, spark):
     assert len(null_key) == 1 and "UTF-8" in null_key["reason"].iloc[0]
     assert bytes(null_key["value"].iloc[0]) == b'{"event_id": "\xff\xfe"}'
     assert set(q["asset"]) == {"flights"} and set(q["version"]) == {1}
+
+    kept = silver.set_index("event_id").loc["mistyped-1"]
+    first = json.loads(good.values[-1])
+    assert pd.isna(kept["dep_delay"]) and pd.isna(kept["air_time"]) and kept["carrier"] == first["carrier"]
+    rescued = DeltaTable(str(rescued_path(settings))).to_pandas()
+    assert list(rescued["event_id"]) == ["mistyped-1"]
+    assert json.loads(rescued["fields"].iloc[0]) == {"dep_delay": "late", "air_time": '{"h":3}'}
 
     assert list(late["event_id"]) == ["late-1"] and bytes(late["value"].iloc[0]) == far_past
     assert str(late["watermark"].iloc[0]).startswith("2013-01-")

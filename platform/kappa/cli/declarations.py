@@ -122,26 +122,37 @@ def evolve_cmd(
                                "an edit recorded in the warehouse); default: show it only."),
     who: Optional[str] = _WHO, reason: str = _REASON,
 ) -> None:
-    """Schema drift into the declaration: the fields the asset's records carried and it lacks
-    (its gate's schema_drift check), typed from their values and added to transform.parse.schema.
-    A replay then builds the next version with them as columns."""
-    from kappa.lifecycle.evolve import propose
+    """Schema drift into the declaration: the fields the asset's records carried and it lacks, and
+    the declared fields whose values were of another type (its gate's schema_drift check), typed from
+    their values; the proposal is tried on the rescued records read back from the log. A replay then
+    builds the next version with them as columns."""
+    from kappa.lifecycle.evolve import propose, sample_problems, try_on_sample
+    from kappa.streaming.session import spark_session
 
     ev = propose(settings, asset)
     if not ev.fields:
-        console.print(f"{asset}/v{ev.version}: no undeclared field: nothing to evolve", highlight=False)
+        console.print(f"{asset}/v{ev.version}: no schema drift: nothing to evolve", highlight=False)
         return
-    table = Table(title=f"{asset}/v{ev.version}: fields its records carry that {ev.origin} does not declare")
-    for col in ("field", "proposed type", "records", "sample"):
+    sample = try_on_sample(settings, ev, spark_session(settings))
+    table = Table(title=f"{asset}/v{ev.version}: schema drift from {ev.origin}, tried on {sample['read']:,} of "
+                        f"{sample['records']:,} rescued records read back from the log")
+    for col in ("field", "declared", "proposed type", "records", "sample", "parsed on the sample"):
         table.add_column(col)
     for name, f in ev.fields.items():
-        table.add_row(name, f["type"], f"{f['records']:,}", "" if f["sample"] is None else str(f["sample"])[:60])
+        table.add_row(name, f["was"] or "(undeclared)", f["type"], f"{f['records']:,}",
+                      "" if f["sample"] is None else str(f["sample"])[:60], f"{sample['parsed'].get(name, 0):,}")
     console.print(table)
+    problems = sample_problems(sample)
+    for line in problems:
+        console.print(f"on the sample: {line}", highlight=False, markup=False)
     if not apply:
         console.print(ev.proposed, highlight=False, markup=False)
         console.print(f"the declaration above is proposed, not written: --apply writes it, then `kappa replay {asset}`",
                       highlight=False)
         return
+    if problems:
+        fail(f"{ev.origin}: evolve: not applied: the proposal does not hold the drift on the sample "
+             f"({problems[0]}); edit the declaration by hand")
     if ev.path is None:  # recorded in the warehouse: an edit of the active text
         from kappa.delta.declarations import Declarations
         from kappa.lifecycle import declare

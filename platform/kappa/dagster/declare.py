@@ -315,28 +315,37 @@ def build_declaration_jobs(options: LoadOptions) -> list[dg.JobDefinition]:
 def _evolve_job(options: LoadOptions, reload) -> dg.JobDefinition:
     """``evolve_asset``: ``kappa declarations evolve`` (:func:`kappa.lifecycle.evolve.propose`) from
     the launchpad, its reload the shared one."""
-    @dg.op(name="evolve_declaration", required_resource_keys={"kappa"}, pool=POOL,
+    @dg.op(name="evolve_declaration", required_resource_keys={"kappa"}, tags={"kind": "spark"}, pool=POOL,
            out={"proposal": dg.Out(dict), "applied": dg.Out(dict, is_required=False)})
     def evolve_declaration(context: dg.OpExecutionContext, config: EvolveConfig):
-        """Propose the declaration with the undeclared fields the asset's records carried (typed
-        from their values; shown as metadata); with ``apply``, record it as an edit."""
+        """Propose the declaration with the undeclared fields the asset's records carried and the
+        declared fields whose values were of another type (typed from their values), tried on the
+        rescued records read back from the log (shown as metadata); with ``apply``, record it as an
+        edit unless the sample shows it does not hold the drift."""
         from kappa.delta.declarations import DeclarationError, Declarations
         from kappa.lifecycle import declare
-        from kappa.lifecycle.evolve import propose
+        from kappa.lifecycle.evolve import propose, sample_problems, try_on_sample
 
         settings = _settings(context, options)
         with as_failure():
             ev = propose(settings, config.asset)
-            fields = [{"field": n, "type": f["type"], "records": f["records"], "sample": f["sample"]}
+            sample = try_on_sample(settings, ev, context.resources.kappa.spark(settings)) if ev.fields else None
+            fields = [{"field": n, "declared": f["was"] or "(undeclared)", "type": f["type"], "records": f["records"],
+                       "sample": f["sample"], "parsed on the sample": sample["parsed"].get(n, 0)}
                       for n, f in ev.fields.items()]
-        yield dg.Output({"asset": config.asset, "version": ev.version, "fields": ev.fields}, "proposal", metadata={
-            "fields": dg.MetadataValue.md(_markdown(fields, ["field", "type", "records", "sample"]) if fields
-                                          else "no undeclared field"),
+        problems = sample_problems(sample)
+        yield dg.Output({"asset": config.asset, "version": ev.version, "fields": ev.fields, "sample": sample},
+                        "proposal", metadata={
+            "fields": dg.MetadataValue.md(_markdown(fields, list(fields[0])) if fields else "no schema drift"),
+            "sample": dg.MetadataValue.json(sample or {}),
             "proposed": dg.MetadataValue.md(f"```yaml\n{ev.proposed}```"), "version": ev.version})
         with as_failure():
             if not config.apply or not ev.fields:
-                context.log.info(f"{config.asset}: {len(ev.fields)} undeclared field(s); nothing applied")
+                context.log.info(f"{config.asset}: {len(ev.fields)} drifted field(s); nothing applied")
                 return
+            if problems:
+                raise DeclarationError(f"{ev.origin}: evolve: not applied: the proposal does not hold the drift on "
+                                       f"the sample ({problems[0]}); edit the declaration by hand")
             if ev.path is not None:
                 raise DeclarationError(
                     f"{ev.origin}: a file of assets/ is changed by a commit, not from Dagster: the evolved text is "

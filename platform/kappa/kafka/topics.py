@@ -199,6 +199,58 @@ def records_present(settings: Settings, topic: str, timeout_s: float = 60.0) -> 
         consumer.close()
 
 
+@dataclass(frozen=True)
+class Record:
+    """One record read back from the log: its coordinates, ``key``/``value`` bytes (None for a null
+    key or value) and ``timestamp_ms`` (the broker's or producer's, per the topic's timestamp type)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+def records_at(settings: Settings, coordinates: list[tuple[str, int, int]], timeout_s: float = 30.0) -> list[Record]:
+    """The records at ``coordinates`` (topic, partition, offset) still in the log, in the order
+    given; a record below its partition's log start offset (retention, a deleted prefix) or
+    removed by compaction is left out. Each partition is read once, from its lowest wanted offset
+    to its highest, so the cost is the span of the offsets asked for, not their count."""
+    wanted: dict[tuple[str, int], set[int]] = {}
+    for topic, partition, offset in coordinates:
+        wanted.setdefault((topic, int(partition)), set()).add(int(offset))
+    ends = {(p.topic, p.partition): p for p in offsets(settings, sorted({t for t, _ in wanted}), timeout_s)}
+    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-records-at",
+                         "enable.auto.commit": False, "enable.partition.eof": True, **settings.librdkafka_options(),
+                         "logger": LIBRDKAFKA})
+    found: dict[tuple[str, int, int], Record] = {}
+    try:
+        for (topic, partition), offs in sorted(wanted.items()):
+            log = ends.get((topic, partition))
+            offs = {o for o in offs if log is not None and log.start <= o < log.end}
+            if not offs:
+                continue
+            last = max(offs)
+            consumer.assign([TopicPartition(topic, partition, min(offs))])
+            while True:
+                m = consumer.poll(timeout_s)
+                if m is None:
+                    raise TopicError(f"{topic}[{partition}]: no record within {timeout_s:.0f} s reading up to offset {last}")
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    continue
+                if m.offset() in offs:
+                    found[(topic, partition, m.offset())] = Record(topic, partition, m.offset(), m.key(), m.value(),
+                                                                   m.timestamp()[1])
+                if m.offset() >= last:
+                    break
+    finally:
+        consumer.close()
+    return [found[(t, int(p), int(o))] for t, p, o in coordinates if (t, int(p), int(o)) in found]
+
+
 def log_end_offsets(settings: Settings, topics: list[str], timeout_s: float = 30.0) -> dict[str, dict[str, int]]:
     """topic -> partition (a string, as Spark's checkpoints write it) -> log end offset, now; a
     topic that does not exist maps to ``{}``."""

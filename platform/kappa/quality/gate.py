@@ -354,19 +354,30 @@ def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> 
 
 
 def schema_drift(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
-    """The fields this version's records carried that its declaration does not (the rescued-fields
-    table, read by :func:`kappa.delta.rescued.rescued_fields`): per field, how many records and
-    its first value as a sample. Not blocking (the rows are written, the fields kept aside): it passes with no
-    undeclared field and otherwise names them; ``kappa declarations evolve`` proposes the
-    declaration with them."""
+    """The fields this version's records carried that its declaration does not, and its declared
+    optional fields whose values were of another type (the rescued-fields table, read by
+    :func:`kappa.delta.rescued.rescued_fields`): per field, how many records and its first value as
+    a sample (``details["fields"]``: name -> ``{"records", "sample", "declared"}``, ``declared`` the
+    declared type of a changed field, None for an undeclared one). Not blocking (the rows are
+    written, the values kept aside): it passes with no drift and otherwise names the fields;
+    ``kappa declarations evolve`` proposes the declaration that holds them."""
     from kappa.delta.rescued import rescued_fields
 
-    found = {name: {"records": f["records"], "sample": f["sample"]}
+    types = {n: f.type for n, f in spec.transform.parse.fields.items()} if spec.transform.parse else {}
+    found = {name: {"records": f["records"], "sample": f["sample"], "declared": types.get(name)}
              for name, f in sorted(rescued_fields(settings, spec.name, version_obj.version, samples=1).items())}
-    observed = ("no undeclared field" if not found else f"{len(found)} undeclared field(s): " + ", ".join(
-        f"{f} ({d['records']:,} records, e.g. {d['sample']!r})" for f, d in found.items()))
-    return CheckResult(name=DRIFT_CHECK, passed=not found, blocking=False, observed=observed,
-                       expected="every field declared (reported, not blocking)", details={"fields": found})
+    new = {n: d for n, d in found.items() if d["declared"] is None}
+    retyped = {n: d for n, d in found.items() if d["declared"] is not None}
+    parts = []
+    if new:
+        parts.append(f"{len(new)} undeclared field(s): " + ", ".join(
+            f"{f} ({d['records']:,} records, e.g. {d['sample']!r})" for f, d in new.items()))
+    if retyped:
+        parts.append(f"{len(retyped)} field(s) of another type: " + ", ".join(
+            f"{f} (declared {d['declared']}; {d['records']:,} records, e.g. {d['sample']!r})" for f, d in retyped.items()))
+    return CheckResult(name=DRIFT_CHECK, passed=not found, blocking=False, observed="; ".join(parts) or "no schema drift",
+                       expected="every field declared, of its declared type (reported, not blocking)",
+                       details={"fields": found})
 
 
 def row_expectation_checks(spark, settings: Settings, spec: AssetSpec, version_obj, df) -> list[CheckResult]:

@@ -52,8 +52,9 @@ class ParseTransform(StrictModel):
     """Silver from a topic of JSON events: each record value parsed with ``schema`` (column ->
     :class:`FieldSpec`), one row per ``event_id``. ``event_id`` and ``event_time`` must be declared,
     the latter as a ``timestamp``. A bad record (empty, over ``max_value_bytes`` bytes, not UTF-8,
-    not a JSON object, a wrong type, a required field missing, an event time more than
-    ``max_future`` ahead) goes to the quarantine table with its reason (:mod:`kappa.streaming.parse`).
+    not a JSON object, a required field of the wrong type or missing, an event time more than
+    ``max_future`` ahead) goes to the quarantine table with its reason (:mod:`kappa.streaming.parse`);
+    undeclared fields and optional fields of the wrong type are rescued (schema drift).
     Output: the declared columns, typed (:func:`kappa.streaming.parse.row_schema`)."""
 
     format: Literal["json"] = "json"
