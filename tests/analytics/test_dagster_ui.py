@@ -426,3 +426,132 @@ def test_the_automation_builds_the_dbt_project_on_a_fresh_instance_and_succeeds(
     print(f"\nkappa_automation: {len(runs)} runs, {[(r['status'], len(r['assetSelection'] or [])) for r in runs]}")
     assert built >= project, f"not requested by the automation: {sorted(project - built)}; runs: {runs}"
     assert [r for r in runs if r["status"] != "SUCCESS"] == [], (runs, log_path.read_text()[-4000:])
+
+
+NARROW_ASSET = "departures_narrow"
+NARROW = """\
+name: {name}
+layer: silver
+group: flights
+owner: team:data-eng
+description: Who departed where and when; the rest of each flights event is not declared (yet).
+source:
+  kafka:
+    topics: [{topic}]
+watermark:
+  column: event_time
+  delay: 2 hours
+transform:
+  parse:
+    event_id: event_id
+    event_time: event_time
+    schema:
+      event_id: {{type: string, required: true}}
+      event_time: {{type: timestamp, required: true}}
+      carrier: {{type: string, required: true}}
+      flight: int
+      origin: string
+      dest: string
+max_quarantine_rate: 0.01
+"""
+
+NARROW_CHECKS = """
+query {
+  assetNodeOrError(assetKey: {path: ["%s"]}) {
+    ... on AssetNode { assetChecksOrError { ... on AssetChecks { checks {
+      name
+      executionForLatestMaterialization { status evaluation { success severity description } }
+    } } } }
+  }
+}
+""" % NARROW_ASSET
+
+#: The fields of a flights event the narrow declaration lacks, and the types evolve gives them.
+UNDECLARED = {"year": "int", "month": "int", "day": "int", "dep_time": "int", "sched_dep_time": "int",
+              "dep_delay": "double", "arr_time": "int", "sched_arr_time": "int", "arr_delay": "double",
+              "tailnum": "string", "air_time": "double", "distance": "int", "hour": "int", "minute": "int",
+              "time_hour": "timestamp"}
+
+
+def test_a_data_engineer_sees_schema_drift_in_the_ui_and_evolves_the_declaration_from_it(
+        analysts_state, served, dagster_dev, tmp_path):
+    """Issue 46, done-when ("the Dagster walk-through covers drift"): a silver asset declared from
+    Dagster over the flights topic with six of its fields; materialized from Dagster, its Checks
+    tab (Chromium) shows ``schema_drift`` naming the fields it does not declare, as a warning; the
+    ``evolve_asset`` job proposes the declaration with them, typed, tried on the rescued records
+    read back from the log, and records it; the replay job builds and promotes v2 with every field
+    as a column, equal to the producer's values, and nothing rescued. Retired at the end (the
+    tests above read the workspace without it)."""
+    from tests.graphql import launch, wait_for_run
+    from tests.integration.helpers import table
+
+    from kappa.delta.registry import Registry
+    from kappa.delta.rescued import rescued_fields
+    from tests.analytics.conftest import SLICE
+
+    settings, suffix = analysts_state
+    base, log_path, proc = dagster_dev
+    _wait_for_declaration_jobs(base, log_path, proc)
+    text = NARROW.format(name=NARROW_ASSET, topic=f"flights_{suffix}")
+    status, events = wait_for_run(base, launch(base, "add_asset", {"ops": {"validate_declaration": {"config": {
+        "declaration": text, "apply": True, "who": "ana@example.com", "reason": "who flew where"}}}}), timeout=420)
+    assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    deadline = time.monotonic() + 120
+    while _post(f"{base}/graphql", NARROW_CHECKS)["data"]["assetNodeOrError"] is None:
+        assert time.monotonic() < deadline, "the workspace did not gain the asset"
+        time.sleep(2)
+
+    status, events = wait_for_run(base, launch(base, "__ASSET_JOB", assets=[NARROW_ASSET]), timeout=420)
+    assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    checks = {c["name"]: c["executionForLatestMaterialization"] for c in
+              _post(f"{base}/graphql", NARROW_CHECKS)["data"]["assetNodeOrError"]["assetChecksOrError"]["checks"]}
+    drift = checks["schema_drift"]["evaluation"]
+    assert drift["success"] is False and drift["severity"] == "WARN", drift  # reported, not blocking
+    assert f"{len(UNDECLARED)} undeclared field(s): " in drift["description"], drift
+    assert all(f"{name} (" in drift["description"] for name in UNDECLARED), drift
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with Browser(tmp_path / "chrome") as browser:
+        browser.goto(f"{base}/assets/{NARROW_ASSET}?view=checks")
+        try:
+            browser.wait_for("document.body.innerText.includes('schema_drift') && "
+                             "document.body.innerText.includes('quarantine_rate')", timeout=120,
+                             what="the Checks tab with schema_drift")
+            # open the check, as a person clicks it in the list: its latest execution names the fields
+            browser.eval("[...document.querySelectorAll('a, button, div')].find(e => e.children.length <= 3 && "
+                         "e.innerText && e.innerText.trim().startsWith('schema_drift')).click()")
+            browser.wait_for("document.body.innerText.includes('undeclared field(s): ') && "
+                             "document.body.innerText.includes('tailnum (')", timeout=60,
+                             what="the schema_drift check's latest execution naming the undeclared fields")
+        finally:
+            browser.screenshot(ARTIFACTS / "dagster-schema-drift.png")
+
+    # evolve from Dagster: the proposal, tried on the rescued records, recorded as an edit
+    status, events = wait_for_run(base, launch(base, "evolve_asset", {"ops": {"evolve_declaration": {"config": {
+        "asset": NARROW_ASSET, "apply": True, "who": "ana@example.com"}}}}), timeout=420)
+    assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    shown = {m["label"] for e in events if e.get("stepKey") == "evolve_declaration"
+             and e["__typename"] == "ExecutionStepOutputEvent" for m in e["metadataEntries"]}
+    assert {"fields", "sample", "proposed"} <= shown, shown
+    from kappa.delta.declarations import Declarations
+
+    evolved = Declarations(settings).active()[NARROW_ASSET].yaml
+    for name, kind in UNDECLARED.items():
+        assert f"{name}: {kind}  # added by kappa declarations evolve" in evolved, (name, evolved)
+
+    # the replay job builds v2 from the log with every field, and promotes it
+    status, events = wait_for_run(base, launch(base, "replay", {"ops": {"replay_asset": {"config": {
+        "asset": NARROW_ASSET, "promote": True}}}}), timeout=420)
+    assert status == "SUCCESS", [e for e in events if e["__typename"] == "ExecutionStepFailureEvent"]
+    v2 = Registry(settings).promoted(NARROW_ASSET)
+    assert v2 is not None and v2.version == 2
+    rows = table(settings, NARROW_ASSET, 2).set_index("event_id").sort_index()
+    # the producer's values, as the full silver declaration (the promoted flights) parsed them
+    expected = table(settings, "flights", Registry(settings).promoted("flights").version).set_index("event_id").sort_index()
+    assert len(rows) == len(expected) == SLICE and set(UNDECLARED) <= set(rows.columns)
+    for name in ("dep_delay", "tailnum", "distance", "arr_time"):
+        pd.testing.assert_series_equal(rows[name], expected[name], check_dtype=False, check_names=False)
+    assert rescued_fields(settings, NARROW_ASSET, 2) == {} and len(rescued_fields(settings, NARROW_ASSET, 1)) == len(UNDECLARED)
+
+    status, events = wait_for_run(base, launch(base, "retire_asset", {"ops": {"retire_declaration": {"config": {
+        "asset": NARROW_ASSET, "who": "ana@example.com", "reason": "the walkthrough is over"}}}}))
+    assert status == "SUCCESS", events

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from helmtools import CHART, DEFAULT_VALUES, helm, kinds, render, render_fails
+from helmtools import CHART, DEFAULT_VALUES, ROOT, helm, kinds, render, render_fails
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -125,6 +125,26 @@ def test_named_peers_narrow_the_object_store_api_and_database_rules():
     assert rules[443]["to"] == [{"ipBlock": {"cidr": "10.96.0.1/32"}}]
     assert rules[5432]["to"] == [{"ipBlock": {"cidr": "10.0.9.7/32"}}]
     assert set(rules) == {9000, 443, 5432}
+
+
+def test_the_code_location_reaches_the_alert_webhook_only_when_its_peers_are_named():
+    # default: no webhook peers, so no port beyond the database, the object store and the API
+    assert set(_rules_by_port(_policies(render())["kappa-egress-dagster-code-location"])) == {5432, 443, 6443}
+    objs = render(sets=("networkPolicy.egress.alertWebhookPeers[0].ipBlock.cidr=203.0.113.7/32",
+                        "networkPolicy.egress.alertWebhookPorts={8443}"))
+    spec = _policies(objs)["kappa-egress-dagster-code-location"]
+    assert _rules_by_port(spec)[8443] == {"to": [{"ipBlock": {"cidr": "203.0.113.7/32"}}],
+                                           "ports": [{"protocol": "TCP", "port": 8443}]}
+    # ... and only the code location (where the health sensor runs) gets it
+    others = [n for n, sp in _policies(objs).items() if n != "kappa-egress-dagster-code-location"
+              and "egress" in sp and 8443 in _rules_by_port(sp)]
+    assert others == []
+    assert "alertWebhookPorts" in render_fails("networkPolicy.egress.alertWebhookPorts={0}")
+    # the URL is a credential: the code location reads it from an optional Secret, never a value
+    dagster = yaml.safe_load((ROOT / "helm" / "values" / "dagster.yaml").read_text())
+    (deployment,) = dagster["dagster-user-deployments"]["deployments"]
+    (hook,) = [e for e in deployment["env"] if e["name"] == "KAPPA_ALERT_WEBHOOK"]
+    assert hook["valueFrom"] == {"secretKeyRef": {"name": "kappa-alert-webhook", "key": "url", "optional": True}}
 
 
 def test_ci_scenarios_name_their_object_store(rendered, scenario):

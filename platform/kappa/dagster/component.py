@@ -246,8 +246,9 @@ def _code_ref(path: Path) -> dg.CodeReferencesMetadataValue:
 def _check_description(name: str) -> str:
     known = {
         "quarantine_rate": "Quarantined records / input records must not exceed the asset's max_quarantine_rate.",
-        "schema_drift": "Fields the version's records carried that its declaration lacks (kept in the rescued-fields "
-                        "table), with counts and a sample; `kappa declarations evolve` proposes them.",
+        "schema_drift": "Fields the version's records carried that its declaration lacks, and declared fields whose "
+                        "values were of another type (kept in the rescued-fields table), with counts and a sample; "
+                        "`kappa declarations evolve` proposes the declaration that holds them.",
         "shadow_diff": "The candidate compared with the promoted version (row counts, keys on one side only, "
                        "aggregate differences); blocks only if the asset says so.",
     }
