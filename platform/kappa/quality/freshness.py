@@ -15,7 +15,8 @@ the newest when none is promoted) against the log as it is now:
   :func:`kappa.kafka.topics.records_at`); 0 when it has read to the log end. A record's event time
   is the field the ``parse`` asset reading its topic declares
   (:meth:`kappa.spec.catalog.Catalog.event_time_field`); for a topic no such asset reads (a
-  changelog), and for a record whose event time cannot be read, the broker's timestamp (Kafka's
+  changelog), or when one of those records' event time cannot be read (a bad record), every
+  record's broker timestamp instead, so one clock is compared with itself (Kafka's
   ``LogAppendTime``: every Kappa topic is stamped by the broker,
   :meth:`kappa.spec.catalog.TopicSpec.kafka_config`), the time lag of kafka-lag-exporter and
   Burrow measured to the log end instead of to now. Event time, so a replay of old events is
@@ -128,8 +129,10 @@ def _behind(settings: Settings, watermark: dict[str, dict[str, int]], catalog) -
             last.append((po.topic, po.partition, po.end - 1))
     if not first:
         return behind, 0.0
-    times = {(r.topic, r.partition, r.offset): _event_time_ms(r, catalog.event_time_field(r.topic))
-             for r in records_at(settings, first + last, timeout_s=10)}
+    records = records_at(settings, first + last, timeout_s=10)
+    times = {(r.topic, r.partition, r.offset): _event_time_ms(r, catalog.event_time_field(r.topic)) for r in records}
+    if None in times.values():  # one clock for all: the broker's, when any event time cannot be read
+        times = {(r.topic, r.partition, r.offset): r.timestamp_ms for r in records}
     earliest = [times[c] for c in first if c in times]
     latest = [times[c] for c in last if c in times]
     if not earliest or not latest:
@@ -137,17 +140,16 @@ def _behind(settings: Settings, watermark: dict[str, dict[str, int]], catalog) -
     return behind, max(0.0, (max(latest) - min(earliest)) / 1000)
 
 
-def _event_time_ms(record, name: str | None) -> int:
-    """``record``'s event time in epoch ms: its JSON value's field ``name`` (an ISO-8601 date-time),
-    else (no field, or not readable) its broker timestamp."""
-    if name is not None and record.value:
-        try:
-            text = json.loads(record.value).get(name)
-            at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-            return int((at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp() * 1000)
-        except (ValueError, AttributeError, TypeError):
-            pass
-    return record.timestamp_ms
+def _event_time_ms(record, name: str | None) -> int | None:
+    """``record``'s event time in epoch ms: its JSON value's field ``name`` (an ISO-8601 date-time);
+    None when there is no such field or it cannot be read."""
+    if name is None or not record.value:
+        return None
+    try:
+        at = datetime.fromisoformat(str(json.loads(record.value).get(name)).replace("Z", "+00:00"))
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return int((at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp() * 1000)
 
 
 @dataclass
