@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from kappa.config import Settings
@@ -143,12 +143,12 @@ def propose(settings: Settings, asset: str) -> Evolution:
         proposed = _with_types(proposed, {n: (f["was"], f["type"]) for n, f in retyped.items()}, spec.where)
     if new:
         proposed = _with_fields(proposed, {n: f["type"] for n, f in new.items()}, spec.where)
-    new = {**new, **retyped}
-    if new:
+    drifted = {**new, **retyped}
+    if drifted:
         evolved = parse_declaration(proposed, where=spec.where, path=spec.path)
-        assert all(evolved.transform.parse.fields[n].type == f["type"] for n, f in new.items())
+        assert all(evolved.transform.parse.fields[n].type == f["type"] for n, f in drifted.items())
     from_log = spec.origin is not None and spec.origin.startswith("declarations:")
-    return Evolution(asset, version.version, new, text, proposed, spec.where, None if from_log else spec.path)
+    return Evolution(asset, version.version, drifted, text, proposed, spec.where, None if from_log else spec.path)
 
 
 def try_on_sample(settings: Settings, ev: Evolution, spark, limit: int = 1_000) -> dict:
@@ -165,7 +165,7 @@ def try_on_sample(settings: Settings, ev: Evolution, spark, limit: int = 1_000) 
 
     from kappa.delta.rescued import rescued_coordinates
     from kappa.kafka.topics import records_at
-    from kappa.streaming.parse import KAFKA_COLUMNS, RESCUED, json_path, parse_columns
+    from kappa.streaming.parse import KAFKA_COLUMNS, RESCUED, json_path, kafka_schema, parse_columns
 
     coordinates = rescued_coordinates(settings, ev.asset, ev.version, limit)
     records = records_at(settings, coordinates)
@@ -173,11 +173,9 @@ def try_on_sample(settings: Settings, ev: Evolution, spark, limit: int = 1_000) 
                  "still_rescued": {}}
     if records and ev.fields:
         transform = parse_declaration(ev.proposed, where=ev.origin, path=ev.path).transform.parse
-        schema = T.StructType([T.StructField("key", T.BinaryType()), T.StructField("value", T.BinaryType()),
-                               T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-                               T.StructField("offset", T.LongType()), T.StructField("timestamp", T.LongType())])
-        frame = spark.createDataFrame([(r.key, r.value, r.topic, r.partition, r.offset, r.timestamp_ms) for r in records],
-                                      schema).withColumn("timestamp", F.timestamp_millis("timestamp"))
+        frame = spark.createDataFrame(
+            [(r.key, r.value, r.topic, r.partition, r.offset, datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc))
+             for r in records], kafka_schema())
         parsed = parse_columns(frame.select(*KAFKA_COLUMNS), transform)
         good = F.col("reason").isNull()
         rescued = F.map_keys(F.from_json(F.col(RESCUED), T.MapType(T.StringType(), T.StringType())))

@@ -164,6 +164,13 @@ def _coordinate_fields() -> list[T.StructField]:
     ]
 
 
+def kafka_schema() -> T.StructType:
+    """Schema of :data:`KAFKA_COLUMNS` as Spark's Kafka source gives them (``key``/``value``
+    binary, the coordinates, ``timestamp``): for records read back from the log outside a query."""
+    return T.StructType([T.StructField("key", T.BinaryType(), True), T.StructField("value", T.BinaryType(), True),
+                         *_coordinate_fields(), T.StructField("timestamp", T.TimestampType(), True)])
+
+
 def _record_fields() -> list[T.StructField]:
     """Where a Kafka record came from and its raw bytes: kept for every record Kappa sets aside."""
     return [
