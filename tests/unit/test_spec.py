@@ -25,7 +25,8 @@ def test_repo_assets_load_in_dependency_order():
     gold = catalog["departures_hourly"]
     assert gold.merge_keys == ["origin", "window_start"] and gold.sink_mode == "merge"
     assert catalog["flights_bronze"].sink_mode == "append"
-    assert catalog.topics["flights"].kafka_config()["retention.ms"] == "-1"
+    assert catalog.topics["flights"].kafka_config()["retention.ms"] == "604800000"  # 7 days; then the archive
+    assert catalog.topics["flights"].archive == "flights_bronze"
     assert catalog.topics["flights"].kafka_config()["message.timestamp.type"] == "LogAppendTime"
 
 
@@ -134,6 +135,38 @@ def test_catalog_rejects_undeclared_topic(tmp_path):
     (root / "flights/flights.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(SpecError, match="topic 'nowhere' is not declared"):
         load_catalog(root)
+
+
+@pytest.mark.parametrize("edit, error", [
+    ({"archive": None}, r"topics\.flights\.archive: retention_ms 604800000 deletes records a replay reads; "
+                        r"name the raw \(bronze\) asset that archives 'flights'"),
+    ({"archive": "nope"}, r"topics\.flights\.archive: unknown asset 'nope'"),
+    ({"archive": "flights"}, r"topics\.flights\.archive: 'flights' must be a raw asset reading only 'flights'"),
+    ({"archive": "weather_bronze"}, r"'weather_bronze' must be a raw asset reading only 'flights'"),
+    ({"compacted": True}, r"topics\.flights\.archive: a compacted topic keeps the latest record per key"),
+])
+def test_a_topic_with_bounded_retention_names_a_raw_archive_of_it(tmp_path, edit, error):
+    root = _catalog_dir(tmp_path)
+    doc = yaml.safe_load((root / "topics.yaml").read_text())
+    doc["topics"]["flights"].update(edit)
+    (root / "topics.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=error):
+        load_catalog(root)
+    doc["topics"]["flights"].update({"retention_ms": -1, "archive": None, "compacted": False})
+    (root / "topics.yaml").write_text(yaml.safe_dump(doc))
+    assert load_catalog(root).topics["flights"].archive is None  # a log kept forever needs none
+
+
+def test_archive_coverage_names_the_first_range_it_lacks():
+    from kappa.delta.archive import Coverage
+
+    whole = Coverage(0, first=0, last=99, records=100)
+    assert (whole.contiguous_end, whole.missing_below(100), whole.missing_below(101)) == (100, None, (100, 100))
+    holed = Coverage(0, first=0, last=99, records=90, gaps=[(10, 19)])
+    assert (holed.contiguous_end, holed.missing_below(10), holed.missing_below(50)) == (10, None, (10, 19))
+    late = Coverage(0, first=5, last=99, records=95)
+    assert (late.contiguous_end, late.missing_below(50)) == (0, (0, 4))
+    assert Coverage(0).missing_below(7) == (0, 6)
 
 
 def test_catalog_rejects_duplicate_names(tmp_path):

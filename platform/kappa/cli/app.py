@@ -318,7 +318,10 @@ def status(
     reader that holds it; one line, also printed under the table); ``freshness`` for an asset that
     declares it (:mod:`kappa.quality.freshness`: records and seconds behind, fresh or STALE and
     why); ``schema_drift`` for a parse asset: undeclared field -> records that carried it
-    (commit metadata, :func:`kappa.lifecycle.evolve.drift_counts`), also printed under the table."""
+    (commit metadata, :func:`kappa.lifecycle.evolve.drift_counts`), also printed under the table;
+    ``archive`` for an asset that archives a topic (``topics.yaml``: ``archive``): per partition the
+    log start and end offsets, the offset the archive holds every record below, and its health
+    (:func:`kappa.quality.archive.archive_health`), also printed under the table."""
     from kappa.delta.registry import Registry
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.lifecycle.cut import held_back_now
@@ -327,6 +330,7 @@ def status(
     from kappa.streaming.late import late_counts
     from kappa.quality.freshness import evaluate
     from kappa.lifecycle.evolve import drift_counts
+    from kappa.quality.archive import archive_health
 
     catalog = catalog_of(settings)
     for name in assets or []:
@@ -335,6 +339,10 @@ def status(
     registry = Registry(settings)
     promoted = registry.promoted_all()
     held = held_back_now(settings) if promoted else {}
+    archived: dict[str, list[dict]] = {}
+    if any(t.archive for t in catalog.topics.values()):
+        for a in archive_health(settings, catalog, registry):
+            archived.setdefault(a.archive.partition("/")[0] if a.archive else "", []).append(dataclasses.asdict(a))
 
     def stable_name(asset: str) -> dict | None:
         v = promoted.get(asset)  # what the stable name reads: its promoted version's pin
@@ -359,7 +367,9 @@ def status(
              "freshness": freshness(h.asset),
              # Schema drift: the undeclared fields this version's records carried (parse assets).
              "schema_drift": (drift_counts(settings, registry.version(h.asset, h.version))
-                              if "schema_drift" in kind_of(catalog[h.asset]).gate_checks else None)}
+                              if "schema_drift" in kind_of(catalog[h.asset]).gate_checks else None),
+             # The log's archive: per partition what it holds against the log (archive assets).
+             "archive": archived.get(h.asset)}
             for h in found]
     if fmt == StatusFormat.json:
         print(json.dumps(rows, default=str))
@@ -387,6 +397,11 @@ def status(
             fields = ", ".join(f"{n} ({c:,} records)" for n, c in r["schema_drift"].items())
             console.print(f"{r['asset']}/v{r['version']}: schema drift: undeclared fields {fields}; "
                           f"`kappa declarations evolve {r['asset']}` proposes them", highlight=False)
+    for r in rows:
+        for a in r["archive"] or []:
+            console.print(f"{a['archive']} archives {a['topic']}[{a['partition']}]: log {a['log_start']:,}-{a['log_end']:,}, "
+                          f"archived below {a['archived_to']:,} ({a['unarchived']:,} not yet): "
+                          + ("[green]ok[/]" if a["healthy"] else f"[red]{a['reason']}[/]"), highlight=False)
     print_held_back({a: line for a, line in held.items() if not assets or a in assets})
 
 

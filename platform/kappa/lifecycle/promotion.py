@@ -2,8 +2,9 @@
 
 ``replay(asset)``:
 
-1. refuses if retention has deleted any of the log the asset's topics must be read from (a log
-   start offset above 0 means records were deleted: the new version would be partial);
+1. refuses if retention has deleted any of the log the asset's topics must be read from and the
+   topic's archive (its bronze table) does not hold it (:func:`kappa.runners.versions.log_sources`:
+   below the log start a new version reads the archive, from it Kafka);
 2. creates version N+1 of the asset and of every asset downstream of it, each with a fresh
    checkpoint and idempotent-writer id, the downstream versions reading the new upstream versions;
 3. runs the chain until caught up, runs the gate on every new version, and, when asked to promote
@@ -23,20 +24,15 @@ from typing import TYPE_CHECKING, Callable
 from kappa.config import Settings
 from kappa.delta.registry import Registry, RegistryError, Version
 from kappa.errors import KappaError
-from kappa.kafka.topics import offsets
 from kappa.quality.gate import GateReport
 from kappa.runners.base import AssetRunResult
-from kappa.kafka.topics import start_offsets
+from kappa.runners.versions import RetentionError, log_sources
 from kappa.delta.declarations import catalog as catalog_of, known_version, provenance
 from kappa.spec import upstream_first
 from kappa.streaming.kinds import kind_of
 
 if TYPE_CHECKING:
     from kappa.runners.base import Runner
-
-
-class RetentionError(KappaError, RuntimeError):
-    """Retention (or a record deletion) removed part of a topic's log: a replay would be partial."""
 
 
 class GateFailedError(KappaError, RuntimeError):
@@ -62,21 +58,6 @@ class ReplayReport:
         return all(g.passed for g in self.gates.values())
 
 
-def check_retention(settings: Settings, topics: list[str]) -> dict[str, dict[str, int]]:
-    """Log start offsets of ``topics``; raises :class:`RetentionError` if any partition's log no
-    longer starts at offset 0 (Kafka's log start offset moves only when records are deleted, by
-    retention or DeleteRecords; compaction does not move it)."""
-    gaps = [p for p in offsets(settings, topics) if p.start > 0]
-    if gaps:
-        detail = ", ".join(f"{p.topic}[{p.partition}] starts at offset {p.start} (end {p.end})" for p in gaps)
-        raise RetentionError(
-            f"cannot replay: retention has deleted the start of the log ({detail}); a replay would "
-            f"build a partial table. Keep source topics' retention.ms at -1 (assets/topics.yaml) or "
-            f"restore the log before replaying."
-        )
-    return {t: {str(p.partition): p.start for p in offsets(settings, [t])} for t in topics}
-
-
 def check_history_complete(settings: Settings, catalog, chain: list[str]) -> None:
     """A history (a ``changelog`` asset with ``mode: history``) needs every change ever made; a
     compacted topic keeps only the latest per key. Raises :class:`RetentionError` naming the asset
@@ -99,9 +80,13 @@ def check_history_complete(settings: Settings, catalog, chain: list[str]) -> Non
 
 def create_chain_versions(settings: Settings, catalog, chain: list[str], registry: Registry) -> dict[str, Version]:
     """Version N+1 of every asset in ``chain`` (topological order): fresh checkpoint and writer id,
-    the log start offsets it reads from, and each upstream pinned to its new version in the chain,
-    else to its promoted (or latest) version. Raises :class:`RegistryError` for an upstream with no
-    version."""
+    where it reads its topics' log (:func:`kappa.runners.versions.log_sources`: the log start
+    offsets, and below them the topic's archive when retention deleted records), and each upstream
+    pinned to its new version in the chain, else to its promoted (or latest) version. Every asset's
+    log is checked before any version is created. Raises :class:`RetentionError` (nothing created)
+    when part of a log is in neither the broker nor an archive; :class:`RegistryError` for an
+    upstream with no version."""
+    sources = {name: log_sources(settings, catalog, catalog[name], registry) for name in chain}
     new: dict[str, Version] = {}
     for name in chain:
         spec = catalog[name]
@@ -111,9 +96,8 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
             if source is None:
                 raise RegistryError(f"{name} reads {up}, which has no version: run {up} first")
             upstream[up] = source.version
-        new[name] = registry.create_version(name, spec.fingerprint(), upstream,
-                                            start_offsets=start_offsets(settings, spec.topics), reason="replay",
-                                            **provenance(settings, spec))
+        new[name] = registry.create_version(name, spec.fingerprint(), upstream, reason="replay",
+                                            **sources[name], **provenance(settings, spec))
     return new
 
 
@@ -128,7 +112,6 @@ def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, d
     events = registry.events()
     ran = [d for d in catalog.downstream(asset) if registry.latest(d, events) is not None]
     chain = catalog.topological([asset, *ran])
-    check_retention(settings, sorted({t for name in chain for t in catalog[name].topics}))
     check_history_complete(settings, catalog, chain)
     return chain, registry, create_chain_versions(settings, catalog, chain, registry)
 
@@ -168,6 +151,11 @@ def replay(
     runner = runner or pick_runner(settings, spark=spark)
     catalog = catalog_of(settings)
     say(f"replaying {', '.join(v.name for v in new.values())} on the {runner.kind} runner")
+    for v in new.values():
+        for topic, entry in ((v.last("created") or {}).get("archive") or {}).items():
+            parts = ", ".join(f"[{p}] 0-{int(o) - 1}" for p, o in entry["below"].items())
+            say(f"{v.name} reads {topic} {parts} from its archive {entry['asset']}/v{entry['version']}, "
+                f"the rest from Kafka")
     results = catch_up(runner, settings, catalog, chain, new, on_progress=on_progress, timeout_s=timeout_s)
     previous = {name: (p.version if (p := registry.promoted(name)) else None) for name in chain}
     gates, promoted, stopped = gate_and_promote(settings, runner, {n: v.version for n, v in new.items()},

@@ -315,12 +315,17 @@ def _jsonable(value):
 def records_read_by(version_obj, settings: Settings | None = None) -> int:
     """Records a version has read from the log, whatever ran it (until caught up, continuously, on
     Kubernetes): the Kafka offsets of its checkpoint's newest committed batch minus the log start
-    offsets recorded when the version was created, summed over partitions (0: nothing committed)."""
+    offsets recorded when the version was created, summed over partitions, plus the records it took
+    from archives below them (:func:`kappa.delta.archive.archived_records`: all read by its first
+    micro-batch) (0: nothing committed)."""
+    from kappa.delta.archive import archived_records
     from kappa.streaming.checkpoint import read_checkpoint
 
-    committed = read_checkpoint(version_obj.checkpoint_path, settings).offsets
-    starts = (version_obj.last("created") or {}).get("start_offsets") or {}
-    read = 0
+    state = read_checkpoint(version_obj.checkpoint_path, settings)
+    committed = state.offsets
+    created = version_obj.last("created") or {}
+    starts = created.get("start_offsets") or {}
+    read = archived_records(created) if state.batch_id is not None else 0
     for topic, parts in committed.items():
         if isinstance(parts, dict):
             read += sum(int(off) - int((starts.get(topic) or {}).get(str(p), 0)) for p, off in parts.items())

@@ -9,8 +9,14 @@ from kappa.config import Settings
 from kappa.delta.declarations import provenance
 from kappa.delta.registry import Registry, Version
 from kappa.kafka.topics import start_offsets
+from kappa.errors import KappaError
 from kappa.runners.base import RunError
-from kappa.spec import Catalog, SpecError
+from kappa.spec import AssetSpec, Catalog, SpecError
+
+
+class RetentionError(KappaError, RuntimeError):
+    """Retention (or a record deletion) removed part of a topic's log and no archive holds it: a
+    replay would be partial."""
 
 
 class LogicChangedError(SpecError):
@@ -48,7 +54,7 @@ def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> 
                     raise SpecError(f"{name} reads {up}, which has no version yet: run {up} first")
                 upstream[up] = up_version.version
             current = registry.create_version(name, spec.fingerprint(), upstream,
-                                              start_offsets=start_offsets(registry.settings, spec.topics),
+                                              **log_sources(registry.settings, catalog, spec, registry),
                                               **provenance(registry.settings, spec))
         elif current.fingerprint != spec.fingerprint():
             raise LogicChangedError(
@@ -58,3 +64,56 @@ def resolve_versions(catalog: Catalog, names: list[str], registry: Registry) -> 
             )
         chosen[name] = current
     return chosen
+
+
+def log_sources(settings: Settings, catalog: Catalog, spec: AssetSpec, registry: Registry) -> dict:
+    """Where a new version of ``spec`` reads its topics' log, as the registry records it on the
+    version (:meth:`kappa.delta.registry.Registry.create_version`'s extras): ``start_offsets``
+    (topic -> partition -> the log start offset now: Kafka is read from there) and, for a topic whose
+    retention deleted records and that declares an ``archive``, ``archive`` (topic -> ``{"asset",
+    "version", "table", "below": {partition: log start}}``: offsets below ``below`` come from that
+    version of the archive asset's Delta table, :func:`kappa.streaming.sources.read_source`).
+
+    Before anything is created it proves, per partition whose log no longer starts at 0, that the
+    archive (the promoted version of the topic's ``archive`` asset, else its latest) holds every
+    offset from 0 to the log start (:func:`kappa.delta.archive.coverage`). Raises
+    :class:`RetentionError` naming the topic, partition and missing range, or when a topic with
+    deleted records has no archive (Kafka's log start offset moves only when records are deleted,
+    by retention or DeleteRecords; compaction does not move it)."""
+    from kappa.delta.archive import coverage
+
+    starts = start_offsets(settings, spec.topics)
+    out: dict = {"start_offsets": starts}
+    archive: dict = {}
+    for topic, parts in starts.items():
+        deleted = {p: s for p, s in parts.items() if s > 0}
+        if not deleted:
+            continue
+        where = ", ".join(f"{topic}[{p}] starts at offset {s}" for p, s in sorted(deleted.items()))
+        name = catalog.topics[topic].archive if topic in catalog.topics else None
+        if name is None:
+            raise RetentionError(
+                f"cannot read the whole log of {topic!r} for {spec.name}: retention has deleted its start ({where}) "
+                f"and it declares no archive; a new version would be partial. Keep retention_ms: -1 or declare "
+                f"`archive: <raw asset>` for it in {catalog.root / 'topics.yaml'}.")
+        kept = registry.promoted(name) or registry.latest(name)
+        if kept is None:
+            raise RetentionError(f"cannot read {topic!r} below its log start ({where}): its archive {name} has no "
+                                 f"version yet")
+        try:
+            held = coverage(settings, kept.table_path, topic)
+        except Exception:  # TableNotFoundError: the archive has written nothing
+            held = {}
+        for p, s in sorted(deleted.items()):
+            part = held.get(int(p))
+            missing = part.missing_below(s) if part is not None else (0, s - 1)
+            if missing is not None:
+                raise RetentionError(
+                    f"cannot replay {spec.name}: {topic}[{p}] starts at offset {s} in the log and the archive "
+                    f"{kept.name} lacks offsets {missing[0]}-{missing[1]} (it holds "
+                    f"{part.records if part else 0:,} record(s) of the partition); a replay would have a gap.")
+        archive[topic] = {"asset": name, "version": kept.version, "table": kept.table_path,
+                          "below": {p: s for p, s in sorted(deleted.items())}}
+    if archive:
+        out["archive"] = archive
+    return out

@@ -29,13 +29,20 @@ def upstream_first(upstream: Mapping[str, Iterable[str]]) -> list[str]:
 
 
 class TopicSpec(StrictModel):
-    """A source topic. Retention must cover every replay, so the default keeps the log forever
-    (``retention_ms: -1``); ``compacted: true`` keeps the latest record per key (table-like data).
-    See Kafka's topic configs ``retention.ms`` and ``cleanup.policy``."""
+    """A source topic. A replay reads the whole log, so a topic either keeps it forever
+    (``retention_ms: -1``), or bounds its retention (ms) and names the ``archive``: a ``raw``
+    (bronze) asset reading it, whose Delta table holds every record the broker deleted, read with
+    the log as one log by a replay (:mod:`kappa.runners.versions`). ``compacted: true`` keeps the
+    latest record per key (table-like data; no archive). ``segment_ms`` rolls a new log segment after
+    that long (ms; Kafka deletes only whole closed segments; default: the broker's, 7 days). See
+    Kafka's topic configs ``retention.ms``, ``segment.ms`` and ``cleanup.policy``."""
 
     partitions: int = Field(3, ge=1)
     retention_ms: int = Field(-1, ge=-1)
     compacted: bool = False
+    #: The ``raw`` asset whose table archives this topic's records (required with a bounded retention).
+    archive: str | None = None
+    segment_ms: int | None = Field(None, ge=1)
     #: The value field the record key carries (flights: ``tailnum``), so ``kappa forget`` finds the
     #: key's rows in tables derived from the topic that keep that column (e.g. sessions per
     #: tailnum). A changelog topic's key is its changelog's ``key`` columns instead.
@@ -46,7 +53,7 @@ class TopicSpec(StrictModel):
         """The topic-level configs to create the topic with (Kafka's "Topic Configs"): name ->
         value, all strings as the admin API takes them. ``retention.ms`` (ms, ``-1`` forever),
         ``cleanup.policy`` (``compact`` or ``delete``), ``message.timestamp.type``
-        (``LogAppendTime``) and ``max.message.bytes`` (16 MiB, in bytes).
+        (``LogAppendTime``), ``max.message.bytes`` (16 MiB, in bytes) and ``segment.ms`` when declared.
 
         Why ``LogAppendTime``: the broker stamps each batch with its own clock, so the record
         timestamp is the ingestion time and the event time lives in the value (``event_time``).
@@ -58,12 +65,15 @@ class TopicSpec(StrictModel):
         accepts any sequence number from a producer it does not know): duplicates in the log. A
         finite ``retention.ms`` would also delete such history soon after it is written. See
         Kafka's topic configs ``message.timestamp.type`` and KIP-32 (CreateTime/LogAppendTime)."""
-        return {
+        config = {
             "retention.ms": str(self.retention_ms),
             "cleanup.policy": "compact" if self.compacted else "delete",
             "message.timestamp.type": "LogAppendTime",
             "max.message.bytes": str(16 * 1024 * 1024),
         }
+        if self.segment_ms is not None:
+            config["segment.ms"] = str(self.segment_ms)
+        return config
 
 
 class TopicsFile(StrictModel):
@@ -275,6 +285,25 @@ def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
                             "rename them (table column: output column)")
 
 
+def _check_archive(topics_path: Path, topic: str, t: TopicSpec, assets: dict[str, AssetSpec]) -> None:
+    """A topic whose retention deletes records names its archive: a ``raw`` asset of the catalog
+    reading that topic (the replay reads it below the log start). Raises :class:`SpecError`."""
+    where = f"{topics_path}: topics.{topic}"
+    if t.archive is None:
+        if t.retention_ms != -1 and not t.compacted:
+            raise SpecError(f"{where}.archive: retention_ms {t.retention_ms} deletes records a replay reads; "
+                            f"name the raw (bronze) asset that archives {topic!r}, or keep retention_ms: -1")
+        return
+    if t.compacted:
+        raise SpecError(f"{where}.archive: a compacted topic keeps the latest record per key; it has no archive")
+    spec = assets.get(t.archive)
+    if spec is None:
+        raise SpecError(f"{where}.archive: unknown asset {t.archive!r}")
+    if spec.transform.raw is None or list(spec.topics) != [topic]:
+        raise SpecError(f"{where}.archive: {t.archive!r} must be a raw asset reading only {topic!r} "
+                        f"(source.kafka.topics: [{topic}], transform.raw) ({spec.where})")
+
+
 def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) -> Catalog:
     """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``, plus the
     ``declared`` YAML texts (asset name -> text: the active declarations recorded in the
@@ -321,6 +350,8 @@ def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) ->
     for spec in assets.values():
         _check_pattern_columns(spec, assets)
         _check_table_joins(spec, assets)
+    for topic, t in topics.items():
+        _check_archive(topics_path, topic, t, assets)
     catalog = Catalog(assets, topics, assets_dir)
     catalog.topological()
     return catalog

@@ -14,14 +14,17 @@ with Delta's own default bound, ``maxFilesPerTrigger`` 1000 files (Delta docs, "
 
 from __future__ import annotations
 
+import json
 from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from kappa.config import Settings
 from kappa.delta.forgotten import forgotten_condition
 from kappa.delta.registry import Registry, Version
 from kappa.spec import AssetSpec
+from kappa.streaming.parse import KAFKA_COLUMNS
 
 #: How long the broker may hold a fetch that finds no new data (the consumer's ``fetch.max.wait.ms``,
 #: Kafka's default 500 ms; Kafka consumer configs). Spark's Kafka source reads offset ranges that
@@ -56,12 +59,15 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
     Data from Kafka")."""
     if spec.source.kafka is not None:
         src = spec.source.kafka
+        created = version.last("created") or {}
+        archive = created.get("archive") or {}
         reader = (
             spark.readStream.format("kafka")
             .options(**kafka_options(settings))
             .option("subscribe", ",".join(src.topics))
-            # Every version reads the whole retained log; a gap in it must fail, not be skipped.
-            .option("startingOffsets", "earliest")
+            # Every version reads the whole retained log (from the log start offsets recorded on it
+            # when an archive holds what is below them); a gap in it must fail, not be skipped.
+            .option("startingOffsets", json.dumps(created["start_offsets"]) if archive else "earliest")
             .option("failOnDataLoss", "true")
             .option("includeHeaders", "true")
             .option("groupIdPrefix", settings.kafka_group_id_prefix or f"kappa-{spec.name}-v{version.version}-")
@@ -70,11 +76,42 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
         if limit is not None:
             reader = reader.option("maxOffsetsPerTrigger", limit)
         records = reader.load()
+        if archive:
+            records = archived_log(spark, archive).unionByName(records.select(*KAFKA_COLUMNS))
         # Keys forgotten by `kappa forget` never enter a table again (read once per query start).
         forgotten = forgotten_condition(settings, list(src.topics))
         return records if forgotten is None else records.where(~forgotten)
     assert spec.source.asset is not None
     return upstream_stream(spark, version, settings, spec.source.asset)
+
+
+def archived_log(spark: SparkSession, archive: dict) -> DataFrame:
+    """The records a version takes from its topics' archives (its ``created`` registry event's
+    ``archive``: topic -> ``{"table", "below": {partition: offset}}``, made by
+    :func:`kappa.runners.versions.log_sources`): each archive table read as a Delta stream, only the
+    topic's offsets below ``below`` of their partition. Columns: :data:`KAFKA_COLUMNS` (the bronze
+    table's, the raw bytes and coordinates as the broker held them).
+
+    Read before the log (the query's first source; Kafka, read from ``below``, stays the last, whose
+    offsets :func:`kappa.streaming.checkpoint.read_checkpoint` reads) and whole in the first
+    micro-batch (no ``maxFilesPerTrigger`` bound), so no record from Kafka is processed in an earlier
+    micro-batch than an archived record of its partition. Appends the archive makes later hold
+    offsets at or above ``below`` and are filtered out; a forget's DELETE is skipped
+    (``skipChangeCommits``: the forgotten keys are filtered from the union anyway)."""
+    frames = []
+    for topic, entry in sorted(archive.items()):
+        below = F.create_map(*[x for p, o in sorted(entry["below"].items()) for x in (F.lit(int(p)), F.lit(int(o)))])
+        frames.append(
+            spark.readStream.format("delta")
+            .option("skipChangeCommits", "true")
+            .option("maxFilesPerTrigger", str(2**31 - 1))
+            .load(str(entry["table"]))
+            .where((F.col("topic") == topic) & (F.col("offset") < F.coalesce(below[F.col("partition")], F.lit(0))))
+            .select(*KAFKA_COLUMNS))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
 
 
 def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:

@@ -1,0 +1,85 @@
+"""The log's archive: a ``raw`` (bronze) asset's Delta table holds every record of its topic as the
+broker held it (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``), so a topic
+may bound its retention (``assets/topics.yaml``: ``retention_ms`` with ``archive``) and a replay
+still reads its whole log: offsets below the log start from the archive, the rest from Kafka
+(:func:`kappa.runners.versions.log_sources`, :func:`kappa.streaming.sources.read_source`). The
+shape of Fluss's and Paimon's "union read" of lake and log.
+
+This module measures what an archive table holds (:func:`coverage`) and reads a version's record of
+what it takes from the archive (:func:`archived_records`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kappa.config import Settings
+
+#: How many missing ranges per partition :func:`coverage` names (an error names the first).
+GAPS_NAMED = 5
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What an archive table holds of one partition: ``first`` and ``last`` offset (None: no
+    record), ``records`` (rows), and up to :data:`GAPS_NAMED` missing ranges between them, each
+    ``(from, to)`` inclusive, lowest first."""
+
+    partition: int
+    first: int | None = None
+    last: int | None = None
+    records: int = 0
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def contiguous_end(self) -> int:
+        """The first offset from 0 the archive lacks: every offset below it is archived (0 when
+        offset 0 itself is missing)."""
+        if self.first is None or self.first > 0:
+            return 0
+        return self.gaps[0][0] if self.gaps else self.last + 1
+
+    def missing_below(self, offset: int) -> tuple[int, int] | None:
+        """The first missing range ``(from, to)`` (inclusive) below ``offset``, None if the archive
+        holds every offset from 0 to ``offset - 1``."""
+        end = self.contiguous_end
+        if end >= offset:
+            return None
+        if self.first is None:
+            return 0, offset - 1
+        if self.first > 0:
+            return 0, min(self.first, offset) - 1
+        return end, min(self.gaps[0][1] if self.gaps else offset - 1, offset - 1)
+
+
+def coverage(settings: Settings, table_path: str, topic: str, version: int | None = None) -> dict[int, Coverage]:
+    """partition -> :class:`Coverage` of ``topic``'s records in the archive table at ``table_path``
+    (Delta version ``version``, default the latest), computed by DuckDB over the table's files
+    (:func:`kappa.delta.tables.dataset`: the ``partition`` and ``offset`` columns only). A partition
+    with no archived record is absent. Raises deltalake's ``TableNotFoundError`` without a table."""
+    import duckdb
+    import pyarrow.dataset as pds
+
+    from kappa.delta.tables import dataset
+
+    archive = dataset(table_path, settings, version)
+    with duckdb.connect() as con:
+        con.register("archive", archive.filter(pds.field("topic") == topic))
+        summary = con.execute(
+            'SELECT "partition", min("offset"), max("offset"), count(*) FROM archive GROUP BY 1').fetchall()
+        gaps = con.execute(
+            'SELECT p, prev + 1, o - 1 FROM (SELECT "partition" AS p, "offset" AS o, '
+            'lag("offset") OVER (PARTITION BY "partition" ORDER BY "offset") AS prev FROM archive) '
+            f'WHERE o - prev > 1 QUALIFY row_number() OVER (PARTITION BY p ORDER BY o) <= {GAPS_NAMED} '
+            'ORDER BY p, o').fetchall()
+    out = {int(p): Coverage(int(p), int(lo), int(hi), int(n)) for p, lo, hi, n in summary}
+    for p, lo, hi in gaps:
+        out[int(p)].gaps.append((int(lo), int(hi)))
+    return out
+
+
+def archived_records(created: dict | None) -> int:
+    """How many records a version reads from archives: the sum, over the topics and partitions of
+    its ``created`` registry event's ``archive`` entry (topic -> ``{"asset", "version", "table",
+    "below": {partition: offset}}``), of the offsets below the log start it takes from there."""
+    archive = (created or {}).get("archive") or {}
+    return sum(int(o) for entry in archive.values() for o in (entry.get("below") or {}).values())
