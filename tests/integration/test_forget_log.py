@@ -1,7 +1,7 @@
 """`kappa forget` on the log itself: a changelog topic (compacted) gets a tombstone for every
 spelling of the key and loses the key's rows from its current-state and history tables; a
 delete-retention topic with ``--truncate-log`` loses its prefix up to the key's last offset, and
-replays then refuse. Real broker, Spark and Delta; hand-made Debezium change events (no
+replays then read that prefix from the topic's archive, without the key. Real broker, Spark and Delta; hand-made Debezium change events (no
 PostgreSQL needed to write a changelog)."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from kappa.delta.registry import Registry
-from kappa.errors import KappaError
 from kappa.delta.forgotten import requests
 from kappa.lifecycle.forget import forget
 from kappa.ingest.nycflights13 import load_events, publish
@@ -91,7 +90,8 @@ def test_forgetting_a_changelog_key_tombstones_every_spelling_and_empties_both_t
     assert [r.state for r in requests(settings)] == ["done"]
 
 
-def test_truncate_log_deletes_the_prefix_up_to_the_keys_last_offset_and_replays_then_refuse(make_env, spark):
+def test_truncate_log_deletes_the_prefix_up_to_the_keys_last_offset_and_replays_read_the_archive_without_the_key(
+        make_env, spark):
     settings, suffix = make_env()
     flights = [e for e in renamed(load_events(limit=600), suffix) if e.topic.startswith("flights")]
     publish(settings, flights)
@@ -99,6 +99,9 @@ def test_truncate_log_deletes_the_prefix_up_to_the_keys_last_offset_and_replays_
     run_until_caught_up(settings, ["flights_bronze"], spark=spark)
     key = flights[0].keys[0].decode()
     ends = {p.partition: p.end for p in offsets(settings, [topic])}
+    before = table(settings, "flights_bronze")
+    held = before[before["key"].map(bytes) == key.encode()]
+    key_offsets = {str(p): sorted(int(o) for o in g["offset"]) for p, g in held.groupby("partition")}
 
     started = time.monotonic()
     report = forget(settings, topic, key, "test: truncate", truncate_log=True, spark=spark)
@@ -108,6 +111,15 @@ def test_truncate_log_deletes_the_prefix_up_to_the_keys_last_offset_and_replays_
     starts = {p.partition: p.start for p in offsets(settings, [topic])}
     assert starts == {p: (last[str(p)] + 1 if str(p) in last else 0) for p in ends}
     assert {p.partition: p.end for p in offsets(settings, [topic])} == ends  # only the prefix went
-    assert (table(settings, "flights_bronze")["key"].map(bytes) != key.encode()).all()
-    with pytest.raises(KappaError, match="retention has deleted the start of the log"):
-        replay(settings, "flights_bronze", spark=spark)
+    v1 = table(settings, "flights_bronze")
+    assert (v1["key"].map(bytes) != key.encode()).all()
+    # The archive (flights_bronze/v1 itself) lacks the forgotten records' offsets: forget deleted
+    # them and recorded where they were, so the replay reads the prefix from it, without the key.
+    assert requests(settings)[-1].steps["located"]["offsets"] == key_offsets and key_offsets
+    report = replay(settings, "flights_bronze", spark=spark)
+    created = Registry(settings).version("flights_bronze", 2).last("created")
+    assert created["archive"][topic]["below"] == {str(p): s for p, s in starts.items() if s > 0}
+    v2 = table(settings, "flights_bronze", 2)
+    assert report.versions == {"flights_bronze": 2} and (v2["key"].map(bytes) != key.encode()).all()
+    assert sorted(zip(v2["partition"], v2["offset"])) == sorted(zip(v1["partition"], v1["offset"]))
+    assert len(v2) == sum(ends.values()) - len(held)

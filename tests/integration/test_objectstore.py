@@ -313,5 +313,31 @@ def test_assets_run_with_tables_checkpoints_and_registry_on_the_object_store(sto
                 assert checkpoint == f"s3a://kappa-test/checkpoints/{asset}/v1"
                 assert rows == 500, asset
         assert (Path(st["data_dir"]) / "kappa-test" / "checkpoints" / "weather" / "v1" / "commits").is_dir()
+
+        # Issue 45 on the object store: retention deletes the start of `weather` from the broker;
+        # its archive, weather_bronze/v1 at s3a://, holds it, and a replay reads archive + log.
+        starts = json.loads(python("""
+            import json, time
+            from kappa.config import load_settings
+            from kappa.kafka.topics import alter_topic_config, offsets
+
+            settings = load_settings()
+            alter_topic_config(settings, "weather", {"retention.ms": "1000", "segment.ms": "100"})
+            deadline = time.monotonic() + 60
+            while not any(p.start > 0 for p in offsets(settings, ["weather"])):
+                assert time.monotonic() < deadline, "retention never deleted a segment"
+                time.sleep(1)
+            alter_topic_config(settings, "weather", {"retention.ms": "-1"})
+            print(json.dumps({p.partition: p.start for p in offsets(settings, ["weather"])}))
+        """, env, timeout=120).strip().splitlines()[-1])
+        assert any(starts.values())
+        replayed = kappa("replay", "weather", "--promote", env=env, timeout=600)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        parts = ", ".join(f"[{p}] 0-{s - 1}" for p, s in starts.items() if s > 0)
+        assert (f"weather/v2 reads weather {parts} from its archive weather_bronze/v1, the rest from Kafka"
+                in " ".join(replayed.stdout.split()))
+        v2 = json.loads(python(read.replace('("weather_bronze", "weather")', '("weather",)').replace(
+            "latest(asset)", "promoted(asset)"), env).strip().splitlines()[-1])["weather"]
+        assert v2[0] == "s3a://kappa-test/warehouse/weather/v2" and v2[2] == 500
     finally:
         kappa("kafka", "stop", env=env)

@@ -157,15 +157,19 @@ def test_a_topic_with_bounded_retention_names_a_raw_archive_of_it(tmp_path, edit
     assert load_catalog(root).topics["flights"].archive is None  # a log kept forever needs none
 
 
-def test_archive_coverage_names_the_first_range_it_lacks():
+def test_archive_coverage_names_the_first_range_it_lacks_except_what_forget_deleted():
     from kappa.delta.archive import Coverage
 
     whole = Coverage(0, first=0, last=99, records=100)
-    assert (whole.contiguous_end, whole.missing_below(100), whole.missing_below(101)) == (100, None, (100, 100))
+    assert (whole.contiguous_end(), whole.missing_below(100), whole.missing_below(101)) == (100, None, (100, 100))
     holed = Coverage(0, first=0, last=99, records=90, gaps=[(10, 19)])
-    assert (holed.contiguous_end, holed.missing_below(10), holed.missing_below(50)) == (10, None, (10, 19))
+    assert (holed.contiguous_end(), holed.missing_below(10), holed.missing_below(50)) == (10, None, (10, 19))
+    # Offsets `kappa forget` deleted are excused; any other one is still missing.
+    assert holed.contiguous_end(set(range(10, 20))) == 100 and holed.missing_below(50, set(range(10, 20))) is None
+    assert holed.missing_below(50, {10, 11, 12}) == (13, 19)
     late = Coverage(0, first=5, last=99, records=95)
-    assert (late.contiguous_end, late.missing_below(50)) == (0, (0, 4))
+    assert (late.contiguous_end(), late.missing_below(50)) == (0, (0, 4))
+    assert late.missing_below(50, {0, 1}) == (2, 4)
     assert Coverage(0).missing_below(7) == (0, 6)
 
 

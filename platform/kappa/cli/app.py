@@ -430,7 +430,8 @@ def replay(
     run the gate on each, and with --promote promote the chain atomically."""
     from kappa.lifecycle import promotion
 
-    report = promotion.replay(settings, asset, promote=promote, on_progress=progress_printer())
+    report = promotion.replay(settings, asset, promote=promote, on_progress=progress_printer(),
+                              on_step=lambda m: console.print(m, highlight=False))
     console.print(results_table(report.results))
     for g in report.gates.values():
         console.print(gate_table(g))

@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 
 from kappa.config import Settings
 
-#: How many missing ranges per partition :func:`coverage` names (an error names the first).
-GAPS_NAMED = 5
+#: At most this many missing ranges per partition are listed by :func:`coverage` (beyond them the
+#: archive is treated as missing everything after the last one listed).
+GAPS_LISTED = 10_000
 
 
 @dataclass(frozen=True)
 class Coverage:
     """What an archive table holds of one partition: ``first`` and ``last`` offset (None: no
-    record), ``records`` (rows), and up to :data:`GAPS_NAMED` missing ranges between them, each
-    ``(from, to)`` inclusive, lowest first."""
+    record), ``records`` (rows), and the missing ranges between them, each ``(from, to)``
+    inclusive, lowest first (at most :data:`GAPS_LISTED`)."""
 
     partition: int
     first: int | None = None
@@ -30,25 +31,41 @@ class Coverage:
     records: int = 0
     gaps: list[tuple[int, int]] = field(default_factory=list)
 
-    @property
-    def contiguous_end(self) -> int:
-        """The first offset from 0 the archive lacks: every offset below it is archived (0 when
-        offset 0 itself is missing)."""
-        if self.first is None or self.first > 0:
+    def contiguous_end(self, excused: set[int] | frozenset[int] = frozenset()) -> int:
+        """The first offset from 0 the archive lacks, not counting offsets in ``excused`` (records
+        ``kappa forget`` deleted: :func:`kappa.delta.forgotten.forgotten_offsets`): every other
+        offset below it is archived (0 when offset 0 itself is missing)."""
+        if self.first is None:
             return 0
-        return self.gaps[0][0] if self.gaps else self.last + 1
+        start = self._first_missing(0, self.first - 1, excused)
+        if start is not None:
+            return start
+        for lo, hi in self.gaps:
+            missing = self._first_missing(lo, hi, excused)
+            if missing is not None:
+                return missing
+        if len(self.gaps) >= GAPS_LISTED:
+            return self.gaps[-1][1] + 1
+        return self.last + 1
 
-    def missing_below(self, offset: int) -> tuple[int, int] | None:
-        """The first missing range ``(from, to)`` (inclusive) below ``offset``, None if the archive
-        holds every offset from 0 to ``offset - 1``."""
-        end = self.contiguous_end
+    @staticmethod
+    def _first_missing(lo: int, hi: int, excused) -> int | None:
+        for o in range(lo, hi + 1):
+            if o not in excused:
+                return o
+        return None
+
+    def missing_below(self, offset: int, excused: set[int] | frozenset[int] = frozenset()) -> tuple[int, int] | None:
+        """The first missing range ``(from, to)`` (inclusive, up to ``offset - 1``) below ``offset``
+        not excused (:meth:`contiguous_end`), None if the archive holds every other offset from 0
+        to ``offset - 1``."""
+        end = self.contiguous_end(excused)
         if end >= offset:
             return None
-        if self.first is None:
-            return 0, offset - 1
-        if self.first > 0:
-            return 0, min(self.first, offset) - 1
-        return end, min(self.gaps[0][1] if self.gaps else offset - 1, offset - 1)
+        if self.first is None or end < self.first:
+            return end, min(self.first if self.first is not None else offset, offset) - 1
+        to = next((hi for lo, hi in self.gaps if lo <= end <= hi), offset - 1)
+        return end, min(to, offset - 1)
 
 
 def coverage(settings: Settings, table_path: str, topic: str, version: int | None = None) -> dict[int, Coverage]:
@@ -69,7 +86,7 @@ def coverage(settings: Settings, table_path: str, topic: str, version: int | Non
         gaps = con.execute(
             'SELECT p, prev + 1, o - 1 FROM (SELECT "partition" AS p, "offset" AS o, '
             'lag("offset") OVER (PARTITION BY "partition" ORDER BY "offset") AS prev FROM archive) '
-            f'WHERE o - prev > 1 QUALIFY row_number() OVER (PARTITION BY p ORDER BY o) <= {GAPS_NAMED} '
+            f'WHERE o - prev > 1 QUALIFY row_number() OVER (PARTITION BY p ORDER BY o) <= {GAPS_LISTED} '
             'ORDER BY p, o').fetchall()
     out = {int(p): Coverage(int(p), int(lo), int(hi), int(n)) for p, lo, hi, n in summary}
     for p, lo, hi in gaps:

@@ -158,6 +158,19 @@ def forgotten_keys(settings: Settings, topics: list[str]) -> dict[str, list[str]
     return found
 
 
+def forgotten_offsets(settings: Settings, topic: str) -> dict[int, set[int]]:
+    """partition -> offsets of ``topic``'s records that ``kappa forget`` located (its ``located``
+    step's ``offsets``): the rows it deletes from the topic's archive, and which no version reads
+    again, so the archive's contiguity check (:func:`kappa.delta.archive.coverage`) excuses them.
+    Coordinates only, never a key."""
+    out: dict[int, set[int]] = {}
+    for r in requests(settings):
+        if r.topic == topic:
+            for p, offs in ((r.steps.get("located") or {}).get("offsets") or {}).items():
+                out.setdefault(int(p), set()).update(int(o) for o in offs)
+    return out
+
+
 def forgotten_condition(settings: Settings, topics: list[str]):
     """A Spark Column over Kafka records (``topic``, ``key``), true for a forgotten record; None
     when nothing is forgotten on ``topics``."""

@@ -212,23 +212,42 @@ def step_summary(step: str, details: dict) -> str:
     return step
 
 
-def _topic_records(spark, settings: Settings, topic: str):
-    """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns)."""
-    from kappa.streaming.sources import kafka_options
+def _topic_records(spark, settings: Settings, topic: str, catalog=None):
+    """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns); with the
+    ``catalog``, the :data:`~kappa.streaming.parse.KAFKA_COLUMNS` of the whole log: below the log
+    start, the records the topic's archive holds (:func:`kappa.streaming.sources.archived_log`)."""
+    from kappa.delta.registry import Registry
+    from kappa.kafka.topics import start_offsets
+    from kappa.streaming.parse import KAFKA_COLUMNS
+    from kappa.streaming.sources import archived_log, kafka_options
 
-    return (spark.read.format("kafka").options(**kafka_options(settings)).option("subscribe", topic)
-            .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+    log = (spark.read.format("kafka").options(**kafka_options(settings)).option("subscribe", topic)
+           .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
+    spec = catalog.topics.get(topic) if catalog is not None else None
+    if spec is None or spec.archive is None:
+        return log
+    registry = Registry(settings)
+    kept = registry.promoted(spec.archive) or registry.latest(spec.archive)
+    below = {p: s for p, s in start_offsets(settings, [topic]).get(topic, {}).items() if s > 0}
+    if kept is None or not below:
+        return log.select(*KAFKA_COLUMNS)
+    return (archived_log(spark, {topic: {"table": kept.table_path, "below": below}}, stream=False)
+            .unionByName(log.select(*KAFKA_COLUMNS)))
 
 
 def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:
-    """The key's last offset per partition and, per parse asset, the SHA-256 (hex) of the event ids
-    its records carry (``event_id_sha256``; hashes, so the forgotten list holds no id in the
-    clear): one batch read of the topic (kept in the request, so a later step needs no log)."""
+    """The key's last offset per partition, its records' offsets (``offsets``: partition -> list)
+    and, per parse asset, the SHA-256 (hex) of the event ids its records carry
+    (``event_id_sha256``; hashes, so the forgotten list holds no id in the clear): one batch read
+    of the topic, below its log start from its archive (kept in the request, so a later step
+    needs no log)."""
     from pyspark.sql import functions as F
 
-    mine = _topic_records(spark, settings, req.topic).where(_is_key(catalog, req)).cache()
-    last = {str(r["partition"]): int(r["last"]) for r in
-            mine.groupBy("partition").agg(F.max("offset").alias("last")).collect()}
+    mine = _topic_records(spark, settings, req.topic, catalog).where(_is_key(catalog, req)).cache()
+    found: dict[str, list[int]] = {}
+    for r in mine.select("partition", "offset").collect():
+        found.setdefault(str(r["partition"]), []).append(int(r["offset"]))
+    last = {p: max(offs) for p, offs in found.items()}
     ids: dict[str, list[str]] = {}
     for name in direct:
         kind = kind_of(catalog[name])
@@ -237,7 +256,10 @@ def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str])
             ids[name] = sorted({r[0] for r in mine.select(_sha256(col)).collect() if r[0] is not None})
     records = mine.count()
     mine.unpersist()
-    return {"records": records, "last_offsets": last, "event_id_sha256": ids}
+    return {"records": records, "last_offsets": last, "event_id_sha256": ids,
+            # Coordinates of the key's records: the archive's rows this forget deletes, which its
+            # contiguity check then excuses (kappa.delta.forgotten.forgotten_offsets).
+            "offsets": {p: sorted(offs) for p, offs in sorted(found.items())}}
 
 
 def _version_paths(settings: Settings, asset: str) -> list[str]:

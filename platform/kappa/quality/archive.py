@@ -29,7 +29,7 @@ RED_AT = 0.5
 class PartitionArchiveHealth:
     """One partition of an archived topic: the ``archive`` version (``asset/vN``; None: no version
     yet), ``log_start``/``log_end`` offsets, ``archived_to`` (the archive holds every offset below
-    it), ``unarchived`` (records in the log above ``archived_to``), ``oldest_unarchived_s`` (age in
+    it but those ``kappa forget`` deleted), ``unarchived`` (records in the log above ``archived_to``), ``oldest_unarchived_s`` (age in
     seconds of the record at ``archived_to``, by the broker's clock; None when none is unarchived),
     ``retention_s`` (the topic's, seconds; None: forever), ``healthy`` and ``reason`` (empty when
     healthy)."""
@@ -52,6 +52,7 @@ def archive_health(settings: Settings, catalog: Catalog, registry: Registry | No
     an archive (its promoted version, else its latest), topics by name, partitions by number; a
     topic that does not exist yet has none."""
     from kappa.delta.archive import coverage
+    from kappa.delta.forgotten import forgotten_offsets
     from kappa.kafka.topics import TopicError, offsets, records_at
 
     registry = registry or Registry(settings)
@@ -68,11 +69,14 @@ def archive_health(settings: Settings, catalog: Catalog, registry: Registry | No
             logs = offsets(settings, [topic])
         except TopicError:
             continue
-        first = {(topic, p.partition, held[p.partition].contiguous_end if p.partition in held else 0) for p in logs}
+        excused = forgotten_offsets(settings, topic)
+        archived_to = {p.partition: held[p.partition].contiguous_end(excused.get(p.partition, set()))
+                       if p.partition in held else 0 for p in logs}
+        first = {(topic, p, to) for p, to in archived_to.items()}
         stamps = {(r.partition, r.offset): r.timestamp_ms for r in records_at(settings, sorted(first))}
         retention_s = spec.retention_ms / 1000 if spec.retention_ms >= 0 else None
         for p in logs:
-            to = held[p.partition].contiguous_end if p.partition in held else 0
+            to = archived_to[p.partition]
             stamp = stamps.get((p.partition, to))
             age = None if stamp is None or to >= p.end else max(0.0, time.time() - stamp / 1000)
             reason = ""

@@ -76,11 +76,13 @@ def log_sources(settings: Settings, catalog: Catalog, spec: AssetSpec, registry:
 
     Before anything is created it proves, per partition whose log no longer starts at 0, that the
     archive (the promoted version of the topic's ``archive`` asset, else its latest) holds every
-    offset from 0 to the log start (:func:`kappa.delta.archive.coverage`). Raises
+    offset from 0 to the log start (:func:`kappa.delta.archive.coverage`; the records ``kappa forget``
+    deleted from it excepted, :func:`kappa.delta.forgotten.forgotten_offsets`). Raises
     :class:`RetentionError` naming the topic, partition and missing range, or when a topic with
     deleted records has no archive (Kafka's log start offset moves only when records are deleted,
     by retention or DeleteRecords; compaction does not move it)."""
     from kappa.delta.archive import coverage
+    from kappa.delta.forgotten import forgotten_offsets
 
     starts = start_offsets(settings, spec.topics)
     out: dict = {"start_offsets": starts}
@@ -104,9 +106,10 @@ def log_sources(settings: Settings, catalog: Catalog, spec: AssetSpec, registry:
             held = coverage(settings, kept.table_path, topic)
         except Exception:  # TableNotFoundError: the archive has written nothing
             held = {}
+        excused = forgotten_offsets(settings, topic)  # rows `kappa forget` deleted from the archive
         for p, s in sorted(deleted.items()):
             part = held.get(int(p))
-            missing = part.missing_below(s) if part is not None else (0, s - 1)
+            missing = part.missing_below(s, excused.get(int(p), set())) if part is not None else (0, s - 1)
             if missing is not None:
                 raise RetentionError(
                     f"cannot replay {spec.name}: {topic}[{p}] starts at offset {s} in the log and the archive "

@@ -85,7 +85,7 @@ def read_source(spark: SparkSession, spec: AssetSpec, version: Version, settings
     return upstream_stream(spark, version, settings, spec.source.asset)
 
 
-def archived_log(spark: SparkSession, archive: dict) -> DataFrame:
+def archived_log(spark: SparkSession, archive: dict, stream: bool = True) -> DataFrame:
     """The records a version takes from its topics' archives (its ``created`` registry event's
     ``archive``: topic -> ``{"table", "below": {partition: offset}}``, made by
     :func:`kappa.runners.versions.log_sources`): each archive table read as a Delta stream, only the
@@ -97,15 +97,15 @@ def archived_log(spark: SparkSession, archive: dict) -> DataFrame:
     micro-batch (no ``maxFilesPerTrigger`` bound), so no record from Kafka is processed in an earlier
     micro-batch than an archived record of its partition. Appends the archive makes later hold
     offsets at or above ``below`` and are filtered out; a forget's DELETE is skipped
-    (``skipChangeCommits``: the forgotten keys are filtered from the union anyway)."""
+    (``skipChangeCommits``: the forgotten keys are filtered from the union anyway). ``stream``
+    False: the same records as a batch read of the table as it is now (``kappa forget``'s search)."""
     frames = []
     for topic, entry in sorted(archive.items()):
         below = F.create_map(*[x for p, o in sorted(entry["below"].items()) for x in (F.lit(int(p)), F.lit(int(o)))])
+        reader = (spark.readStream.format("delta").option("skipChangeCommits", "true")
+                  .option("maxFilesPerTrigger", str(2**31 - 1)) if stream else spark.read.format("delta"))
         frames.append(
-            spark.readStream.format("delta")
-            .option("skipChangeCommits", "true")
-            .option("maxFilesPerTrigger", str(2**31 - 1))
-            .load(str(entry["table"]))
+            reader.load(str(entry["table"]))
             .where((F.col("topic") == topic) & (F.col("offset") < F.coalesce(below[F.col("partition")], F.lit(0))))
             .select(*KAFKA_COLUMNS))
     out = frames[0]
