@@ -98,7 +98,7 @@ def nexmark_command(
                                           help="Comma-separated queries of assets/nexmark (default: q0,q1,q2,q3,q5,q7,q8)."),
     latency_events: int = typer.Option(150_000, "--latency-events", min=0,
                                        help="Events published at --rate while the queries run continuously (0: no latency step)."),
-    rate: float = typer.Option(2_000.0, "--rate", min=1.0, help="Events/s of the latency step."),
+    rate: float = typer.Option(1_000.0, "--rate", min=1.0, help="Events/s of the latency step."),
     trigger: str = typer.Option("1 second", "--trigger", callback=interval_option,
                                 help="Processing-time trigger of the continuous queries (latency step)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the JSON result here."),
