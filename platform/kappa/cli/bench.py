@@ -111,7 +111,8 @@ def nexmark_command(
 
     from kappa.harness.bench.nexmark import QUERIES, NexmarkOptions, nexmark_table, run_nexmark_bench
 
-    console, err = Console(), Console(stderr=True)
+    # Nine columns: at a pipe's default 80 columns Rich would cut the figures short.
+    console, err = Console(width=max(Console().width, 132)), Console(stderr=True)
     exit_cleanly_on_sigterm()
     opts = NexmarkOptions(events=events, queries=tuple(queries or QUERIES), latency_events=latency_events, rate=rate,
                           trigger=trigger, keep_state=keep_state)
