@@ -72,7 +72,17 @@ CLASS_ARCHIVE := build/cds/spark-driver.jsa
 $(CLASS_ARCHIVE): $(VENV)/.installed build/jars/.resolved $(LOG_STORE_JAR)
 	$(BIN)/python -m kappa.streaming.class_archive $@
 
-install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR) $(LOG_STORE_JAR) $(CLASS_ARCHIVE)
+# The Nexmark event generator (`kappa bench nexmark`): crates.io `nexmark`, pinned, with its own
+# Cargo.lock (--locked), built once into build/nexmark (~20 s here); the stamp names the version, so
+# a new pin builds again.
+NEXMARK_VERSION := 0.2.0
+NEXMARK := build/nexmark/.installed-$(NEXMARK_VERSION)
+$(NEXMARK):
+	@command -v cargo >/dev/null || { echo "cargo is required to build the Nexmark generator (kappa bench nexmark): install Rust (https://rustup.rs)"; exit 1; }
+	cargo install --quiet --locked --force --root build/nexmark --version $(NEXMARK_VERSION) nexmark --features bin
+	touch $@
+
+install: $(VENV)/.installed build/jars/.resolved $(SERVE_AUTH_JAR) $(SQL_GUARD_JAR) $(LOG_STORE_JAR) $(CLASS_ARCHIVE) $(NEXMARK)
 
 # KAPPA_OBJECT_STORE=1 make demo: the demo on the local object store (versitygw built first).
 demo: install $(if $(KAPPA_OBJECT_STORE),objectstore-tools)

@@ -16,6 +16,7 @@ import yaml
 
 from kappa.config import Settings, load_settings
 from kappa.harness.env import free_port
+from kappa.spec.catalog import nested_projects
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,12 +85,12 @@ def _spark_reset_after_each_module(request):
         reset_spark(session)
 
 
-def copy_assets(dest: Path, suffix: str, edit=None, shared: tuple[str, ...] = ()) -> Path:
-    """Copy the repo's assets/ to ``dest`` with every topic renamed ``<topic>_<suffix>`` so tests
-    never share a topic, except topics starting with a prefix in ``shared`` (e.g. ``("ops.",)``:
-    the session's changelog topics, which Connect writes); ``edit(name, doc)`` may change an
-    asset's YAML document in place."""
-    shutil.copytree(REPO / "assets", dest)
+def copy_assets(dest: Path, suffix: str, edit=None, shared: tuple[str, ...] = (), source: Path = REPO / "assets") -> Path:
+    """Copy the repo's assets/ (or another assets folder, ``source``: e.g. ``assets/nexmark``) to
+    ``dest`` with every topic renamed ``<topic>_<suffix>`` so tests never share a topic, except
+    topics starting with a prefix in ``shared`` (e.g. ``("ops.",)``: the session's changelog
+    topics, which Connect writes); ``edit(name, doc)`` may change an asset's YAML document in place."""
+    shutil.copytree(source, dest)
 
     def renamed(t: str) -> str:
         return t if t.startswith(shared) else f"{t}_{suffix}"
@@ -98,8 +99,9 @@ def copy_assets(dest: Path, suffix: str, edit=None, shared: tuple[str, ...] = ()
     doc = yaml.safe_load(topics_file.read_text())
     doc["topics"] = {renamed(t): spec for t, spec in doc["topics"].items()}
     topics_file.write_text(yaml.safe_dump(doc))
+    projects = nested_projects(dest)  # e.g. assets/nexmark: another project, not loaded with this one
     for path in dest.rglob("*.yaml"):
-        if path == topics_file:
+        if path == topics_file or any(p in path.parents for p in projects):
             continue
         asset = yaml.safe_load(path.read_text())
         if not isinstance(asset, dict) or "name" not in asset:
@@ -115,13 +117,14 @@ def copy_assets(dest: Path, suffix: str, edit=None, shared: tuple[str, ...] = ()
 
 @pytest.fixture
 def make_env(tmp_path, broker_settings):
-    """Factory: ``make_env(edit=None)`` -> (settings, topic suffix) with private assets, topics,
-    warehouse and checkpoints, talking to the session broker."""
+    """Factory: ``make_env(edit=None, name="env", source=REPO / "assets")`` -> (settings, topic
+    suffix) with private assets (a copy of ``source``), topics, warehouse and checkpoints, talking to
+    the session broker."""
 
-    def make(edit=None, name: str = "env") -> tuple[Settings, str]:
+    def make(edit=None, name: str = "env", source: Path = REPO / "assets") -> tuple[Settings, str]:
         suffix = uuid.uuid4().hex[:8]
         root = tmp_path / name
-        assets = copy_assets(root / "assets", suffix, edit)
+        assets = copy_assets(root / "assets", suffix, edit, source=source)
         settings = load_settings(
             project_dir=REPO, home=root / "home", assets_dir=assets,
             kafka_port=broker_settings.kafka_port, kafka_controller_port=broker_settings.kafka_controller_port,

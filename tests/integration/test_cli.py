@@ -31,7 +31,7 @@ def kappa(*args: str, env: dict | None = None, timeout: float = 180) -> subproce
 @pytest.mark.parametrize("command", [[], ["kafka"], ["kafka", "start"], ["kafka", "stop"], ["kafka", "status"],
                                      ["ingest", "nycflights13"], ["run"], ["sql"], ["assets"], ["versions"],
                                      ["gate"], ["replay"], ["promote"], ["rollback"], ["demo"], ["forget"],
-                                     ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"],
+                                     ["chaos"], ["chaos", "driver"], ["chaos", "broker"], ["bench"], ["bench", "nexmark"],
                                      ["postgres", "start"], ["postgres", "stop"], ["postgres", "status"],
                                      ["connect", "start"], ["connect", "stop"], ["connect", "status"],
                                      ["objectstore", "start"], ["objectstore", "stop"], ["objectstore", "status"],
@@ -47,6 +47,9 @@ def test_every_command_has_help(command):
     (["bench", "--trigger", "soon"], "--trigger"),
     (["bench", "--partitions", "0"], "--partitions"),
     (["bench", "--events", "-5"], "--events"),
+    (["bench", "nexmark", "--queries", ","], "--queries"),
+    (["bench", "nexmark", "--rate", "0"], "--rate"),
+    (["bench", "nexmark", "--trigger", "soon"], "--trigger"),
     (["chaos", "driver", "--rate", "0"], "--rate"),
     (["chaos", "broker", "--limit", "0"], "--limit"),
     (["chaos", "driver", "--trigger", "soon"], "--trigger"),
@@ -55,6 +58,12 @@ def test_bad_bench_and_chaos_options_are_refused_before_anything_starts(args, op
     result = invoke_kappa(*args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert option in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_unknown_nexmark_query_is_one_line_naming_it():
+    result = invoke_kappa("bench", "nexmark", "--queries", "q0,q9")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "'q9' is not declared" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_status_json_reports_the_running_broker(broker_settings):

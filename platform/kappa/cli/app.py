@@ -19,7 +19,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from kappa.cli.bench import bench_command
+from kappa.cli.bench import bench_app
 from kappa.cli.cdc import cdc_app
 from kappa.cli.chaos import chaos_app
 from kappa.cli.command import guarded
@@ -48,7 +48,7 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(cdc_app, name="cdc")
 app.add_typer(declarations_app, name="declarations")  # kappa declarations add|edit|retire|list
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
-app.command("bench")(bench_command)  # kappa bench: throughput and latency
+app.add_typer(bench_app, name="bench")  # kappa bench [nexmark]: throughput and latency
 app.command("demo")(demo)  # kappa demo: the main job
 
 

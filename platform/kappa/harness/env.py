@@ -15,6 +15,7 @@ import yaml
 
 from kappa.config import Settings, load_settings
 from kappa.core.processes import free_port  # re-exported: the tests' free ports
+from kappa.spec.catalog import nested_projects
 
 
 @dataclass
@@ -84,8 +85,9 @@ def isolated_env(
     root = base.home / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     assets = root / "assets"
     shutil.copytree(base.assets_dir, assets)
+    projects = nested_projects(assets)  # another project's declarations (assets/nexmark): not edited
     for path in sorted(assets.rglob("*.yaml")):
-        if path.name == "topics.yaml" or edit is None:
+        if path.name == "topics.yaml" or edit is None or any(p in path.parents for p in projects):
             continue
         doc = yaml.safe_load(path.read_text())
         if not isinstance(doc, dict) or "name" not in doc:

@@ -304,8 +304,16 @@ def _check_archive(topics_path: Path, topic: str, t: TopicSpec, assets: dict[str
                         f"(source.kafka.topics: [{topic}], transform.raw) ({spec.where})")
 
 
+def nested_projects(assets_dir: Path) -> list[Path]:
+    """The sub-folders of ``assets_dir`` (at any depth) that hold their own ``topics.yaml``: each is
+    a separate project (e.g. ``assets/nexmark``, loaded by ``kappa bench nexmark`` as its own
+    assets folder), whose declarations the parent's catalog does not load."""
+    return sorted(p.parent for p in Path(assets_dir).rglob("topics.yaml") if p.parent != Path(assets_dir))
+
+
 def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) -> Catalog:
-    """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir``, plus the
+    """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir`` (less the
+    folders of :func:`nested_projects`: a sub-folder with its own ``topics.yaml``), plus the
     ``declared`` YAML texts (asset name -> text: the active declarations recorded in the
     warehouse, :func:`kappa.delta.declarations.catalog`), validated together.
 
@@ -324,8 +332,11 @@ def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) ->
         except ValidationError as err:
             raise SpecError(_format_error(topics_path, err)) from None
     assets: dict[str, AssetSpec] = {}
+    projects = nested_projects(assets_dir)
     for path in sorted(assets_dir.rglob("*.y*ml")):
         if path == topics_path or path.suffix not in (".yaml", ".yml") or path.name.startswith("_"):
+            continue
+        if any(p in path.parents for p in projects):  # another project's declarations
             continue
         if path.parent == assets_dir and path.name == "connectors.yaml":  # kappa.cdc.connect reads it
             continue
