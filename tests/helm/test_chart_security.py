@@ -95,10 +95,11 @@ def test_every_declared_source_topic_has_a_kafkatopic(rendered):
     assert others == {connect.CONFIG_TOPIC, connect.OFFSET_TOPIC, connect.STATUS_TOPIC, *HEARTBEATS}
 
 
-def test_source_topics_keep_their_log_forever_by_default(default_objects):
+def test_source_topics_keep_a_week_archived_and_changelogs_forever_by_default(default_objects):
     for topic in _topics(default_objects):
         config = topic["spec"]["config"]
-        assert config["retention.ms"] == "-1"
+        # flights and weather: 7 days on the brokers, the rest in their bronze archives (issue 45)
+        assert config["retention.ms"] == ("-1" if topic["spec"]["topicName"].startswith("ops.") else "604800000")
         # changelogs of the operational database (Debezium) are compacted: the latest row per key
         expected = "compact" if topic["spec"]["topicName"].startswith("ops.") else "delete"
         assert config["cleanup.policy"] == expected
@@ -107,12 +108,12 @@ def test_source_topics_keep_their_log_forever_by_default(default_objects):
 
 
 def test_retention_can_be_bounded_for_every_topic_or_one():
-    every = render(sets=("topics.retentionMs=604800000",))
-    assert {t["spec"]["config"]["retention.ms"] for t in _topics(every)} == {"604800000"}
+    every = render(sets=("topics.retentionMs=86400000",))
+    assert {t["spec"]["config"]["retention.ms"] for t in _topics(every)} == {"86400000"}
     one = render(sets=("topics.overrides.weather.config.retention\\.ms=1000", "topics.overrides.weather.partitions=6"))
     by_name = {t["spec"]["topicName"]: t["spec"] for t in kinds(one, "KafkaTopic")}
     assert by_name["weather"]["config"]["retention.ms"] == "1000" and by_name["weather"]["partitions"] == 6
-    assert by_name["flights"]["config"]["retention.ms"] == "-1"
+    assert by_name["flights"]["config"]["retention.ms"] == "604800000"
 
 
 def test_compacted_topics_get_log_compaction(tmp_path):
