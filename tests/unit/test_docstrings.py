@@ -10,7 +10,7 @@ What is checked, per module (``__main__`` scripts aside):
 
 What is not: module-level constants (Python gives them no ``__doc__``), dunder and ``_private``
 names, members a decorator generates (dataclass and pydantic ones: they are dunders or inherited
-from ``BaseModel``), and a method overriding a documented base method (``write`` of a
+from ``BaseModel``), and a method overriding a documented base method (``commits`` of a
 ``MicroBatchWriter`` subclass, ``init``/``handleInputRows``/``close`` of a Spark
 ``StatefulProcessor``): it inherits the base's doc, as ``inspect.getdoc`` would show it.
 """

@@ -40,9 +40,10 @@ def test_a_delta_end_position_at_the_start_of_a_version_read_the_one_before():
 
 
 def test_an_append_writer_starts_after_the_last_batch_its_table_holds_for_it_or_for_deltas_sink(tmp_path):
-    """AppendWriter's re-run rule reads, once per query start, the last batch id the table's ``txn``
-    actions hold for its writer id and for the checkpoint's query id (the app id of Delta's
-    streaming sink, which wrote the append kinds before): a real delta-rs table, three writers."""
+    """The re-run rule of every writer (here an AppendWriter's) reads, once per query start, the last
+    batch id the table's ``txn`` actions hold for its writer id and for the checkpoint's query id
+    (the app id of Delta's streaming sink, which wrote the append kinds before): a real delta-rs
+    table, three writers."""
     from datetime import datetime, timezone
 
     import pyarrow as pa
@@ -68,7 +69,11 @@ def test_an_append_writer_starts_after_the_last_batch_its_table_holds_for_it_or_
     for app, batch in (("kappa-other-v1", 9), ("kappa-flights_bronze-v1", 2)):
         write_deltalake(table, rows, mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction(app, batch)]))
-    assert writer._last_committed(str(table)) == 2  # its own writer id; another writer's 9 is not its
+    assert writer.last_committed() == 2  # its own writer id; another writer's 9 is not its
     write_deltalake(table, rows, mode="append",
                     commit_properties=CommitProperties(app_transactions=[Transaction("4d57e834", 5)]))
-    assert writer._last_committed(str(table)) == 5  # Delta's streaming sink of the same checkpoint
+    assert writer.last_committed() == 5  # Delta's streaming sink of the same checkpoint
+    assert writer.rerun(5) and not writer.rerun(6)  # read at the query's first batch ...
+    write_deltalake(table, rows, mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction("kappa-flights_bronze-v1", 7)]))
+    assert writer.last_committed() == 7 and not writer.rerun(6)  # ... and not again

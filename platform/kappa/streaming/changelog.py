@@ -52,7 +52,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Version
 from kappa.spec import AssetSpec, ChangelogTransform
 from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, SPARK_TYPES, type_errors
-from kappa.streaming.writers import MicroBatchWriter, ensure_quarantine_table, ensure_table, record_columns
+from kappa.streaming.writers import Commit, MicroBatchWriter, ensure_table, record_columns
 
 #: The start of every version read by the initial snapshot: 1900-01-01T00:00:00Z, before any event
 #: Kappa handles and inside pandas' nanosecond range (so delta-rs/pandas readers can load it).
@@ -163,47 +163,42 @@ def tombstones(kafka_df: DataFrame, transform: ChangelogTransform) -> DataFrame:
 class ChangelogWriter(MicroBatchWriter):
     """foreachBatch body of a ``changelog`` asset (see the module docstring): bad change events to
     the quarantine table, good ones MERGEd in LSN order, each once per (writer id, batch id) (the
-    append's and the MERGE's ``txn`` actions). A change applied by another batch changes nothing
-    either: the MERGE applies only changes newer than the table's LSN per key. Fault points
-    (``KAPPA_FAULT``): ``before_write``, ``after_quarantine_commit``, ``after_table_commit``,
+    append's and the MERGE's ``txn`` actions, the MERGE's through Delta's
+    ``spark.databricks.delta.write.txnAppId``/``txnVersion`` session settings:
+    :meth:`~kappa.streaming.writers.MicroBatchWriter.dml_commit`). A change applied by another batch
+    changes nothing either: the MERGE applies only changes newer than the table's LSN per key. Fault
+    points (the base's): ``before_write``, ``after_quarantine_commit``, ``after_table_commit``,
     ``after_batch``."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         super().__init__(spec, version, settings)
         assert spec.transform.changelog is not None
         self.transform = spec.transform.changelog
-        self.quarantine = ensure_quarantine_table(spark, settings)
+        self.side_table(spark, "quarantine")
         # A current-state table records its change data feed: a materialized view over it follows
         # its inserts, updates and deletes (kappa.streaming.table_joins).
         ensure_table(spark, version.table_path, table_schema(self.transform),
                      CHANGE_DATA_FEED if self.transform.mode == "current" else None)
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
         raw = batch.select(*KAFKA_COLUMNS)
         changes = parse_changes(raw.where(F.col("value").isNotNull()), self.transform, self.spec.name)
         if self.transform.mode == "current":  # tombstones are deletes here (reason null: "good")
             changes = changes.unionByName(tombstones(raw, self.transform))
-        changes = changes.persist()  # one read of the micro-batch for the quarantine and the MERGE
-        try:
-            # Both sides counted in one Spark job (it also fills the persisted frame).
-            bad_rows, good_rows = changes.agg(F.count_if(F.col("reason").isNotNull()),
-                                              F.count_if(F.col("reason").isNull())).first()
-            self.at("before_write", batch_id)
-            if bad_rows:
-                self.append(
-                    changes.where(F.col("reason").isNotNull()).select(
-                        *self.owner_columns(), *record_columns(), "reason",
-                        F.current_timestamp().alias("quarantined_at")),
-                    self.quarantine, batch_id, side="quarantine")
-                self.at("after_quarantine_commit", batch_id)
-            if not good_rows:
-                return
+        changes = self.hold(changes)  # one read of the micro-batch for the quarantine and the MERGE
+        # Both sides counted in one Spark job (it also fills the persisted frame).
+        bad_rows, good_rows = changes.agg(F.count_if(F.col("reason").isNotNull()),
+                                          F.count_if(F.col("reason").isNull())).first()
+        commits = []
+        if bad_rows:
+            commits.append(self.side_commit(changes.where(F.col("reason").isNotNull()).select(
+                *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at")),
+                "quarantine", batch_id))
+        if good_rows:
             good = changes.where(F.col("reason").isNull())
             merge = self._merge_current if self.transform.mode == "current" else self._merge_history
-            self.dml(lambda: merge(good), batch_id, good.sparkSession)
-            self.at("after_table_commit", batch_id)
-        finally:
-            changes.unpersist()
+            commits.append(self.dml_commit(lambda: merge(good), batch_id, good.sparkSession))
+        return commits
 
     def _merge_current(self, good: DataFrame) -> None:
         from delta.tables import DeltaTable

@@ -51,7 +51,7 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from kappa.spec import AssetSpec, interval_seconds
 from kappa.streaming.cep import Event, Matcher, Pattern, release
-from kappa.streaming.writers import MicroBatchWriter, ensure_late_events_table
+from kappa.streaming.writers import Commit, MicroBatchWriter
 
 _STRING_LIST = T.StructType([T.StructField("event", T.StringType(), False)])
 _LONG = T.StructType([T.StructField("value", T.LongType(), False)])
@@ -205,36 +205,29 @@ class PatternWriter(MicroBatchWriter):
     same offsets from the state store version of the batch before (Structured Streaming guide,
     "Fault Tolerance Semantics").
 
-    In: :func:`pattern_frame`'s rows. Fault points: ``before_write``, ``after_late_commit`` (a batch
-    with late rows), ``after_table_commit`` and ``after_batch``, as the other writers."""
+    In: :func:`pattern_frame`'s rows. Fault points (the base's): ``before_write``,
+    ``after_late_commit`` (a batch with late rows), ``after_table_commit`` and ``after_batch``."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version, settings):
         super().__init__(spec, version, settings)
-        self.late_path = ensure_late_events_table(spark, settings)
+        self.side_table(spark, "late")
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
-        try:
-            # Every partition is computed (and cached) before the appends, which Delta skips without
-            # reading the batch when a re-run finds them committed: the processor's state store
-            # must commit this batch either way (see kappa.streaming.writers.run_for_state).
-            batch.count()
-            late = batch.where(F.col("_late"))
-            has_late = not late.isEmpty()
-            self.at("before_write", batch_id)
-            if has_late:
-                rows = late.select(
-                    *self.owner_columns(),
-                    F.col("event_ids")[0].alias("event_id"), F.col("first_event_time").alias("event_time"),
-                    F.col("_watermark").alias("watermark"),
-                    F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
-                    F.lit(None).cast("long").alias("offset"), F.lit(None).cast("timestamp").alias("kafka_timestamp"),
-                    F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
-                    F.current_timestamp().alias("arrived_at"))
-                self.append(rows, self.late_path, batch_id, side="late")
-                self.at("after_late_commit", batch_id)
-            matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
-            self.append(matches, self.version.table_path, batch_id)
-            self.at("after_table_commit", batch_id)
-        finally:
-            batch.unpersist()
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
+        # The processor runs once per batch (every partition computed and cached here): the late
+        # rows and the matches are both read from the cache, and a re-run whose late rows committed
+        # (Delta skips that append without reading the batch) still commits the processor's state.
+        batch = self.hold(batch)
+        batch.count()
+        late = batch.where(F.col("_late"))
+        commits = []
+        if not late.isEmpty():
+            commits.append(self.side_commit(late.select(
+                *self.owner_columns(),
+                F.col("event_ids")[0].alias("event_id"), F.col("first_event_time").alias("event_time"),
+                F.col("_watermark").alias("watermark"),
+                F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
+                F.lit(None).cast("long").alias("offset"), F.lit(None).cast("timestamp").alias("kafka_timestamp"),
+                F.lit(None).cast("binary").alias("key"), F.lit(None).cast("binary").alias("value"),
+                F.current_timestamp().alias("arrived_at")), "late", batch_id))
+        matches = batch.where(~F.col("_late")).drop("_late", "_watermark")
+        return [*commits, self.append_commit(matches, batch_id)]

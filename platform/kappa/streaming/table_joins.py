@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
 from kappa.spec import AssetSpec, SpecError
-from kappa.streaming.writers import MicroBatchWriter, ensure_table
+from kappa.streaming.writers import Commit, MicroBatchWriter, ensure_table
 
 
 class LookupWriter(MicroBatchWriter):
@@ -74,10 +74,8 @@ class LookupWriter(MicroBatchWriter):
             out = out.join(F.broadcast(right), cond, "left").drop(*helper)
         return out
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
-        self.at("before_write", batch_id)
-        self.append(self.enrich(batch), self.version.table_path, batch_id)
-        self.at("after_table_commit", batch_id)
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
+        return [self.append_commit(self.enrich(batch), batch_id)]
 
 
 #: ``maxFilesPerTrigger`` of a view's change data feeds: no limit in practice (Delta's own cap when
@@ -144,13 +142,12 @@ class ViewWriter(MicroBatchWriter):
                 out[d["asset"]] = max(0, d["table_version"] - (0 if d["complete"] else 1))
         return out
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
         from delta.tables import DeltaTable
 
         if not batch.limit(1).count():
-            return
+            return []
         spark = batch.sparkSession
-        self.at("before_write", batch_id)
         versions = self.read_versions(batch_id)
 
         def merge() -> None:
@@ -166,5 +163,4 @@ class ViewWriter(MicroBatchWriter):
              .whenNotMatchedBySourceDelete()
              .execute())
 
-        self.dml(merge, batch_id, spark)
-        self.at("after_table_commit", batch_id)
+        return [self.dml_commit(merge, batch_id, spark)]

@@ -8,12 +8,23 @@ late-events table gets ``<writer id>-<side>``) and ``txnVersion`` = the micro-ba
 the pair in the table's log and skips a write whose pair it has already committed, so a batch that
 Spark re-runs after a crash (its commit log entry missing) is skipped where it already committed.
 
-A subclass implements :meth:`MicroBatchWriter.write` and adds only its rows; the base gives it
-:meth:`~MicroBatchWriter.append`, :meth:`~MicroBatchWriter.transaction` (for MERGE/UPDATE/DELETE),
-:meth:`~MicroBatchWriter.committed` (the re-run rule) and the fault points of ``KAPPA_FAULT``
-(:class:`kappa.faults.Fault`): ``before_write``, ``after_quarantine_commit``, ``after_late_commit``,
-``after_table_commit`` (called by the subclass) and ``after_batch`` (by the base, once the batch
-function returns and before Spark writes its commit log entry).
+The base owns a micro-batch's sequence (:meth:`MicroBatchWriter.__call__`, the template); a kind's
+writer only says what the batch writes (:meth:`MicroBatchWriter.commits`: a list of
+:class:`Commit`, built with :meth:`~MicroBatchWriter.append_commit`,
+:meth:`~MicroBatchWriter.side_commit` and :meth:`~MicroBatchWriter.dml_commit`). The sequence:
+
+1. **The re-run rule**, one for every kind: a batch whose id is at or below the last ``txnVersion``
+   this writer committed to the asset's table (read once per query start, :meth:`~MicroBatchWriter.rerun`)
+   is a re-run of a batch whose last commit exists; it writes nothing and is run into the noop sink
+   (:func:`run_for_state`), so every stateful operator upstream commits its state for it.
+2. Otherwise the writer's :meth:`~MicroBatchWriter.commits` (the batch computed, nothing written),
+   then the fault point ``before_write``;
+3. each commit in :data:`COMMIT_ORDER` (the side tables, then the asset's table last: the one the
+   re-run rule reads), each followed by its fault point (:data:`AFTER_COMMIT`:
+   ``after_quarantine_commit``, ``after_late_commit``, ``after_table_commit``);
+4. ``after_batch``, once the batch function is done and before Spark writes its commit log entry.
+
+The fault points are those of ``KAPPA_FAULT`` (:class:`kappa.faults.Fault`); no subclass places one.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -29,10 +41,10 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
 from kappa.core.storage import local_path
-from kappa.delta.registry import Version, late_events_path, quarantine_path
+from kappa.delta.registry import Version, late_events_path, quarantine_path, rescued_path
 from kappa.errors import KappaError
 from kappa.spec import AssetSpec
-from kappa.streaming.parse import late_events_schema, quarantine_schema
+from kappa.streaming.parse import late_events_schema, quarantine_schema, rescued_schema
 
 _log = logging.getLogger(__name__)
 
@@ -79,12 +91,6 @@ def ensure_table(spark: SparkSession, path: str, schema, properties: dict[str, s
         builder = builder.property(key, value)
     builder.execute()
     return path
-
-
-def ensure_quarantine_table(spark: SparkSession, settings: Settings) -> str:
-    """The shared quarantine table (:func:`kappa.streaming.parse.quarantine_schema`), created if
-    missing; returns its path."""
-    return ensure_table(spark, str(quarantine_path(settings)), quarantine_schema())
 
 
 def ensure_late_events_table(spark: SparkSession, settings: Settings) -> str:
@@ -178,14 +184,41 @@ def files_for(rows: int, rows_per_file: int = ROWS_PER_FILE) -> int:
     return max(1, -(-rows // rows_per_file))
 
 
+#: The fault point after a commit to each table a micro-batch writes (:attr:`Commit.side`; None:
+#: the asset's table). The rescued-fields table has none (:data:`kappa.faults.FAULT_POINTS`).
+AFTER_COMMIT = {"quarantine": "after_quarantine_commit", "late": "after_late_commit", None: "after_table_commit"}
+#: The order a micro-batch's commits run in, whatever order the writer lists them: the shared side
+#: tables first, the asset's table last (the re-run rule, :meth:`MicroBatchWriter.rerun`, reads it).
+COMMIT_ORDER = ("quarantine", "late", "rescued", None)
+#: The shared side tables a writer appends to (:meth:`MicroBatchWriter.side_commit`): side -> (the
+#: table's path from the settings, its schema).
+SIDE_TABLES = {"quarantine": (quarantine_path, quarantine_schema), "late": (late_events_path, late_events_schema),
+               "rescued": (rescued_path, rescued_schema)}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One Delta commit of a micro-batch, not yet made: ``side`` is the table it goes to (None: the
+    asset's table; ``"quarantine"``, ``"late"``, ``"rescued"``: that shared side table, with the
+    writer id ``<writer id>-<side>``), ``run`` makes it (an append or a DML statement carrying the
+    batch's transaction id). Built by :meth:`MicroBatchWriter.append_commit`,
+    :meth:`~MicroBatchWriter.side_commit` and :meth:`~MicroBatchWriter.dml_commit`; run by the base
+    in :data:`COMMIT_ORDER`."""
+
+    side: str | None
+    run: Callable[[], None]
+
+
 class RowExpectationError(KappaError, RuntimeError):
     """A ``fail`` row expectation found a violating row: the query stops before the batch writes
     anything (the message names the rule, the count and the first row's Kafka coordinates)."""
 
 
 class MicroBatchWriter:
-    """A ``foreachBatch`` body of one asset version (see the module docstring). Subclasses
-    implement :meth:`write`; calling the writer runs it, then the ``after_batch`` fault point."""
+    """A ``foreachBatch`` body of one asset version (see the module docstring). Calling the writer
+    runs the template: the re-run rule, then :meth:`commits` (what a subclass implements: the
+    batch's rows, as commits not yet made), the commits in :data:`COMMIT_ORDER`, and a fault point
+    before the first and after each."""
 
     #: Whether the query's Delta sources read the upstreams' change data feeds (``readChangeFeed``),
     #: which positions its provenance against (:func:`kappa.streaming.provenance.read_through`).
@@ -200,6 +233,8 @@ class MicroBatchWriter:
         self._sources: dict[int, list[dict]] = {}  # the last two batches' write-ahead log entries
         self._notes: tuple[int | None, dict] = (None, {})  # (batch id, what it counted: see :meth:`note`)
         self._held: list[DataFrame] = []  # frames persisted for one batch, released after it
+        self._committed_at_start: tuple[int | None] | None = None  # (:meth:`last_committed` when the query started,)
+        self._side_paths: dict[str, str] = {}  # side -> its shared table's path, once ensured
 
     def writer_id(self, side: str | None = None) -> str:
         """The ``txnAppId`` of this version's writes to its table (``side`` None) or to a side
@@ -263,6 +298,61 @@ class MicroBatchWriter:
         finally:
             sc.setLocalProperty(JOB_DESCRIPTION, before)  # type: ignore[arg-type]  # None unsets it
 
+    def last_committed(self) -> int | None:
+        """The last batch id committed to the asset's table by this writer or by Delta's streaming
+        sink of the same checkpoint (its ``txn`` app id is the query id; it wrote the append kinds
+        before), from the table's ``txn`` actions (None: none, or no table)."""
+        from kappa.streaming.checkpoint import query_id
+
+        sink = query_id(self.version.checkpoint_path, self.settings)
+        return committed_txn_version(self.version.table_path, self.writer_id(), self.settings, *([sink] if sink else []))
+
+    def rerun(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id`` is a re-run whose last commit (to the asset's table, the
+        last in :data:`COMMIT_ORDER`) exists: its id is at or below :meth:`last_committed` as it
+        stood when this query started (read at its first batch). Once per query start: Spark re-runs
+        only the first batch after a restart (the one its commit log lacks), so no later batch can
+        be at or below it."""
+        if self._committed_at_start is None:
+            self._committed_at_start = (self.last_committed(),)
+        last = self._committed_at_start[0]
+        return last is not None and batch_id <= last
+
+    def side_table(self, spark: SparkSession, side: str) -> str:
+        """The path of the shared side table ``side`` (a key of :data:`SIDE_TABLES`), created if
+        missing (:func:`ensure_table`) once per writer."""
+        if side not in self._side_paths:
+            path, schema = SIDE_TABLES[side]
+            self._side_paths[side] = ensure_table(spark, str(path(self.settings)), schema())
+        return self._side_paths[side]
+
+    def append_commit(self, df: DataFrame, batch_id: int, rows: int | None = None,
+                      partition_by: list[str] | None = None) -> Commit:
+        """The append of ``df`` to the asset's table as micro-batch ``batch_id``'s commit
+        (:meth:`append`; ``rows`` and ``partition_by`` as there)."""
+        return Commit(None, lambda: self.append(df, self.version.table_path, batch_id, rows=rows,
+                                                partition_by=partition_by))
+
+    def side_commit(self, df: DataFrame, side: str, batch_id: int, rows: int | None = None) -> Commit:
+        """The append of ``df`` (rows of the side table's schema, :data:`SIDE_TABLES`) to the shared
+        side table ``side`` as micro-batch ``batch_id``'s commit there (writer id ``<writer id>-<side>``)."""
+        return Commit(side, lambda: self.append(df, self.side_table(df.sparkSession, side), batch_id, side=side,
+                                                rows=rows))
+
+    def dml_commit(self, run: Callable[[], None], batch_id: int, spark: SparkSession) -> Commit:
+        """The DML ``run`` (a MERGE, UPDATE or DELETE of the asset's table, building its reads afresh
+        on each call) as micro-batch ``batch_id``'s commit (:meth:`dml`: with the batch's
+        transaction id and provenance, again on a conflict)."""
+        return Commit(None, lambda: self.dml(run, batch_id, spark))
+
+    def hold(self, frame: DataFrame) -> DataFrame:
+        """``frame`` persisted (unless it is) until the micro-batch is done: the base unpersists it
+        after the batch's commits, whatever happened."""
+        if not frame.is_cached:
+            frame = frame.persist()
+        self._held.append(frame)
+        return frame
+
     def append(self, df: DataFrame, path: str, batch_id: int, side: str | None = None,
                rows: int | None = None, partition_by: list[str] | None = None) -> None:
         """Append ``df`` to the Delta table at ``path`` once per (:meth:`writer_id` of ``side``,
@@ -320,10 +410,6 @@ class MicroBatchWriter:
             self._sources = {b: v for b, v in self._sources.items() if b >= batch_id - 1}
             self._sources[batch_id] = found
         return self._sources[batch_id]
-
-    def committed(self, path: str, side: str | None = None) -> int | None:
-        """The last batch id this writer committed to the table at ``path`` (None: none)."""
-        return committed_txn_version(path, self.writer_id(side), self.settings)
 
     def note(self, batch_id: int, key: str, value: dict) -> None:
         """Record ``value`` under ``key`` in the metadata of every commit micro-batch ``batch_id``
@@ -388,30 +474,50 @@ class MicroBatchWriter:
             F.current_timestamp().alias("quarantined_at"))
         return tagged.where(~dropped_when).select(*columns), quarantined, n
 
-    def checked_rows(self, spark: SparkSession, rows: DataFrame, batch_id: int) -> DataFrame:
-        """:meth:`expect_rows` of a frame kind's output ``rows`` (every column the table's), the
-        dropped rows appended to the quarantine table first (fault point
-        ``after_quarantine_commit``); the rows to write."""
+    def checked_rows(self, rows: DataFrame, batch_id: int) -> tuple[DataFrame, list[Commit]]:
+        """:meth:`expect_rows` of a frame kind's output ``rows`` (every column the table's): (the
+        rows to write, the quarantine commit of the dropped rows or none)."""
         rows, dropped, n = self.expect_rows(rows, batch_id, rows.columns)
-        if dropped is not None:
-            self.append(dropped, ensure_quarantine_table(spark, self.settings), batch_id, side="quarantine", rows=n)
-            self.at("after_quarantine_commit", batch_id)
-        return rows
+        return rows, [] if dropped is None else [self.side_commit(dropped, "quarantine", batch_id, rows=n)]
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
-        """Write one micro-batch (``batch``: the query's output rows of batch ``batch_id``)."""
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
+        """What micro-batch ``batch_id`` writes (``batch``: the query's output rows of the batch), as
+        commits not yet made, at most one per table (:attr:`Commit.side`): computed here, made by the
+        base after the ``before_write`` fault point, in :data:`COMMIT_ORDER`. Empty: the batch writes
+        nothing (no empty commit). Frames it persists for the commits go through :meth:`hold`."""
         raise NotImplementedError
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Write micro-batch ``batch_id`` (the template, see the module docstring): nothing but its
+        state when :meth:`rerun`, else :meth:`commits` made in :data:`COMMIT_ORDER`, with the fault
+        points ``before_write``, each commit's (:data:`AFTER_COMMIT`) and ``after_batch``."""
         try:
             with self.step(batch.sparkSession, "write"):  # a subclass names its own steps inside
-                self.write(batch, batch_id)
+                if self.rerun(batch_id):
+                    # Delta would skip every commit of the batch without reading it, so a stateful
+                    # operator upstream would not commit its state for this batch, which Spark 4.1
+                    # refuses (STATE_STORE_COMMIT_VALIDATION_FAILED). Run it, write nothing.
+                    run_for_state(batch)
+                else:
+                    self._commit(self.commits(batch, batch_id), batch_id)
         finally:
             for frame in self._held:
                 frame.unpersist()
             self._held = []
         # The batch function has returned; Spark has not yet written its commit log entry.
         self.at("after_batch", batch_id)
+
+    def _commit(self, commits: list[Commit], batch_id: int) -> None:
+        sides = [c.side for c in commits]
+        unknown = [s for s in sides if s not in COMMIT_ORDER]
+        if unknown or len(set(sides)) != len(sides):
+            # Two commits to one table would carry one transaction id: Delta would skip the second.
+            raise ValueError(f"{self.version.name} batch {batch_id}: commits to {sides}: one per table of {COMMIT_ORDER}")
+        self.at("before_write", batch_id)
+        for commit in sorted(commits, key=lambda c: COMMIT_ORDER.index(c.side)):
+            commit.run()
+            if commit.side in AFTER_COMMIT:
+                self.at(AFTER_COMMIT[commit.side], batch_id)
 
 
 class UpsertWriter(MicroBatchWriter):
@@ -428,12 +534,9 @@ class UpsertWriter(MicroBatchWriter):
         #: keys emits each changed group once), so the MERGE source needs no dedup; otherwise the
         #: batch is deduplicated on the keys (a MERGE refuses two source rows for one target row).
         self.unique_keys = unique_keys
-        #: Only the first batch a query runs can be a re-run (Spark re-runs the one batch its commit
-        #: log lacks, first, on restart); later batches skip the look at the Delta log.
-        self._first_batch = True
         self._table_exists = False
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
         from delta.tables import DeltaTable
 
         spark = batch.sparkSession  # the query's own session: its settings do not leak to others
@@ -444,47 +547,25 @@ class UpsertWriter(MicroBatchWriter):
             if not DeltaTable.isDeltaTable(spark, path):
                 batch.limit(0).write.format("delta").mode("append").save(path)
             self._table_exists = True
-        self.at("before_write", batch_id)
-        first, self._first_batch = self._first_batch, False
-        committed = self.committed(path) if first else None
-        if committed is not None and committed >= batch_id:
-            # A re-run of a batch whose MERGE committed (killed before Spark's commit log entry).
-            # Delta would skip the MERGE without reading the batch, so the stateful operator
-            # upstream (the window aggregation) would not commit its state for this batch, which
-            # Spark 4.1 refuses (STATE_STORE_COMMIT_VALIDATION_FAILED: "expected 2 commits but got
-            # 0"). Run the batch into the noop sink: the state is committed, nothing is written.
-            run_for_state(batch)
-            return
         if batch_id > 0 and self.no_new_input(batch_id):
             # A no-data micro-batch (Spark runs one to advance the watermark: it evicts state and
             # may close windows). When it emits nothing, its MERGE would be an empty commit costing
             # seconds; the state is committed by running the batch, and the table's last commit
             # already names what it read (the same offsets).
-            batch = batch.persist()
-            try:
-                if batch.count() == 0:
-                    return
-                self._merge(spark, path, batch, batch_id)
-            finally:
-                batch.unpersist()
-        else:
-            self._merge(spark, path, batch, batch_id)
-        self.at("after_table_commit", batch_id)
-
-    def _merge(self, spark: SparkSession, path: str, batch: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
-        batch = self.checked_rows(spark, batch, batch_id)
+            batch = self.hold(batch)
+            if batch.count() == 0:
+                return []
+        rows, quarantine = self.checked_rows(batch, batch_id)
         cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self.keys)
 
         def merge() -> None:
             (DeltaTable.forPath(spark, path).alias("t")
-             .merge((batch if self.unique_keys else batch.dropDuplicates(self.keys)).alias("s"), cond)
+             .merge((rows if self.unique_keys else rows.dropDuplicates(self.keys)).alias("s"), cond)
              .whenMatchedUpdateAll()
              .whenNotMatchedInsertAll()
              .execute())
 
-        self.dml(merge, batch_id, spark)
+        return [*quarantine, self.dml_commit(merge, batch_id, spark)]
 
 
 class AppendWriter(MicroBatchWriter):
@@ -494,39 +575,16 @@ class AppendWriter(MicroBatchWriter):
     mode). Delta's own streaming sink would also append each batch once (its ``txn`` action: app id
     = the query id), but it cannot give a commit per-batch metadata, so what its older commits read
     would be lost with the write-ahead log entries Spark purges (:mod:`kappa.streaming.provenance`).
-
-    A re-run batch (on restart Spark re-runs the batch its commit log lacks) whose append already
-    committed is run into the noop sink instead (:func:`run_for_state`): Delta would skip the
-    append without reading the batch, and a stateful query (join, session, sliding) must commit its
-    state for it. The last committed batch id is read once per query start, from the table's
-    ``txn`` actions of this writer and of Delta's streaming sink of the same checkpoint (its app id
-    is the query id), which wrote the append kinds before."""
+    A re-run batch is the base's (:meth:`MicroBatchWriter.rerun`, which also reads the ``txn``
+    actions of the Delta streaming sink that wrote the append kinds before)."""
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         super().__init__(spec, version, settings)
         self.partition_by = list(spec.sink.partition_by)
-        self._committed: int | None = None  # the last batch id committed before this query started
-        self._looked = False
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
-        path = self.version.table_path
-        self.at("before_write", batch_id)
-        if not self._looked:
-            self._committed, self._looked = self._last_committed(path), True
-        if self._committed is not None and batch_id <= self._committed:
-            run_for_state(batch)
-            return
-        batch = self.checked_rows(batch.sparkSession, batch, batch_id)
-        self.append(batch, path, batch_id, partition_by=self.partition_by)
-        self.at("after_table_commit", batch_id)
-
-    def _last_committed(self, path: str) -> int | None:
-        """The last batch id committed to the table at ``path`` by this writer or by the Delta
-        streaming sink of the same checkpoint (None: none)."""
-        from kappa.streaming.checkpoint import query_id
-
-        sink = query_id(self.version.checkpoint_path, self.settings)
-        return committed_txn_version(path, self.writer_id(), self.settings, *([sink] if sink else []))
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
+        rows, quarantine = self.checked_rows(batch, batch_id)
+        return [*quarantine, self.append_commit(rows, batch_id, partition_by=self.partition_by)]
 
 
 def frame_sink(spark: SparkSession, out: DataFrame, spec: AssetSpec, version: Version,

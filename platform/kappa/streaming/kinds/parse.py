@@ -5,8 +5,9 @@ Each append of a micro-batch (bad records to the quarantine table, late events t
 table, new rows to the asset's table) carries ``txnAppId`` = the version's writer id (a side table's
 for the first two) and ``txnVersion`` = the batch id (:class:`kappa.streaming.writers.MicroBatchWriter`),
 so a batch re-run after a failure is skipped where it already committed. The table append is the
-batch's last write, so a re-run of a batch whose table commit exists is skipped whole (its input is
-still run through the state store, which Spark 4.1 requires to commit every batch).
+batch's last write, so a re-run of a batch whose table commit exists is skipped whole (the base's
+re-run rule, :meth:`kappa.streaming.writers.MicroBatchWriter.rerun`: its input is still run through
+the state store, which Spark 4.1 requires to commit every batch).
 
 Deduplication, with a ``watermark`` (the shipped silver assets). The watermark W of micro-batch N
 is Spark's: the latest event time of the good records of the batches before it minus the delay,
@@ -42,19 +43,12 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
-from kappa.delta.registry import Version, rescued_path
+from kappa.delta.registry import Version
 from kappa.spec import AssetSpec, ParseTransform
 from kappa.streaming.checkpoint import batch_watermark_ms
 from kappa.streaming.kinds.base import Kind
-from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, RESCUED, parse_columns, rescued_schema, row_schema
-from kappa.streaming.writers import (
-    MicroBatchWriter,
-    ensure_late_events_table,
-    ensure_quarantine_table,
-    ensure_table,
-    record_columns,
-    run_for_state,
-)
+from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, RESCUED, parse_columns, row_schema
+from kappa.streaming.writers import Commit, MicroBatchWriter, ensure_table, record_columns
 
 #: Which branch of :func:`silver_frame` a row came through: ``state`` (every record, parsed, less
 #: the on-time copies the state store dropped and the good records behind W') or ``behind`` (every
@@ -116,12 +110,10 @@ class ParseWriter(MicroBatchWriter):
         assert spec.transform.parse is not None
         self.transform = spec.transform.parse
         self.anti_join = settings.dedup_anti_join
-        self.quarantine = ensure_quarantine_table(spark, settings)
-        self.late = ensure_late_events_table(spark, settings)
+        self.side_table(spark, "quarantine")
+        self.side_table(spark, "late")
         self.stateful = spec.watermark is not None
         ensure_table(spark, version.table_path, row_schema(self.transform.fields))
-        # The last batch whose table append committed before this query started (None: none).
-        self.last_committed = self.committed(version.table_path)
         self._watermark: tuple[int, int] | None = None  # (batch id, its watermark in ms)
 
     def watermarks(self, batch_id: int) -> tuple[int, int]:
@@ -141,12 +133,7 @@ class ParseWriter(MicroBatchWriter):
         self._watermark = (batch_id, current)
         return before, current
 
-    def write(self, batch: DataFrame, batch_id: int) -> None:
-        if self.last_committed is not None and batch_id <= self.last_committed:
-            # Re-run of a batch whose table append (its last write) committed before a crash.
-            if self.stateful:
-                run_for_state(batch)
-            return
+    def commits(self, batch: DataFrame, batch_id: int) -> list[Commit]:
         et, eid = F.col(EVENT_TIME), self.transform.event_id
         on_state, is_good = F.col(PATH) == STATE, F.col("reason").isNull()
         coords = ["topic", "partition", "offset"]
@@ -165,68 +152,59 @@ class ParseWriter(MicroBatchWriter):
             watermark, behind_now, frame = None, F.lit(False), batch
             checked, lender = is_good, F.lit(False)
         fresh = on_state & is_good & ~behind_now if self.stateful else F.lit(False)
-        frame = frame.persist()
+        frame = self.hold(frame)
         new = None
         spark = batch.sparkSession
-        try:
-            with self.step(spark, "evaluate"):  # the Kafka read, parse and state store, persisted once
-                stats = frame.agg(
-                    F.count_if(on_state & ~is_good).alias("bad"),
-                    F.count_if(on_state & is_good & behind_now).alias("late"),
-                    F.count_if(fresh).alias("fresh"),
-                    F.count_if(fresh & F.col(RESCUED).isNotNull()).alias("rescued"),
-                    F.count_if(checked).alias("checked"),
-                    F.min(F.when(checked, et)).alias("earliest"),
-                ).first()
-            n_late, n_new, n_rescued, late = stats["late"], stats["fresh"], stats["rescued"], []
-            if n_late:  # new events behind W that the state store passed: their bytes from the lender rows
-                late.append(frame.where(on_state & is_good & behind_now).drop("key", "value")
-                            .join(frame.where(lender).select(*coords, "key", "value"), coords))
-            if stats["checked"]:
-                with self.step(spark, "check behind the watermark"):  # the anti-join against the table
-                    new = self._new_events(frame.where(checked), stats["earliest"])
-                    counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new"),
-                                     F.count_if(~behind_now & F.col(RESCUED).isNotNull()).alias("rescued")).first()
-                n_late, n_new = n_late + counts["late"], n_new + counts["new"]
-                n_rescued += counts["rescued"]
-                late.append(new.where(behind_now))
-            fields = list(self.transform.fields)
-            rows, dropped, n_dropped, rescued = None, None, 0, None
-            if n_new:  # the new rows, held to the row expectations before anything is written
-                rows = frame.where(fresh)
-                if new is not None:
-                    rows = rows.unionByName(new.where(~behind_now))
-                if n_rescued:  # schema drift: fields the declaration lacks, kept and counted per field
-                    rescued = self._rescued(rows, batch_id, n_rescued)
-                rows, dropped, n_dropped = self.expect_rows(
-                    rows.select(*[F.col(f"r.{f}").alias(f) for f in fields], *coords, "timestamp"), batch_id, fields)
-                n_new -= n_dropped
-            self.at("before_write", batch_id)
-            if stats["bad"] or n_dropped:  # an empty append would still cost a Delta commit
-                bad = frame.where(on_state & ~is_good).select(
-                    *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
-                if dropped is not None:
-                    bad = bad.unionByName(dropped)
-                self.append(bad, self.quarantine, batch_id, side="quarantine", rows=stats["bad"] + n_dropped)
-                self.at("after_quarantine_commit", batch_id)
-            if n_late:
-                rows_late = late[0] if len(late) == 1 else late[0].unionByName(late[1])
-                self.append(rows_late.select(
-                    *self.owner_columns(), F.col(f"r.{eid}").alias("event_id"), et.alias("event_time"),
-                    watermark.cast("timestamp").alias("watermark"),
-                    *record_columns(), F.current_timestamp().alias("arrived_at")), self.late, batch_id, side="late",
-                    rows=n_late)
-                self.at("after_late_commit", batch_id)
-            if rescued is not None:
-                self.append(rescued, ensure_table(spark, str(rescued_path(self.settings)), rescued_schema()),
-                            batch_id, side="rescued", rows=n_rescued)
-            if n_new:  # nothing new (every record a duplicate, bad, late or dropped): no empty commit
-                self.append(rows, self.version.table_path, batch_id, rows=n_new)
-                self.at("after_table_commit", batch_id)
-        finally:
+        with self.step(spark, "evaluate"):  # the Kafka read, parse and state store, persisted once
+            stats = frame.agg(
+                F.count_if(on_state & ~is_good).alias("bad"),
+                F.count_if(on_state & is_good & behind_now).alias("late"),
+                F.count_if(fresh).alias("fresh"),
+                F.count_if(fresh & F.col(RESCUED).isNotNull()).alias("rescued"),
+                F.count_if(checked).alias("checked"),
+                F.min(F.when(checked, et)).alias("earliest"),
+            ).first()
+        n_late, n_new, n_rescued, late = stats["late"], stats["fresh"], stats["rescued"], []
+        if n_late:  # new events behind W that the state store passed: their bytes from the lender rows
+            late.append(frame.where(on_state & is_good & behind_now).drop("key", "value")
+                        .join(frame.where(lender).select(*coords, "key", "value"), coords))
+        if stats["checked"]:
+            with self.step(spark, "check behind the watermark"):  # the anti-join against the table
+                new = self.hold(self._new_events(frame.where(checked), stats["earliest"]))
+                counts = new.agg(F.count_if(behind_now).alias("late"), F.count_if(~behind_now).alias("new"),
+                                 F.count_if(~behind_now & F.col(RESCUED).isNotNull()).alias("rescued")).first()
+            n_late, n_new = n_late + counts["late"], n_new + counts["new"]
+            n_rescued += counts["rescued"]
+            late.append(new.where(behind_now))
+        fields = list(self.transform.fields)
+        rows, dropped, n_dropped, rescued = None, None, 0, None
+        if n_new:  # the new rows, held to the row expectations before anything is written
+            rows = frame.where(fresh)
             if new is not None:
-                new.unpersist()
-            frame.unpersist()
+                rows = rows.unionByName(new.where(~behind_now))
+            if n_rescued:  # schema drift: fields the declaration lacks, kept and counted per field
+                rescued = self._rescued(rows, batch_id, n_rescued)
+            rows, dropped, n_dropped = self.expect_rows(
+                rows.select(*[F.col(f"r.{f}").alias(f) for f in fields], *coords, "timestamp"), batch_id, fields)
+            n_new -= n_dropped
+        commits = []
+        if stats["bad"] or n_dropped:  # an empty append would still cost a Delta commit
+            bad = frame.where(on_state & ~is_good).select(
+                *self.owner_columns(), *record_columns(), "reason", F.current_timestamp().alias("quarantined_at"))
+            if dropped is not None:
+                bad = bad.unionByName(dropped)
+            commits.append(self.side_commit(bad, "quarantine", batch_id, rows=stats["bad"] + n_dropped))
+        if n_late:
+            rows_late = late[0] if len(late) == 1 else late[0].unionByName(late[1])
+            commits.append(self.side_commit(rows_late.select(
+                *self.owner_columns(), F.col(f"r.{eid}").alias("event_id"), et.alias("event_time"),
+                watermark.cast("timestamp").alias("watermark"),
+                *record_columns(), F.current_timestamp().alias("arrived_at")), "late", batch_id, rows=n_late))
+        if rescued is not None:
+            commits.append(self.side_commit(rescued, "rescued", batch_id, rows=n_rescued))
+        if n_new:  # nothing new (every record a duplicate, bad, late or dropped): no empty commit
+            commits.append(self.append_commit(rows, batch_id, rows=n_new))
+        return commits
 
     def _rescued(self, rows: DataFrame, batch_id: int, n: int) -> DataFrame:
         """Of the batch's new ``rows`` (:func:`silver_frame`'s columns), the ``n`` whose records carry
