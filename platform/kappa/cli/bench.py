@@ -69,7 +69,12 @@ def bench_command(
     else:
         opts = BenchOptions(**{"events": 2_000_000, **{k: v for k, v in kw.items() if v is not None}})
     result = run_bench(settings, opts, say=lambda m: err.print(f"[dim]bench:[/] {m}", highlight=False))
-    console.print(bench_table(result))
+    _report(console, bench_table(result), result, output)
+
+
+def _report(console, table, result: dict, output: Optional[Path]) -> None:
+    """Print a bench's ``table``, then its ``result`` as JSON: to ``output`` when given, else stdout."""
+    console.print(table)
     text = json.dumps(result, indent=2, default=str)
     if output is not None:
         output.write_text(text + "\n")
@@ -117,10 +122,4 @@ def nexmark_command(
     opts = NexmarkOptions(events=events, queries=tuple(queries or QUERIES), latency_events=latency_events, rate=rate,
                           trigger=trigger, keep_state=keep_state)
     result = run_nexmark_bench(settings, opts, say=lambda m: err.print(f"[dim]nexmark:[/] {m}", highlight=False))
-    console.print(nexmark_table(result))
-    text = json.dumps(result, indent=2, default=str)
-    if output is not None:
-        output.write_text(text + "\n")
-        console.print(f"JSON written to {output}")
-    else:
-        print(text)
+    _report(console, nexmark_table(result), result, output)
