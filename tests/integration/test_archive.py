@@ -77,6 +77,7 @@ def test_a_replay_reads_the_archive_below_the_log_start_and_equals_v1_and_refuse
     assert frame_hash(v2) == frame_hash(v1)
     quarantine = next(c for c in report.gates["flights"].checks if c.name == "quarantine_rate")
     assert quarantine.details["read"] == sum(ends.values())
+    assert [r.input_rows for r in report.results] == [sum(ends.values())]
 
     # `kappa status`: the archive holds every offset up to the log end, healthy.
     env = settings_env(settings)

@@ -1,6 +1,7 @@
 """``kappa replay ASSET --promote`` on the kubernetes runner against the real control plane ends with
 the new version promoted, its gate results recorded in the registry, and the older version's
-SparkApplication deleted: the same replay -> gate -> promote as locally (kappa.lifecycle.promotion.replay),
+SparkApplication deleted: the same replay -> gate -> promote as locally, reading the start of the
+log, which retention deleted from the broker, from the topic's archive on the object store (kappa.lifecycle.promotion.replay),
 with the warehouse, checkpoints and registry on an S3-compatible object store (versitygw,
 ``kappa objectstore``), as on a cluster. Then ``kappa rollback`` runs the rolled-back-to version
 again: its application is created anew, its query resumes from its checkpoint on the store, and
@@ -64,6 +65,36 @@ def rows(settings, version: int) -> tuple[int, int]:
     return len(ids), len(set(ids))
 
 
+def _archive_then_delete_the_log_start(settings, topic: str) -> dict[int, int]:
+    """Write every record of ``topic`` (raw bytes, coordinates, broker timestamps) as version 1 of
+    its archive asset, weather_bronze, on the object store (delta-rs), then let retention delete the
+    start of the log (short retention and segments until a partition's log start moves, then
+    forever again). Returns partition -> log start offset."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
+    from kappa.kafka.topics import alter_topic_config, offsets, records_at
+
+    bronze = load_catalog(settings.assets_dir)["weather_bronze"]
+    archive = Registry(settings).create_version("weather_bronze", bronze.fingerprint(), {},
+                                                start_offsets=start_offsets(settings, [topic]))
+    held = records_at(settings, [(topic, p.partition, o) for p in offsets(settings, [topic]) for o in range(p.start, p.end)])
+    table = pa.table({"key": pa.array([r.key for r in held], pa.binary()),
+                      "value": pa.array([r.value for r in held], pa.binary()),
+                      "topic": pa.array([r.topic for r in held]),
+                      "partition": pa.array([r.partition for r in held], pa.int32()),
+                      "offset": pa.array([r.offset for r in held], pa.int64()),
+                      "timestamp": pa.array([r.timestamp_ms * 1000 for r in held], pa.timestamp("us", tz="UTC"))})
+    write_deltalake(delta_rs_uri(archive.table_path), table,
+                    storage_options=delta_rs_options(archive.table_path, settings))
+    alter_topic_config(settings, topic, {"retention.ms": "1000", "segment.ms": "100"})
+    wait_for("retention deleted the start of the log", lambda: any(p.start > 0 for p in offsets(settings, [topic])),
+             timeout_s=60)
+    alter_topic_config(settings, topic, {"retention.ms": "-1"})
+    return {p.partition: p.start for p in offsets(settings, [topic])}
+
+
 def test_replay_with_promote_then_rollback_on_the_real_plane_and_the_object_store(
         make_env, tmp_path, monkeypatch, api_client, namespace):
     with object_store(tmp_path / "store", "plane") as (_base, store):
@@ -108,10 +139,18 @@ def _replay_then_rollback(make_env, tmp_path, monkeypatch, api_client, namespace
         wait_for("weather v1's query caught up on the object store", lambda: rows(settings, 1)[0] > 0, timeout_s=300)
         # v1 is the promoted version the replay replaces (promoted directly: its gate is not this test's)
         commit_promotion(settings, {"weather": 1}, reason="manual")
+        # The start of weather's log then exists only in its archive (issue 45): weather_bronze/v1 on
+        # the object store, written here from the log with delta-rs, before retention deletes it
+        # from the broker. v2, on the kubernetes runner, reads the archive below the log start.
+        wait_for("weather v1 read the whole log", lambda: rows(settings, 1)[0] == 200, timeout_s=300)
+        starts = _archive_then_delete_the_log_start(settings, spec.topics[0])
         result = CliRunner().invoke(app, ["replay", "weather", "--promote"], catch_exceptions=False)
         logs = {n: kubelet.log_tail(n) for n in ("weather-v1-driver", "weather-v2-driver", "weather-v2-gate-driver")}
         assert result.exit_code == 0, f"{result.output}\n{logs}\nkubelet: {kubelet.errors}"
         assert "promoted" in result.output
+        parts = ", ".join(f"[{p}] 0-{s - 1}" for p, s in sorted(starts.items()) if s > 0)
+        assert (f"weather/v2 reads {spec.topics[0]} {parts} from its archive weather_bronze/v1, the rest from Kafka"
+                in " ".join(result.output.split())), result.output
         # v1's application is deleted after the promotion commit; the garbage collector removes its pod
         assert apps.get("weather-v1") is None
         wait_for("weather-v1's driver pod deleted",

@@ -515,6 +515,11 @@ def test_catch_up_is_read_from_the_checkpoint_against_the_end_offsets():
     assert remaining(half, target) == 4
     done = CheckpointState(batch_id=1, offsets={"weather": {"0": 10, "1": 5, "2": 0}})
     assert remaining(done, target) == 0
+    # a version reading 4 records below the log start from an archive: they are read by batch 0, so
+    # it is not caught up before a batch commits even when Kafka holds nothing more to read
+    whole = CatchUpTarget(end_offsets={"weather": {"0": 4}})
+    assert remaining(CheckpointState(), whole, {"weather": {"0": 4}}, archived=4) == 4
+    assert remaining(CheckpointState(batch_id=0, offsets={"weather": {"0": 4}}), whole, archived=4) == 0
     # an upstream table: Delta's offset (reservoirVersion=v, index=-1) has read everything before v
     up = CatchUpTarget(upstream_version=4)
     assert remaining(CheckpointState(), up) == 5

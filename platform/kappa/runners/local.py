@@ -15,6 +15,7 @@ from typing import Callable
 
 from kappa.config import Settings
 from kappa.core.storage import exists, join
+from kappa.delta.archive import archived_records
 from kappa.delta.registry import Registry, Version, late_events_path, quarantine_path
 from kappa.runners.base import (
     AssetRunResult,
@@ -111,7 +112,10 @@ def _collect(spark, settings: Settings, running, seconds: float) -> AssetRunResu
 
     q, spec, version = running.query, running.spec, running.version
     progress = [progress_as_dict(p) for p in q.recentProgress if p]
-    input_rows = records_read(progress, (version.last("created") or {}).get("start_offsets"))
+    created = version.last("created") or {}
+    input_rows = records_read(progress, created.get("start_offsets"))
+    if any(p.get("batchId") == 0 for p in progress):  # batch 0 read the archives below the log start
+        input_rows += archived_records(created)
     dropped = sum(
         op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
     )
@@ -226,6 +230,7 @@ class LocalRunner:
             raise RunError(f"{version.name} was not started by this runner")
         running, bounded, started = found
         start_offsets = (version.last("created") or {}).get("start_offsets") or {}
+        archived = archived_records(version.last("created"))
 
         def done() -> bool:
             q = running.query
@@ -234,7 +239,7 @@ class LocalRunner:
             if not q.isActive:
                 return True
             return not bounded and remaining(read_checkpoint(version.checkpoint_path, self.settings),
-                                             target, start_offsets) == 0
+                                             target, start_offsets, archived) == 0
 
         def wait(seconds: float) -> None:
             # Between looks: the query's end wakes the wait at once (a bounded query is done then).

@@ -218,11 +218,14 @@ class CatchUpTarget:
     upstream_version: int | None = None
 
 
-def remaining(state: CheckpointState, target: CatchUpTarget, start_offsets: dict | None = None) -> int:
+def remaining(state: CheckpointState, target: CatchUpTarget, start_offsets: dict | None = None,
+              archived: int = 0) -> int:
     """What a checkpoint still has to read to reach ``target``: Kafka records (log end offset minus
     committed offset, summed over partitions; a partition with nothing committed counts from the
-    version's ``start_offsets``) plus upstream Delta versions. 0 means caught up."""
-    left = 0
+    version's ``start_offsets``) plus upstream Delta versions, plus, until its first micro-batch
+    commits, the ``archived`` records it reads from archives below the start offsets
+    (:func:`kappa.delta.archive.archived_records`). 0 means caught up."""
+    left = archived if state.batch_id is None else 0
     for topic, parts in target.end_offsets.items():
         for part, end in parts.items():
             done = state.offsets.get(topic, {}).get(str(part)) if isinstance(state.offsets.get(topic), dict) else None

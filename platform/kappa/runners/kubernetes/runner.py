@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from kappa.delta.archive import archived_records
 from kappa.runners.base import AssetRunResult, Outcome, ProgressCallback, RunError, RunStatus
 from kappa.runners.kubernetes.application import build_gate_application, build_spark_application
 from kappa.runners.kubernetes.client import SparkApplications
@@ -238,6 +239,7 @@ class KubernetesRunner:
 
         started = self._clock()
         start_offsets = (version.last("created") or {}).get("start_offsets") or {}
+        archived = archived_records(version.last("created"))
         last_batch = None
         while True:
             status = self.status(spec.name, version.version)
@@ -247,7 +249,7 @@ class KubernetesRunner:
                 raise RunError(f"{version.name} failed (SparkApplication {status.namespace}/{status.name}, "
                                f"state {status.state}): {status.error or 'no message from the operator'}")
             cp = read_checkpoint(version.checkpoint_path, self.settings)
-            left = remaining(cp, target, start_offsets)
+            left = remaining(cp, target, start_offsets, archived)
             if on_progress is not None and cp.batch_id is not None and cp.batch_id != last_batch:
                 last_batch = cp.batch_id
                 on_progress(spec.name, {"batchId": cp.batch_id, "numInputRows": 0, "remaining": left,
@@ -292,7 +294,8 @@ class KubernetesRunner:
 
 def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version", cp, seconds: float) -> AssetRunResult:
     """An :class:`AssetRunResult` read without Spark: rows and Delta version of the table through
-    delta-rs, records read from the checkpoint's committed offsets minus the version's start offsets,
+    delta-rs, records read from the checkpoint's committed offsets minus the version's start offsets (plus
+    what it read from archives below them),
     quarantined and late rows of this version from the shared tables."""
     from kappa.delta.registry import late_events_path, quarantine_path
     from kappa.delta.tables import count_of, table_rows
@@ -301,6 +304,8 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
     start = (version.last("created") or {}).get("start_offsets") or {}
     kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
+    if cp.batch_id is not None:  # and what its first micro-batch read from archives below the start
+        read += archived_records(version.last("created"))
     quarantined = late = 0
     from kappa.streaming.kinds import kind_of
 
