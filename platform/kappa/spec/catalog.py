@@ -301,7 +301,7 @@ def _check_archive(topics_path: Path, topic: str, t: TopicSpec, assets: dict[str
         raise SpecError(f"{where}.archive: unknown asset {t.archive!r}")
     if spec.transform.raw is None or list(spec.topics) != [topic]:
         raise SpecError(f"{where}.archive: {t.archive!r} must be a raw asset reading only {topic!r} "
-                        f"(source.kafka.topics: [{topic}], transform.raw) ({spec.where})")
+                        f"(transform.raw, and {topic!r} its one source.kafka.topics entry) ({spec.where})")
 
 
 def nested_projects(assets_dir: Path) -> list[Path]:

@@ -74,7 +74,8 @@ def _edit_assets(env_assets: Path, opts: BenchOptions) -> None:
     topics_file = env_assets / "topics.yaml"
     doc = yaml.safe_load(topics_file.read_text())
     doc["topics"][TOPIC]["partitions"] = opts.partitions
-    doc["topics"][LIVE_TOPIC] = dict(doc["topics"][TOPIC], description="bench: live events")
+    # The bench's own topics keep their log (a throw-away bench has no archive of its own).
+    doc["topics"][LIVE_TOPIC] = dict(doc["topics"][TOPIC], retention_ms=-1, archive=None, description="bench: live events")
     topics_file.write_text(yaml.safe_dump(doc, sort_keys=False))
     flights_file = env_assets / "flights" / "flights.yaml"
     flights = yaml.safe_load(flights_file.read_text())
@@ -85,7 +86,8 @@ def _edit_assets(env_assets: Path, opts: BenchOptions) -> None:
     live = dict(flights, name=LIVE_ASSET, source={"kafka": {"topics": [LIVE_TOPIC]}})
     (env_assets / "flights" / f"{LIVE_ASSET}.yaml").write_text(yaml.safe_dump(live, sort_keys=False))
     if opts.scaling:
-        doc["topics"][SCALE_TOPIC] = dict(doc["topics"][TOPIC], description="bench: scaling curve")
+        doc["topics"][SCALE_TOPIC] = dict(doc["topics"][TOPIC], retention_ms=-1, archive=None,
+                                          description="bench: scaling curve")
         topics_file.write_text(yaml.safe_dump(doc, sort_keys=False))
         scale = dict(flights, name=SCALE_ASSET, source={"kafka": {"topics": [SCALE_TOPIC]}})
         (env_assets / "flights" / f"{SCALE_ASSET}.yaml").write_text(yaml.safe_dump(scale, sort_keys=False))
