@@ -66,6 +66,7 @@ def test_registry_events_become_a_materialization_and_the_promoted_versions_chec
     from kappa.lifecycle.promotion import rollback
 
     assert rollback(settings, "flights") == {"flights": 1}
+    registry.refresh()  # the rollback wrote through its own registry (the sensor reads a fresh one each tick)
     events, _ = registry_events_since(registry, cursor, declared)
     [mat] = [e for e in events if isinstance(e, dg.AssetMaterialization)]
     assert mat.metadata["version"].value == 1 and mat.metadata["reason"].value == "rollback"

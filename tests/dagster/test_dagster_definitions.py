@@ -61,8 +61,8 @@ def test_definitions_load_every_yaml_in_assets():
     assert repo.has_job("replay") and repo.has_job("maintain") and repo.has_job("advance")
     [schedule] = repo.schedule_defs
     assert (schedule.name, schedule.job_name, schedule.cron_schedule) == ("kappa_maintain", "maintain", "0 3 * * *")
-    assert sorted(s.name for s in repo.sensor_defs) == ["kappa_advance", "kappa_automation", "kappa_registry",
-                                                        "kappa_streaming_queries"]
+    assert sorted(s.name for s in repo.sensor_defs) == ["kappa_advance", "kappa_archives", "kappa_automation",
+                                                        "kappa_registry", "kappa_streaming_queries"]
     assert repo.get_sensor_def("kappa_advance").default_status == dg.DefaultSensorStatus.STOPPED  # no continuous asset
 
 

@@ -217,7 +217,7 @@ def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make
     # v1: the job runs the gate first (it never ran), then promotes and pins a snapshot
     run = _launch(promote, {"asset": "flights_bronze", "version": 1}, resource, instance)
     assert run.success
-    v1 = registry.promoted("flights_bronze")
+    v1 = registry.refresh().promoted("flights_bronze")  # the job's promotion: another command's
     assert v1.version == 1 and v1.last("gate_passed") is not None and v1.snapshot is not None
     out, md = _output(run)
     assert out["promoted"] == md["promoted"] == {"flights_bronze": 1} and md["previous"] == {"flights_bronze": None}
@@ -253,7 +253,7 @@ def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make
     assert done.state == "done" and done.claimed_by == "ana (claimed)" and done.origin == f"dagster run {run.run_id}"
     assert done.approvals[-1]["approver"]["user"] == pwd.getpwuid(os.geteuid()).pw_name
     assert done.outcome["records_located"] == 1 and done.outcome["rows_deleted"] == 1
-    assert [e["event"] for e in registry.events(REQUESTS)] == ["requested", "approved", "request_done"]
+    assert [e["event"] for e in registry.refresh().events(REQUESTS)] == ["requested", "approved", "request_done"]
     [request] = requests(settings)
     assert done.outcome["forget_request"] == request.request_id and request.state == "done"
     with pytest.raises(KappaError, match="is done"):
@@ -266,14 +266,15 @@ def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make
 
     # v2 from a replay (gated, not promoted) without the key, promoted by the job; rollback goes back to v1
     assert replay(settings, "flights_bronze", spark=spark).versions == {"flights_bronze": 2}
+    registry.refresh()
     for version in (1, 2):
         keys = DeltaTable(registry.version("flights_bronze", version).table_path).to_pandas()["key"]
         assert len(keys) == 99 and tailnum.encode() not in set(map(bytes, keys)), version
     run = _launch(promote, {"asset": "flights_bronze", "version": 2}, resource, instance)
-    assert run.success and registry.promoted("flights_bronze").version == 2
+    assert run.success and registry.refresh().promoted("flights_bronze").version == 2
     assert _output(run)[1]["previous"] == {"flights_bronze": 1}
     run = _launch(rollback, {"asset": "flights_bronze"}, resource, instance)
-    assert run.success and registry.promoted("flights_bronze").version == 1
+    assert run.success and registry.refresh().promoted("flights_bronze").version == 1
     out, md = _output(run)
     assert md["promoted"] == {"flights_bronze": 1} and md["previous"] == {"flights_bronze": 2}
     assert md["pins"]["flights_bronze"]["version"] == 1 and md["pins"]["flights_bronze"]["snapshot"] is not None
@@ -283,4 +284,4 @@ def test_promote_rollback_and_forget_jobs_move_the_registry_as_the_cli_does(make
     assert not run.success
     failure = next(e for e in run.all_events if e.is_step_failure)
     assert failure.step_failure_data.user_failure_data.description == "flights_bronze has no version v99"
-    assert registry.promoted("flights_bronze").version == 1
+    assert registry.refresh().promoted("flights_bronze").version == 1

@@ -83,7 +83,8 @@ def test_webserver_graphql_lists_streaming_assets_and_checks(tmp_path):
         assert [{"path": ["topic", "flights"]}] == by_key["flights"]["dependencyKeys"]
         [repo] = data["data"]["repositoriesOrError"]["nodes"]
         assert repo["location"]["name"] == "kappa"  # code_location_name in pyproject.toml
-        assert sorted(s["name"] for s in repo["sensors"]) == ["kappa_advance", "kappa_automation", "kappa_registry", "kappa_streaming_queries"]
+        assert sorted(s["name"] for s in repo["sensors"]) == ["kappa_advance", "kappa_archives", "kappa_automation",
+                                                         "kappa_registry", "kappa_streaming_queries"]
         assert "replay" in {j["name"] for j in repo["jobs"]}
     finally:
         processes.terminate(proc.pid, grace_s=30, group=True)  # the server's whole process group

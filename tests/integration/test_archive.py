@@ -17,6 +17,7 @@ from kappa.kafka.topics import alter_topic_config, offsets
 from kappa.delta.declarations import catalog as catalog_of
 from kappa.lifecycle.promotion import RetentionError, promote, replay
 from kappa.quality.archive import archive_health
+from kappa.streaming.provenance import covered
 
 from tests.kappa_cli import invoke_kappa, settings_env
 
@@ -70,6 +71,16 @@ def test_a_replay_reads_the_archive_below_the_log_start_and_equals_v1_and_refuse
     assert created["archive"][topic]["asset"] == "flights_bronze"
     assert created["archive"][topic]["below"] == {str(p): s for p, s in starts.items()}
     assert created["start_offsets"][topic] == {str(p): starts.get(p, 0) for p in ends}
+    # Provenance: the last micro-batch names both sources, the archive (its offsets below the log
+    # start) and the log (its end offsets). (Spark's write-ahead log lists a source once per use in
+    # the query's plan, and this kind uses its input twice.)
+    cov = covered(settings, "flights", 2)
+    assert {next(iter(s)) for s in cov.sources} == {"archive", "kafka"}, cov.sources
+    held = {json.dumps(s["archive"], sort_keys=True) for s in cov.sources if "archive" in s}
+    [held] = [json.loads(h) for h in held]  # every use of the archive read the same
+    assert (held["asset"], held["version"], held["below"], held["complete"]) == (
+        "flights_bronze", 1, {topic: {str(p): s for p, s in starts.items()}}, True)
+    assert cov.offsets == {topic: {str(p): e for p, e in ends.items()}}
     # Row for row the table v1 built from the whole log, and every record counted as read once.
     v1, v2 = table(settings, "flights", 1), table(settings, "flights", 2)
     assert len(v2) == len(v1) == v1["event_id"].nunique() > SLICE + 400

@@ -248,7 +248,7 @@ def test_a_stateful_append_batch_rerun_after_its_delta_commit_writes_nothing_and
     assert duplicate_commits(v.table_path) == 0 and txn_commits(v.table_path) >= commits
 
 
-# The CDC changelog writer (kappa.streaming.changelog.ChangelogWriter), both modes, on hand-made
+# The CDC changelog writer (kappa.streaming.kinds.changelog.ChangelogWriter), both modes, on hand-made
 # Debezium change events (no PostgreSQL needed: the writer reads only the topic).
 CHANGELOG_PER_BATCH = 40  # maxOffsetsPerTrigger of planes and planes_history
 CHANGELOG_STAGES = [

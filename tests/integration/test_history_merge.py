@@ -11,7 +11,7 @@ from pyspark.sql import types as T
 
 from kappa.harness.bench.status import files_read
 from kappa.harness.delta_log import commit_actions, latest_commit
-from kappa.streaming.changelog import batch_keys, history_merge_source, merge_history
+from kappa.streaming.kinds.changelog import batch_keys, history_merge_source, merge_history
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_a_history_batch_reads_and_rewrites_only_its_keys(spark, tmp_path):
 
 
 def test_a_batch_of_more_keys_than_the_literal_bound_reads_the_whole_table(spark, monkeypatch):
-    from kappa.streaming import changelog
+    from kappa.streaming.kinds import changelog
 
     good = spark.createDataFrame([(i, "c", i, ts(i), f"N{i}", 1) for i in range(5)], CHANGES)
     assert batch_keys(good, KEYS) is not None

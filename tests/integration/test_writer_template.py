@@ -33,11 +33,12 @@ from kappa.ingest.nycflights13 import load_events, publish
 from kappa.runners import run_until_caught_up
 from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
-from kappa.streaming.changelog import ChangelogWriter
-from kappa.streaming.parse import KAFKA_COLUMNS
-from kappa.streaming.pattern import PatternWriter
-from kappa.streaming.table_joins import LookupWriter, ViewWriter
-from kappa.streaming.windows import window_frame
+from kappa.streaming.kinds.changelog import ChangelogWriter
+from kappa.streaming.records import KAFKA_COLUMNS
+from kappa.streaming.kinds.pattern import PatternWriter
+from kappa.streaming.kinds.lookup import LookupWriter
+from kappa.streaming.kinds.materialized_view import ViewWriter
+from kappa.streaming.kinds.window import window_frame
 from kappa.streaming.writers import AppendWriter, UpsertWriter
 
 from .test_fault_points import _plane_changes

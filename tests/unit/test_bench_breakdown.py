@@ -8,7 +8,8 @@ import pytest
 from kappa.harness.bench.judge import judge_targets
 from kappa.harness.bench.status import (DRIVER, add_batch_sum, batch_breakdown, files_read_of, metric_value, new_jobs,
                                         per_batch, step_breakdown)
-from kappa.streaming.writers import STEP_MARK, job_step
+from kappa.harness.bench.status import job_step
+from kappa.streaming.writers import STEP_MARK
 
 
 def progress(rows: int, **ms) -> dict:

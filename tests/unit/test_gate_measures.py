@@ -103,7 +103,7 @@ def test_the_shadow_diff_compares_at_the_latest_batches_that_cover_the_same_offs
     """The candidate's latest batch with a twin in the promoted version (equal source-offset
     watermarks), whatever the promoted version read since; none: one line saying why, with the
     candidate's offsets."""
-    from kappa.quality.gate import common_cut
+    from kappa.quality.shadow_cut import common_cut
     from kappa.streaming.provenance import BatchWatermark as B
 
     wm = lambda *o: {"flights": {str(p): n for p, n in enumerate(o)}}

@@ -1,51 +1,119 @@
-"""The kinds registry is the one place that knows transform kinds (besides the declaration models,
-which validate them): every kind declared in ``kappa.spec`` has one entry, and no other module
-compares a kind's name or tests which transform field is set."""
+"""The kinds registry: every registered kind is one module holding its model and ``KIND``, and no
+module but a kind's own names a kind (by its name, its fields or its module's classes)."""
 
 from __future__ import annotations
 
-import re
+import ast
+import pkgutil
 from pathlib import Path
 
 import pytest
 
-from kappa.spec import load_catalog
-from kappa.spec.transforms import TRANSFORM_KINDS
-from kappa.streaming.kinds import KINDS, kind_of
+import kappa.streaming.kinds as kinds_package
+from kappa.spec import load_catalog, transform_kinds
+from kappa.streaming.kinds import kind_of, kinds
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "platform" / "kappa"
-ALLOWED = (PACKAGE / "spec", PACKAGE / "streaming" / "kinds")
-KIND_NAMES = "|".join(TRANSFORM_KINDS)
-BRANCH = re.compile(
-    rf"transform\.kind\s*(==|!=|\bin\b|\bnot in\b)"  # comparing the name
-    rf"|transform\.({KIND_NAMES})\s+is\s+(not\s+)?None"  # testing which field is set
-    rf"|transform\.kind\s*\]"  # indexing a table by the name
-)
+KINDS_DIR = PACKAGE / "streaming" / "kinds"
 
 
-def test_every_declared_kind_has_one_registry_entry():
-    assert sorted(KINDS) == sorted(TRANSFORM_KINDS)
-    assert all(KINDS[name].name == name for name in KINDS)
+def _kind_modules() -> dict[str, Path]:
+    """kind name -> the module declaring it (every registered kind's)."""
+    out = {}
+    for name, model in transform_kinds().items():
+        path = Path(__import__(model.__module__, fromlist=["_"]).__file__)
+        out[name] = path
+    return out
 
 
-def test_no_module_outside_the_registry_branches_on_a_kind():
+def _classes(path: Path) -> set[str]:
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}
+
+
+def kind_mentions(source: str, kind_names: set[str], own: str | None, classes: dict[str, set[str]]) -> list[str]:
+    """Where ``source`` (a module's text) names a kind other than ``own`` (the kind whose module it
+    is, or None): ``.transform.<kind>``; ``.kind`` compared with, or a table indexed by, a kind's
+    name; two or more kind names in one literal (a table of kinds); an import of a kind's module;
+    a class of a kind's module. One ``line: what`` entry each."""
+    modules = {f"kappa.streaming.kinds.{k}" for k in kind_names}
+    foreign = {c: k for k, cs in classes.items() if k != own for c in cs}
+    found: list[str] = []
+
+    def is_kind_attr(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "kind" and isinstance(node.value, ast.Attribute) \
+            and node.value.attr == "transform"
+
+    def kind_strings(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and node.value in kind_names:
+            return [node.value]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return [v for e in node.elts for v in kind_strings(e)]
+        if isinstance(node, ast.Dict):
+            return [v for k in node.keys if k is not None for v in kind_strings(k)]
+        return []
+
+    for node in ast.walk(ast.parse(source)):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "transform" \
+                and node.attr in kind_names and node.attr != own:
+            found.append(f"{line}: .transform.{node.attr}")
+        elif isinstance(node, ast.Compare) and any(is_kind_attr(n) for n in [node.left, *node.comparators]):
+            found.append(f"{line}: transform.kind compared")
+        elif isinstance(node, ast.Subscript) and is_kind_attr(node.slice):
+            found.append(f"{line}: a table indexed by transform.kind")
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and len(set(kind_strings(node)) - {own}) >= 2:
+            found.append(f"{line}: kind names {sorted(set(kind_strings(node)))}")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            targets = {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            named = (targets & modules) - {f"kappa.streaming.kinds.{own}"}
+            if named:
+                found.append(f"{line}: imports {sorted(named)}")
+        elif isinstance(node, ast.Import):
+            named = ({a.name for a in node.names} & modules) - {f"kappa.streaming.kinds.{own}"}
+            if named:
+                found.append(f"{line}: imports {sorted(named)}")
+        elif isinstance(node, (ast.Name, ast.alias)) and (getattr(node, "id", None) or getattr(node, "name", None)) in foreign:
+            name = getattr(node, "id", None) or getattr(node, "name")
+            found.append(f"{line}: {name} (of the {foreign[name]} kind)")
+    return found
+
+
+def test_every_kind_is_one_module_with_its_model_and_kind():
+    registered = kinds()
+    assert sorted(registered) == sorted(transform_kinds())
+    for name, kind in registered.items():
+        assert kind.name == name and kind.model is transform_kinds()[name]
+        assert kind.model.__module__ == kind.start.__module__, name  # the query lives with the model
+
+
+def test_the_built_in_kinds_are_the_modules_of_the_package():
+    modules = {m.name for m in pkgutil.iter_modules(kinds_package.__path__)} - {"base"}
+    assert {n for n, path in _kind_modules().items() if path.parent == KINDS_DIR} == modules
+
+
+def test_no_module_but_a_kind_s_own_names_a_kind():
+    names = set(transform_kinds())
+    own_module = {path: name for name, path in _kind_modules().items()}
+    classes = {name: _classes(path) for name, path in _kind_modules().items()}
     found = []
     for path in PACKAGE.rglob("*.py"):
-        if any(path.is_relative_to(a) for a in ALLOWED):
-            continue
-        for no, line in enumerate(path.read_text().splitlines(), 1):
-            if BRANCH.search(line) and not line.strip().startswith("assert "):  # a precondition, not a branch
-                found.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
-    assert not found, "kind branches outside the kinds registry:\n" + "\n".join(found)
+        for hit in kind_mentions(path.read_text(), names, own_module.get(path), classes):
+            found.append(f"{path.relative_to(ROOT)}:{hit}")
+    assert not found, "modules naming a kind outside the kind's own module:\n" + "\n".join(found)
 
 
-def test_the_branch_pattern_finds_what_it_claims():
-    """The check above would see a branch: it is not a pattern that matches nothing."""
-    assert BRANCH.search('if spec.transform.kind == "parse":')
-    assert BRANCH.search("if spec.transform.kind in LATE_KINDS:")
-    assert BRANCH.search("if spec.transform.changelog is not None:")
-    assert not BRANCH.search('metadata["transform"] = spec.transform.kind')
+def test_the_kind_mention_finder_finds_what_it_claims():
+    """The check above would see each way of naming a kind: it is not a pattern that matches nothing."""
+    names, classes = {"parse", "window"}, {"parse": {"ParseWriter"}, "window": set()}
+    for source in ('if spec.transform.kind == "parse": pass', "x = LATE[spec.transform.kind]",
+                   "w = spec.transform.window", 'T = ("parse", "window")',
+                   "from kappa.streaming.kinds.parse import silver_frame", "from kappa.streaming.kinds import parse",
+                   "import kappa.streaming.kinds.window", "w = ParseWriter(spark)"):
+        assert kind_mentions(source, names, None, classes), source
+    assert not kind_mentions('metadata["transform"] = spec.transform.kind', names, None, classes)
+    assert not kind_mentions("w = spec.transform.window", names, "window", classes)  # its own module
+    assert not kind_mentions('rules = ("parse", "relation")', names, None, classes)  # one name is not a table
 
 
 @pytest.mark.parametrize("asset, facts", [
@@ -75,7 +143,7 @@ def test_the_shipped_assets_kinds_say_what_the_platform_relies_on(asset, facts):
 def test_every_kind_has_an_example_asset():
     """docs/ARCHITECTURE.md ("The kinds registry") says so; a new kind comes with one."""
     catalog = load_catalog(ROOT / "assets")
-    assert sorted({spec.transform.kind for spec in catalog}) == sorted(TRANSFORM_KINDS)
+    assert sorted({spec.transform.kind for spec in catalog}) == sorted(_kind_modules())
 
 
 def test_kinds_whose_late_rows_spark_drops_name_them_from_the_checkpoint():

@@ -608,6 +608,7 @@ def test_rollback_runs_the_rolled_back_to_versions_again_upstream_first(cfg, tmp
     # the applications the v2 promotion deleted exist again, upstream first, built from v1's record
     assert [c for c in api.calls if c[0] == "create" and "-peers-" not in c[1]] == [
         ("create", "flights-v1"), ("create", "departures-hourly-v1")]
+    registry.refresh()  # the rollback's events: another command's
     for asset, app in (("flights", "flights-v1"), ("departures_hourly", "departures-hourly-v1")):
         v1 = registry.version(asset, 1)
         env = _env(api.app(app)["spec"]["driver"])
@@ -635,7 +636,7 @@ def test_a_rollback_whose_application_fails_says_so_and_the_names_stay_rolled_ba
                               sleep=clock.sleep)
     with pytest.raises(RunError, match="flights/v1 is promoted again but its query does not run.*image pull back-off"):
         rollback(settings, "flights", runner=runner)
-    assert registry.promoted("flights").version == 1 and registry.version("flights", 1).last("running") is None
+    assert registry.refresh().promoted("flights").version == 1 and registry.version("flights", 1).last("running") is None
 
 
 def test_a_local_rollback_starts_no_query(tmp_path):

@@ -153,7 +153,7 @@ def test_rollback_moves_the_chain_promoted_with_the_asset_in_one_commit(settings
     assert rollback(settings, "g") == {"g": 1, "s": 1}  # gold alone would sit over silver v2
 
     assert DeltaTable(reg.uri).version() == before + 1
-    assert {a: v.version for a, v in reg.promoted_all().items()} == {"s": 1, "g": 1}
+    assert {a: v.version for a, v in reg.refresh().promoted_all().items()} == {"s": 1, "g": 1}
     assert rollback(settings, "s") == {"s": 2, "g": 2}  # a rollback is a chain too: undone whole
 
 
@@ -165,6 +165,7 @@ def test_rollback_refuses_when_a_chain_member_was_promoted_again_since(settings)
     commit_promotion(settings, {"g": 3}, reason="manual")
     with pytest.raises(RegistryError, match="g was promoted with s but has been promoted again since"):
         rollback(settings, "s")
+    reg.refresh()  # the promotions and the refused rollback: other commands'
     assert reg.promoted("s").version == 2 and reg.promoted("g").version == 3
 
 
@@ -179,11 +180,11 @@ def test_promoting_one_version_refuses_to_split_the_cut_unless_only(settings):
         promote(settings, "s", 2)
     with pytest.raises(InconsistentPromotionError, match=r"g v2 was computed from s v2, but s would point at v1"):
         promote(settings, "g", 2)
-    assert reg.promoted("s").version == 1
+    assert reg.refresh().promoted("s").version == 1  # the promotions: other commands'
     promote(settings, "s", 2, only=True)
-    assert reg.promoted("s").version == 2
+    assert reg.refresh().promoted("s").version == 2
     promote(settings, "g", 2)  # now consistent: g v2 reads s v2
-    assert reg.promoted("g").version == 2
+    assert reg.refresh().promoted("g").version == 2
 
 
 class GateOnly:
@@ -195,7 +196,7 @@ class GateOnly:
     def __init__(self, outcomes: dict[str, bool]):
         self.outcomes = outcomes
 
-    def gate(self, asset: str, version: int):
+    def gate(self, asset: str, version: int, registry: Registry):
         from kappa.quality.gate import CheckResult, GateReport
 
         ok = self.outcomes[asset]
@@ -220,7 +221,7 @@ def test_the_demos_promotion_is_atomic_one_failed_gate_promotes_nothing(settings
     before = DeltaTable(reg.uri).version()
     results = [AssetRunResult(a, 1, 10, 10, 0, 0, 0, 1.0, 1, 1) for a in ("s", "g")]
 
-    gates, promoted = promote_new_versions(settings, GateOnly({"s": True, "g": False}), results)
+    gates, promoted = promote_new_versions(settings, GateOnly({"s": True, "g": False}), results, Registry(settings))
 
     assert gates["s"].passed and not gates["g"].passed and promoted == {}
     assert reg.promoted_all() == {}
@@ -242,3 +243,29 @@ def test_delta_rs_reaches_an_object_store_at_kappa_s3_endpoint():
     assert delta_rs_options("s3://kappa/t", load_settings()) == {"conditional_put": "etag"}
     assert delta_rs_options("s3://kappa/t", load_settings(s3_endpoint="https://s3.example")) == {
         "conditional_put": "etag", "AWS_ENDPOINT_URL": "https://s3.example"}
+
+
+def test_a_registry_reads_its_table_once_keeps_its_own_appends_and_sees_others_after_refresh(settings):
+    """One snapshot per command: the first query reads the event table (counted in
+    ``TABLE_READS``), later queries and the registry's own appends read nothing more, and the
+    snapshot after the appends equals a fresh read of the table; another registry's append shows
+    only after ``refresh()``."""
+    from kappa.delta import registry as registry_module
+
+    reg = Registry(settings)
+    before = registry_module.TABLE_READS
+    reg.create_version("s", "f", {})  # the first query: one read (no table yet)
+    reg.create_version("g", "f", {"s": 1})
+    reg.record("s", 1, "gate_passed", checks=[{"name": "rows", "passed": True}])
+    reg.promote({"s": 1}, reason="test")
+    assert reg.promoted("s").version == 1 and reg.latest("g").version == 1
+    assert registry_module.TABLE_READS == before + 1
+    fresh = Registry(settings).events()
+    assert reg.events() == fresh and [e["event"] for e in fresh] == ["created", "created", "gate_passed", "promoted"]
+    assert registry_module.TABLE_READS == before + 2
+
+    Registry(settings).create_version("s", "f2", {})  # another command's write
+    assert reg.latest("s").version == 1  # not in the snapshot
+    assert registry_module.TABLE_READS == before + 3  # the other registry's create_version read once
+    assert reg.refresh().latest("s").version == 2
+    assert registry_module.TABLE_READS == before + 4

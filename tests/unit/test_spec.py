@@ -46,7 +46,7 @@ SILVER = {
 
 def test_shorthand_field_types_are_accepted(tmp_path):
     spec = load_asset(_write(tmp_path, "s", SILVER))
-    fields = spec.transform.parse.fields
+    fields = spec.transform.model.fields
     assert fields["n"].type == "int" and not fields["n"].required and fields["event_id"].required
 
 
@@ -227,9 +227,9 @@ def test_changelog_assets_merge_on_the_primary_key_and_read_compacted_topics():
     catalog = load_catalog(REPO / "assets")
     planes, history = catalog["planes"], catalog["planes_history"]
     assert planes.transform.kind == "changelog" and planes.sink_mode == "merge" and planes.merge_keys == ["tailnum"]
-    assert planes.transform.changelog.mode == "current" and history.transform.changelog.mode == "history"
+    assert planes.transform.model.mode == "current" and history.transform.model.mode == "history"
     assert catalog.topics["ops.public.planes"].kafka_config()["cleanup.policy"] == "compact"
-    assert catalog["fleet"].transform.changelog.fields["since"].type == "date"
+    assert catalog["fleet"].transform.model.fields["since"].type == "date"
 
 
 def test_a_changelog_key_must_be_a_declared_column(tmp_path):

@@ -31,7 +31,7 @@ def _write(folder: Path, doc: dict) -> Path:
 
 def test_the_repo_pattern_asset_loads():
     spec = load_catalog(REPO / "assets")["delay_streaks"]
-    p = spec.transform.pattern
+    p = spec.transform.model
     assert spec.transform.kind == "pattern" and spec.sink_mode == "append"
     assert spec.merge_keys == ["tailnum", "first_event_time"]
     assert [(s.name, s.count) for s in p.steps] == [("delayed", 3)] and p.contiguity == "strict"
@@ -91,5 +91,5 @@ def test_the_readme_second_pattern_example_loads(tmp_path):
     shutil.copytree(REPO / "assets", root)
     (root / "flights" / "delay_then_cancel.yaml").write_text(blocks[0])
     spec = load_catalog(root)["delay_then_cancel"]
-    p = spec.transform.pattern
+    p = spec.transform.model
     assert [s.count for s in p.steps] == [1, 1] and p.contiguity == "relaxed" and p.within == "12 hours"

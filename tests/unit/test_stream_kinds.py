@@ -33,7 +33,7 @@ def test_the_repo_declares_the_stream_assets_with_their_modes():
     assert (d3.sink_mode, d3.output_mode, d3.merge_keys) == ("merge", "update", ["origin", "window_start"])
     assert (ps.sink_mode, ps.output_mode, ps.merge_keys) == ("append", "append", ["tailnum", "session_start"])
     assert (ol.sink_mode, ol.output_mode) == ("append", "append")
-    assert ol.transform.sliding.out_columns == ["event_id", "origin", "event_time", "departures_last_60min"]
+    assert ol.transform.model.out_columns == ["event_id", "origin", "event_time", "departures_last_60min"]
 
 
 @pytest.mark.parametrize(
@@ -64,7 +64,7 @@ def test_an_inner_join_needs_no_watermark_but_has_no_matched_column(tmp_path):
     doc = copy.deepcopy(_doc("flights_weather"))
     doc["transform"]["join"]["type"] = "inner"
     doc["transform"]["join"].pop("matched_column")
-    assert _load(tmp_path, doc).transform.join.type == "inner"
+    assert _load(tmp_path, doc).transform.model.type == "inner"
     doc["transform"]["join"]["matched_column"] = "m"
     with pytest.raises(SpecError, match="only a left_outer join"):
         _load(tmp_path, doc)

@@ -10,10 +10,8 @@ import dataclasses
 import json
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -29,14 +27,12 @@ from kappa.cli.forget import forget
 from kappa.cli.ingest import ingest_app
 from kappa.cli.output import (OutputFormat, StatusFormat, console, format_option, gate_table, print_frame,
                               progress_printer, results_table)
+from kappa.cli.serve import serve_app
 from kappa.cli.services import service_app
 from kappa.config import Settings, load_settings
 from kappa.core import logs
-from kappa.core.guard import Guard, err_console, fail
-from kappa.errors import KappaError
-from kappa.services import serve as serve_service
+from kappa.core.guard import Guard, fail
 from kappa.services import services
-from kappa.services.serve_users import DEFAULT_ITERATIONS
 
 app = typer.Typer(help="Kappa: replay-first streaming data platform (Kafka -> Structured Streaming -> Delta).",
                   no_args_is_help=True, add_completion=False, rich_markup_mode="markdown")
@@ -48,6 +44,7 @@ app.add_typer(ingest_app, name="ingest")
 app.add_typer(cdc_app, name="cdc")
 app.add_typer(declarations_app, name="declarations")  # kappa declarations add|edit|retire|list
 app.add_typer(chaos_app, name="chaos")  # kappa chaos driver|broker: fault injection
+app.add_typer(serve_app, name="serve")  # kappa serve [start]|status|stop|user add: the SQL endpoint
 app.add_typer(bench_app, name="bench")  # kappa bench [nexmark]: throughput and latency
 app.command("demo")(demo)  # kappa demo: the main job
 
@@ -129,87 +126,6 @@ def sql(
     with Guard():
         settings = load_settings()
         print_frame(run_sql(spark_session(settings), settings, query), fmt)
-
-
-# --- serve: the SQL endpoint ---------------------------------------------------------------------
-serve_app = service_app(serve_service.SERVICE, console, custom_start=True)
-app.add_typer(serve_app, name="serve")
-
-
-@serve_app.callback()
-def serve_start(
-    ctx: typer.Context,
-    port: Optional[int] = typer.Option(None, "--port", help="HiveServer2 port (binary transport); default KAPPA_SERVE_PORT or 10000."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
-    timeout: float = typer.Option(300.0, help="Seconds to wait for the endpoint to answer."),
-    auth: Optional[Path] = typer.Option(
-        None, "--auth", metavar="PASSWORD_FILE",
-        help="Only the users of this file log in (salted hashes written by `kappa serve user add`; "
-             "HiveServer2 CUSTOM authentication). Default: KAPPA_SERVE_PASSWORD_FILE, else no password, "
-             "which only a loopback --host allows."),
-    tls_keystore: Optional[Path] = typer.Option(
-        None, "--tls-keystore", metavar="PKCS12_FILE",
-        help="Speak TLS (HiveServer2 SSL) with this PKCS12 keystore (the endpoint's key and certificate). "
-             "Default: KAPPA_SERVE_TLS_KEYSTORE, else plain TCP."),
-    tls_password_file: Optional[Path] = typer.Option(
-        None, "--tls-password-file", metavar="FILE",
-        help="The file holding the keystore's password. Default: KAPPA_SERVE_TLS_PASSWORD_FILE."),
-) -> None:
-    """Start the endpoint in the background: every promoted table under its stable name, kept in
-    step with promotions and rollbacks (`kappa serve status`, `kappa serve stop`)."""
-    if ctx.invoked_subcommand is not None:
-        return
-    from kappa.services import serve
-
-    with Guard():
-        with console.status("starting the Spark Thrift Server…"):
-            tls = {k: v for k, v in (("serve_tls_keystore", tls_keystore),
-                                     ("serve_tls_password_file", tls_password_file)) if v is not None}
-            settings = load_settings(**tls)
-            st = serve.start(settings, port=port or settings.serve_port, host=host, timeout_s=timeout,
-                             password_file=auth)
-        console.print(f"kappa serve up (pid {st.pid}): [bold]{st.jdbc_url}[/]; serving "
-                      f"{', '.join(serve.served_names(st.tables)) or 'nothing promoted yet'}; log: {st.log_file}")
-        login = (f"user and password from {st.password_file}" if st.auth == "CUSTOM" else "no password")
-        console.print(f"connect: beeline -u {st.jdbc_url}   (any HiveServer2/JDBC/ODBC client, {login})")
-
-
-serve_user_app = typer.Typer(help="The endpoint's password file (salted PBKDF2-SHA256 hashes).",
-                             no_args_is_help=True)
-serve_app.add_typer(serve_user_app, name="user")
-
-
-@serve_user_app.command("add")
-@guarded
-def serve_user_add(
-    name: str = typer.Argument(..., help="User name (no ':' or white space)."),
-    file: Path = typer.Option(..., "--file", help="The password file (created with mode 0600 if missing)."),
-    iterations: int = typer.Option(DEFAULT_ITERATIONS, "--iterations", help="PBKDF2 rounds (100,000 to 10,000,000)."),
-    role: str = typer.Option("analyst", "--role", help="analyst (reads) or dbt (may also write the analytics schema)."),
-) -> None:
-    """Add NAME to the password file, or replace its line, with a salted hash of the password read
-    from standard input (asked twice on a terminal; else the first line). Never from the command
-    line, where other users of the machine could read it. A running endpoint applies it at the next login."""
-    import getpass
-
-    from kappa.services.serve_users import add_user, read_password_file
-
-    if sys.stdin.isatty():
-        password = getpass.getpass(f"password for {name}: ")
-        if getpass.getpass("again: ") != password:
-            fail("the two passwords differ; nothing written")
-    else:
-        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
-    try:
-        replaced = add_user(file, name, password, iterations, role)
-    except ValueError as err:
-        fail(f"{err}; nothing written")
-    console.print(f"{'replaced' if replaced else 'added'} {name} in {file}")
-    try:
-        read_password_file(file)
-    except KappaError as err:  # e.g. another user's line is still plain text: re-add that user too
-        err_console.print(f"[bold yellow]warning:[/] the endpoint refuses this file as it is: {err}",
-                          highlight=False, soft_wrap=True)
 
 
 @app.command("dbt", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -335,10 +251,10 @@ def status(
     catalog = catalog_of(settings)
     for name in assets or []:
         catalog[name]  # an unknown name fails with the list of declared assets
-    found = observe(settings, catalog, stall_after, names=assets or None)
-    registry = Registry(settings)
+    registry = Registry(settings)  # the command's one snapshot
+    found = observe(settings, catalog, stall_after, names=assets or None, registry=registry)
     promoted = registry.promoted_all()
-    held = held_back_now(settings) if promoted else {}
+    held = held_back_now(settings, registry) if promoted else {}
     archived: dict[str, list[dict]] = {}
     if any(t.archive for t in catalog.topics.values()):
         for a in archive_health(settings, catalog, registry):
@@ -541,9 +457,10 @@ def promote(
     from kappa.lifecycle import promotion
     from kappa.lifecycle.cut import unverified
 
-    promotion.promote(settings, asset, version, only=only)
+    registry = Registry(settings)  # the command's one snapshot: it sees its own promotion
+    promotion.promote(settings, asset, version, only=only, registry=registry)
     console.print(f"{asset} -> v{version}")
-    print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
+    print_unverified(unverified(promotion.commit_pins(registry, asset)))
 
 
 @app.command("advance")
@@ -647,9 +564,10 @@ def rollback(settings: Settings, asset: str) -> None:
     from kappa.lifecycle import promotion
     from kappa.lifecycle.cut import unverified
 
-    targets = promotion.rollback(settings, asset, on_step=lambda m: console.print(m))
+    registry = Registry(settings)  # the command's one snapshot: it sees its own rollback
+    targets = promotion.rollback(settings, asset, on_step=lambda m: console.print(m), registry=registry)
     console.print(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
-    print_unverified(unverified(promotion.commit_pins(Registry(settings), asset)))
+    print_unverified(unverified(promotion.commit_pins(registry, asset)))
 
 
 if __name__ == "__main__":  # pragma: no cover

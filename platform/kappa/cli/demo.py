@@ -40,20 +40,19 @@ DEMO_SAMPLES: dict[str, tuple[str, str]] = {
 }
 
 
-def promote_new_versions(settings, runner, results) -> tuple[dict, dict[str, int]]:
+def promote_new_versions(settings, runner, results, registry) -> tuple[dict, dict[str, int]]:
     """Gate the versions of ``results`` (:class:`kappa.runners.base.AssetRunResult`, topological
-    order) that are not promoted yet and promote them ATOMICALLY: all in one registry commit if every
+    order) that are not promoted yet (in ``registry``, the command's
+    :class:`~kappa.delta.registry.Registry`) and promote them ATOMICALLY: all in one registry commit if every
     blocking check of every one passed, else none (``kappa demo``'s step 5; issue 21 item 4: a chain
     never shows gold over a silver that failed). Returns (asset -> gate report, asset -> promoted
     version: empty when any gate failed)."""
-    from kappa.delta.registry import Registry
     from kappa.lifecycle import promotion
 
-    registry = Registry(settings)
     pending = {r.asset: r.version for r in results
                if (p := registry.promoted(r.asset)) is None or p.version != r.version}
     gates, to_promote, _ = promotion.gate_and_promote(settings, runner, pending, promote=True, reason="demo",
-                                                      atomic=True)
+                                                      registry=registry, atomic=True)
     return gates, to_promote
 
 
@@ -116,10 +115,10 @@ def demo(
     spark = spark_session(settings)
     runner = pick_runner(settings, spark=spark)
     t = time.monotonic()
-    results = run_until_caught_up(settings, runner=runner, on_progress=progress_printer())
+    registry = Registry(settings)  # the command's one snapshot: its runs and promotions go through it
+    results = run_until_caught_up(settings, runner=runner, on_progress=progress_printer(), registry=registry)
     console.print(f"caught up in {time.monotonic() - t:.1f} s")
-    registry = Registry(settings)
-    gates, to_promote = promote_new_versions(settings, runner, results)
+    gates, to_promote = promote_new_versions(settings, runner, results, registry)
     for report in gates.values():
         if not report.passed:
             console.print(gate_table(report))

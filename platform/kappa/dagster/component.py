@@ -55,6 +55,7 @@ from kappa.config import load_settings
 from kappa.dagster import execution
 from kappa.dagster.execution import StreamingRunConfig
 from kappa.dagster.advance import build_advance_job, build_advance_sensor
+from kappa.dagster.archives import build_archive_sensor
 from kappa.dagster.rules import check_dagster_rules, declared_checks
 from kappa.dagster.declare import build_declaration_jobs
 from kappa.dagster.forget import build_forget_job
@@ -143,7 +144,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """One Dagster asset per declaration (with its gate checks and ``query_health``), the topics as
         external assets, the sensors, the replay job, the maintain job with its schedule, the
-        advance job with its sensor, the promote_version, rollback and forget_key jobs, and the
+        advance job with its sensor, the archives' sensor (:mod:`kappa.dagster.archives`), the
+        promote_version, rollback and forget_key jobs, and the
         add_asset, edit_asset and retire_asset jobs."""
         specs = [self._catalog[n] for n in self._catalog.topological()]
         maintain_job = build_maintain_job(self._catalog, self._options)
@@ -151,7 +153,8 @@ class StreamingAssets(dg.Component, dg.Resolvable):
         return dg.Definitions(
             assets=[*self._topic_specs(), *(self._build_asset(s) for s in specs)],
             asset_checks=build_health_checks(self._catalog, self._options, specs),
-            sensors=[build_sensor(self._catalog, self._options), build_advance_sensor(advance_job, self._options)],
+            sensors=[build_sensor(self._catalog, self._options), build_advance_sensor(advance_job, self._options),
+                     *filter(None, [build_archive_sensor(self._catalog, self._options)])],
             jobs=[build_replay_job(self._catalog, self._options), maintain_job, advance_job,
                   build_promote_job(self._options), build_rollback_job(self._options),
                   build_forget_job(self._options), *build_declaration_jobs(self._options)],

@@ -70,9 +70,11 @@ def _progress_metadata(progress: list[dict], log_start: dict | None = None) -> d
     }
 
 
-def _run_long(options: LoadOptions, name: str, context, settings, kappa, duration_s: float | None):
+def _run_long(options: LoadOptions, name: str, context, settings, kappa, duration_s: float | None,
+              registry: Registry):
     """Run ``name`` with its processing-time trigger until ``duration_s`` passes or the run is
-    terminated; log an observation with the query's rates every ``sensor_interval_s``."""
+    terminated; log an observation with the query's rates every ``sensor_interval_s``. Records and
+    reads through ``registry``, the run's snapshot."""
     from kappa.runners.local import run_continuous
 
     key = dg.AssetKey(name)
@@ -96,11 +98,12 @@ def _run_long(options: LoadOptions, name: str, context, settings, kappa, duratio
     if timer is not None:
         timer.start()
     try:
-        run_continuous(settings, [name], stop=stop, spark=kappa.spark(settings), on_progress=on_progress)
+        run_continuous(settings, [name], stop=stop, spark=kappa.spark(settings), on_progress=on_progress,
+                       registry=registry)
     finally:
         if timer is not None:
             timer.cancel()
-    version = Registry(settings).latest(name)
+    version = registry.latest(name)
     assert version is not None
     rows, delta_version = table_rows(version.table_path, settings)
     # The checkpoint, not the sampled progress reports, says where the query stopped: a batch
@@ -134,6 +137,7 @@ def materialize(
     key = dg.AssetKey(name)
     settings = kappa.settings(assets_dir=str(options.assets_path))
     with as_failure(asset=name):
+        registry = Registry(settings)  # the run's one snapshot of the registry, passed down
         runner = kappa.build_runner(settings)
         detached = runner.detached
         wanted = [ck.name for ck in context.selected_asset_check_keys if ck.asset_key == key]
@@ -145,22 +149,22 @@ def materialize(
             if mode == RunMode.until_caught_up:
                 from kappa.runners import run_until_caught_up
 
-                current = Registry(settings).latest(name)
+                current = registry.latest(name)
                 rows_before = table_rows(current.table_path, settings)[0] if current else 0
                 [result] = run_until_caught_up(settings, [name], runner=runner, on_progress=ProgressLog(context),
-                                               timeout_s=kappa.catch_up_timeout_s)
-                version = Registry(settings).version(name, result.version)
+                                               timeout_s=kappa.catch_up_timeout_s, registry=registry)
+                version = registry.version(name, result.version)
                 metadata = {**result_metadata(result, version, rows_before), "mode": mode.value,
                             "runner": runner.kind}
                 gated = True
             elif detached:
                 from kappa.dagster import kubernetes
 
-                yield from kubernetes.start_detached(runner, catalog, name, context, settings)
-                version = Registry(settings).latest(name)
+                yield from kubernetes.start_detached(runner, catalog, name, context, settings, registry)
+                version = registry.latest(name)
                 metadata = None
             else:
-                version, metadata = _run_long(options, name, context, settings, kappa, config.duration_s)
+                version, metadata = _run_long(options, name, context, settings, kappa, config.duration_s, registry)
                 gated = True
             if metadata is not None:
                 yield dg.MaterializeResult(
@@ -168,7 +172,7 @@ def materialize(
                     data_version=dg.DataVersion(f"v{version.version}.{metadata['delta_table_version'].value}"),
                 )
         else:
-            version = Registry(settings).latest(name)
+            version = registry.latest(name)
             if version is None:
                 raise dg.Failure(description=f"{name} has no version yet: materialize it before running its checks")
             gated = not detached
@@ -184,7 +188,7 @@ def materialize(
                     metadata={"version": version.version},
                 )
         elif gated:
-            yield from gate_check_results(key, runner.gate(name, version.version), wanted)
+            yield from gate_check_results(key, runner.gate(name, version.version, registry), wanted)
         elif (report := recorded_gate(version)) is not None:
             context.log.info(f"{name}: reporting the gate recorded for {version.name}")
             yield from gate_check_results(key, report, wanted)

@@ -47,6 +47,7 @@ AppStatus = RunStatus
 
 if TYPE_CHECKING:
     from kappa.config import Settings
+    from kappa.delta.registry import Registry
     from kappa.spec import Catalog
 
 #: What the log says of gate checks a long-running start could not evaluate.
@@ -151,17 +152,17 @@ def gate_note(version) -> str:
 
 def start_detached(
     runner: Runner, catalog: "Catalog", name: str, context: dg.AssetExecutionContext, settings: "Settings",
+    registry: "Registry",
 ) -> Iterator[dg.MaterializeResult]:
     """A long-running (``continuous``) materialization on a runner whose queries outlive the run
     (Kubernetes): resolve the version (the registry), start its SparkApplication, report it. The
     gate needs the caught-up table, which this does not wait for: the checks are reported from the
     registry when the version's gate ran (``kappa gate`` / the ``replay`` job), else not at all,
-    and the materialization's ``gate`` metadata says which (:func:`gate_note`)."""
+    and the materialization's ``gate`` metadata says which (:func:`gate_note`). Reads and records
+    through ``registry``, the run's snapshot."""
     from kappa.delta.declarations import recorded_spec
-    from kappa.delta.registry import Registry
     from kappa.runners.versions import resolve_versions
 
-    registry = Registry(settings)
     version = resolve_versions(catalog, [name], registry)[name]
     context.log.info(f"starting {version.name} on the {runner.kind} runner")
     status = runner.start(recorded_spec(settings, version, catalog[name]), version)

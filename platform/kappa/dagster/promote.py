@@ -101,13 +101,14 @@ def build_promote_job(options: LoadOptions) -> dg.JobDefinition:
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
         # a failed gate, differing pins, an unknown or retired version, …
+        registry = Registry(settings)  # the op's one snapshot: it sees its own promotion
         with as_failure(asset=config.asset, version=config.version):
             report = promote(settings, config.asset, config.version, runner=kappa.build_runner(settings),
-                             only=config.only)
+                             only=config.only, registry=registry)
         if report is not None:
             context.log.info(f"gate of {config.asset}/v{config.version} ran: passed "
                              f"({len(report.checks)} checks)")
-        summary = commit_summary(last_promotion(Registry(settings), config.asset))
+        summary = commit_summary(last_promotion(registry, config.asset))
         context.log.info(f"{config.asset} -> v{config.version}; pins: {summary['pins']}")
         return _output(summary)
 
@@ -132,10 +133,11 @@ def build_rollback_job(options: LoadOptions) -> dg.JobDefinition:
         from kappa.lifecycle.promotion import last_promotion, rollback
 
         settings = context.resources.kappa.settings(assets_dir=str(options.assets_path))
+        registry = Registry(settings)  # the op's one snapshot: it sees its own rollback
         with as_failure(asset=config.asset):  # never promoted, nothing before, promoted again since, …
             targets = rollback(settings, config.asset, runner=context.resources.kappa.build_runner(settings),
-                               on_step=context.log.info)
-        summary = commit_summary(last_promotion(Registry(settings), config.asset))
+                               on_step=context.log.info, registry=registry)
+        summary = commit_summary(last_promotion(registry, config.asset))
         context.log.info(", ".join(f"{a} -> v{v}" for a, v in targets.items()) + " (rolled back)")
         return _output(summary)
 

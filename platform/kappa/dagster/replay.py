@@ -57,12 +57,12 @@ def build_replay_job(catalog: "Catalog", options: LoadOptions) -> dg.JobDefiniti
         asset, promote = context.op_config["asset"], context.op_config["promote"]
         kappa = context.resources.kappa
         settings = kappa.settings(assets_dir=str(options.assets_path))
+        registry = Registry(settings)  # the op's one snapshot, with everything the replay recorded
         with as_failure(asset=asset):  # RetentionError, a failed query, …
             report = replay(settings, asset, promote=promote, runner=kappa.build_runner(settings),
                             on_progress=ProgressLog(context), on_step=context.log.info,
-                            timeout_s=kappa.catch_up_timeout_s)
+                            timeout_s=kappa.catch_up_timeout_s, registry=registry)
 
-        registry = Registry(settings)
         failed: list[str] = []
         for name, gate in report.gates.items():
             key = dg.AssetKey(name)

@@ -56,6 +56,10 @@ EVENTS = ("created", "running", "caught_up", "stopped", "dropped", "failed", "ga
 #: ``request_failed``; version 0): a name no declaration can take (asset names are identifiers).
 REQUESTS = "_kappa/requests"
 
+#: How many times this process has read the event table (:meth:`Registry._read`, the one function
+#: that reads it): tests count a command's reads with it.
+TABLE_READS = 0
+
 _SCHEMA = pa.schema([
     ("asset", pa.string()),
     ("version", pa.int32()),
@@ -146,7 +150,7 @@ def quarantine_path(settings: Settings) -> Path | str:
 
 def rescued_path(settings: Settings) -> Path | str:
     """Fields of silver's records that their asset does not declare, per record (schema drift;
-    :func:`kappa.streaming.parse.rescued_schema`), shared by every asset and version."""
+    :func:`kappa.streaming.records.rescued_schema`), shared by every asset and version."""
     assert settings.warehouse is not None
     return join(settings.warehouse, "_kappa", "rescued")
 
@@ -198,7 +202,18 @@ def not_promoted_sql(message: str, columns: Sequence[tuple[str, str]] = ()) -> s
 
 
 class Registry:
-    """Read and append registry events. Cheap to construct; reads the table on each query."""
+    """Read and append registry events: ONE snapshot of the event table per command.
+
+    A command constructs one ``Registry`` at its entry point (a CLI command, a Dagster op, sensor
+    or job, the runners' entrypoint) and passes it down. The first query reads the whole table
+    (:meth:`_read`) and keeps it; every later query folds that snapshot. The registry's own appends
+    are added to it as written (no re-read: the appended rows are exactly what a read would return
+    for them), so a command sees its own writes. Others' appends are seen only after
+    :meth:`refresh`, which a command calls where it waits for another process's events (a loop
+    polling for a state a driver records) and nowhere else. :meth:`create_version` numbers the new
+    version from the snapshot, so a command takes its snapshot just before it creates versions
+    (two commands creating versions of one asset at once could collide, as with a fresh read:
+    the table has no compare-and-swap)."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -207,22 +222,36 @@ class Registry:
         self.uri = delta_rs_uri(self.path)
         #: delta-rs options for the registry's location (the object store's endpoint, if any).
         self.storage_options = delta_rs_options(self.path, settings)
+        self._snapshot: list[dict] | None = None  # every event, oldest first; None until first read
 
     # -- reading ---------------------------------------------------------------------------------
     def events(self, asset: str | None = None) -> list[dict]:
-        """Every event (oldest first), optionally of one asset; ``details`` decoded."""
+        """Every event of the snapshot (oldest first; read on the first call), optionally of one
+        asset; ``details`` decoded. The dicts are the snapshot's own: read them, never change them."""
+        if self._snapshot is None:
+            self._snapshot = self._read()
+        return [r for r in self._snapshot if asset is None or r["asset"] == asset]
+
+    def refresh(self) -> "Registry":
+        """Read the event table again (others' appends since the snapshot was taken); returns self.
+        Call it where a command waits for another process's events, once per wait."""
+        self._snapshot = self._read()
+        return self
+
+    def _read(self) -> list[dict]:
+        """Every event of the table (oldest first), ``details`` decoded: THE read of the event table
+        (counted in :data:`TABLE_READS`); ``[]`` when it has no table yet."""
         from kappa.delta.tables import dataset, is_table
 
+        global TABLE_READS
+        TABLE_READS += 1
         if not is_table(self.path, self.settings):
             return []
         rows = dataset(self.path, self.settings).to_table().to_pylist()  # not delta-rs's reader: see kappa.delta.tables
         rows.sort(key=lambda r: r["at"])
-        out = []
         for r in rows:
-            if asset is None or r["asset"] == asset:
-                r["details"] = json.loads(r["details"] or "{}")
-                out.append(r)
-        return out
+            r["details"] = json.loads(r["details"] or "{}")
+        return rows
 
     def versions(self, asset: str, events: list[dict] | None = None) -> list[Version]:
         """Every version of ``asset``, oldest first, with its derived state (folded from
@@ -330,6 +359,11 @@ class Registry:
         if isinstance(self.path, Path):
             self.path.mkdir(parents=True, exist_ok=True)
         write_deltalake(self.uri, table, mode="append", storage_options=self.storage_options)
+        if self._snapshot is not None:  # keep the snapshot true without reading: the rows as a read decodes them
+            written = table.to_pylist()
+            for r in written:
+                r["details"] = json.loads(r["details"])
+            self._snapshot = sorted([*self._snapshot, *written], key=lambda r: r["at"])
 
     def record(self, asset: str, version: int, event: str, **details: object) -> None:
         """Append one lifecycle ``event`` (one of :data:`EVENTS`) of ``asset`` ``version`` with its

@@ -1,4 +1,4 @@
-"""The rescued-fields table (``<warehouse>/_kappa/rescued``, :func:`kappa.streaming.parse.rescued_schema`),
+"""The rescued-fields table (``<warehouse>/_kappa/rescued``, :func:`kappa.streaming.records.rescued_schema`),
 read without Spark: the one reader of what silver kept of its records' undeclared fields (and of
 values not of their declared type), for the gate's ``schema_drift`` check and ``kappa declarations
 evolve``."""

@@ -89,12 +89,16 @@ def _current_assets(settings: Settings, catalog) -> dict[str, str]:
     """Current-state changelog assets of the operational tables: PostgreSQL table -> asset (the
     table whose changelog topic the asset reads, as ``assets/connectors.yaml`` names the topics)."""
     from kappa.cdc.connectors import load_connectors
+    from kappa.streaming.kinds import kind_of
 
     tables = {c.topic(t): t for c in load_connectors(settings.assets_dir).values() for t in c.tables}
     out = {}
     for spec in catalog:
-        ch = spec.transform.changelog
-        if ch is not None and ch.mode == "current" and spec.topics and tables.get(spec.topics[0]) in PRIMARY_KEYS:
+        kind = kind_of(spec)
+        # A table's current state from its changelog: rows found by key columns, and a compacted
+        # topic is enough to rebuild it (a history needs the whole log).
+        current_state = kind.reads_kafka and kind.forget == "key_columns" and not kind.full_log(spec)
+        if current_state and spec.topics and tables.get(spec.topics[0]) in PRIMARY_KEYS:
             out[tables[spec.topics[0]]] = spec.name
     return out
 

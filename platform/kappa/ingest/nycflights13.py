@@ -14,7 +14,7 @@ from typing import Callable
 
 from kappa.config import Settings
 from kappa.ingest.events import Events, disorder, nycflights13_events
-from kappa.ingest.producer import ProduceReport, produce
+from kappa.ingest.producer import IngestError, ProduceReport, produce
 from kappa.kafka.topics import ensure_topics
 from kappa.delta.declarations import catalog as catalog_of
 
@@ -40,7 +40,8 @@ def publish(
     publishes at its share, ``rate * len(topic's events) / len(all events)``, and all finish
     together. Returns one report per topic, in the order of ``events``; raises
     :class:`~kappa.ingest.producer.IngestError` (the first topic's, in that order) when any record
-    is not delivered. An exception in the caller's thread (Ctrl-C) or in one topic's thread stops
+    is not delivered, and before publishing anything when a topic is not declared in the catalog's
+    ``topics.yaml``. An exception in the caller's thread (Ctrl-C) or in one topic's thread stops
     every topic: each hands over no more records, and what it handed is delivered before it ends.
     The records carry no timestamp of their own:
     :func:`~kappa.kafka.topics.ensure_topics` has made every topic ``LogAppendTime``, so the broker
@@ -48,6 +49,10 @@ def publish(
     :meth:`kappa.spec.catalog.TopicSpec.kafka_config`); the event time is the value's
     ``event_time``."""
     catalog = catalog_of(settings)
+    undeclared = sorted({e.topic for e in events} - set(catalog.topics))
+    if undeclared:
+        raise IngestError(f"{catalog.root / 'topics.yaml'}: topics: {', '.join(undeclared)} not declared "
+                          f"(declared: {', '.join(sorted(catalog.topics))}); nothing was published")
     ensure_topics(settings, {t.topic: catalog.topics[t.topic] for t in events})
     total = sum(len(e) for e in events) or 1
     stop = threading.Event()

@@ -393,12 +393,12 @@ def cut_for(settings: Settings, targets: dict[str, int], registry: Registry | No
     return pins
 
 
-def held_back_now(settings: Settings) -> dict[str, str]:
+def held_back_now(settings: Settings, registry: Registry | None = None) -> dict[str, str]:
     """asset -> why the newest consistent cut (:func:`plan_cut` over every promoted lineage, as
     ``kappa advance`` would choose it now) pins it before its table's latest micro-batch, one line
     each (:func:`held_back`); a lineage that cannot be cut names the :class:`CutError` for each of
-    its assets. For ``kappa status``."""
-    registry = Registry(settings)
+    its assets. For ``kappa status`` (``registry``: its snapshot; default: a new one)."""
+    registry = registry or Registry(settings)
     events = registry.events()
     current = {a: v.version for a, v in registry.promoted_all().items()}
     out: dict[str, str] = {}

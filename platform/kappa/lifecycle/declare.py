@@ -184,11 +184,12 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
         # its own active text when it is an edit.
         active = {n: d.yaml for n, d in Declarations(settings).active().items() if n != spec.name}
         Declarations(scratch).record_all({**active, spec.name: spec.text or ""}, "added", who="analyze")
-        run_until_caught_up(scratch, [spec.name], spark=spark)
+        # one registry for the command: the version the run creates is in its snapshot
+        run_until_caught_up(scratch, [spec.name], spark=spark, registry=scratch_registry)
         out = scratch_registry.latest(spec.name)
         assert out is not None
         table = spark.read.format("delta").load(str(out.table_path))
-        report = run_gate(scratch, spec.name, out.version, spark=spark)
+        report = run_gate(scratch, spec.name, out.version, spark=spark, registry=scratch_registry)
         analysis = Analysis(
             asset=spec.name, schema={f.name: f.dataType.simpleString() for f in table.schema.fields},
             rows=[r.asDict() for r in table.limit(shown_rows).collect()], row_count=table.count(), sample=sample,

@@ -2,7 +2,7 @@
 
 Silver keeps every field a record carries that its declaration lacks, and every value of a declared
 optional field that is not of its declared type (the rescued-fields table,
-:func:`kappa.streaming.parse.rescued_schema`; the gate's ``schema_drift`` check names them). From
+:func:`kappa.streaming.records.rescued_schema`; the gate's ``schema_drift`` check names them). From
 the rows a version rescued, :func:`propose` types each undeclared field from its values, widens
 the type of each declared field whose values did not fit (:func:`widen`), and writes the
 declaration with the new fields added to ``transform.parse.schema`` and the changed types
@@ -55,7 +55,7 @@ class Evolution:
 
 
 def infer_type(values: list[str]) -> str:
-    """The declared type (:data:`kappa.streaming.parse.SPARK_TYPES`) of rescued ``values`` (see
+    """The declared type (:data:`kappa.streaming.records.SPARK_TYPES`) of rescued ``values`` (see
     the module docstring); ``string`` for none."""
     if values and all(_INT.match(v) for v in values):
         return "int" if all(-2**31 <= int(v) < 2**31 for v in values) else "long"
@@ -132,7 +132,7 @@ def propose(settings: Settings, asset: str) -> Evolution:
         raise SpecError(f"{asset} has no version yet: run it before evolving its declaration")
     text = spec.text if spec.text is not None else (spec.path.read_text() if spec.path else "")
     found = rescued_fields(settings, asset, version.version)
-    types = {name: f.type for name, f in spec.transform.parse.fields.items()} if spec.transform.parse else {}
+    types = {name: f.type for name, f in (declared or {}).items()}
     new = {name: {"type": infer_type(f["values"]), "records": f["records"], "sample": f["sample"], "was": None}
            for name, f in sorted(found.items()) if name not in declared}
     retyped = {name: {"type": widen(types[name], f["values"]), "records": f["records"], "sample": f["sample"],
@@ -146,7 +146,8 @@ def propose(settings: Settings, asset: str) -> Evolution:
     drifted = {**new, **retyped}
     if drifted:
         evolved = parse_declaration(proposed, where=spec.where, path=spec.path)
-        assert all(evolved.transform.parse.fields[n].type == f["type"] for n, f in drifted.items())
+        fields = kind_of(evolved).declared_columns(evolved) or {}
+        assert all(fields[n].type == f["type"] for n, f in drifted.items())
     from_log = spec.origin is not None and spec.origin.startswith("declarations:")
     return Evolution(asset, version.version, drifted, text, proposed, spec.where, None if from_log else spec.path)
 
@@ -165,18 +166,21 @@ def try_on_sample(settings: Settings, ev: Evolution, spark, limit: int = 1_000) 
 
     from kappa.delta.rescued import rescued_coordinates
     from kappa.kafka.topics import records_at
-    from kappa.streaming.parse import KAFKA_COLUMNS, RESCUED, json_path, kafka_schema, parse_columns
+    from kappa.streaming.kinds import kind_of
+    from kappa.streaming.records import KAFKA_COLUMNS, RESCUED, json_path, kafka_schema
 
     coordinates = rescued_coordinates(settings, ev.asset, ev.version, limit)
     records = records_at(settings, coordinates)
     out: dict = {"records": len(coordinates), "read": len(records), "bad": {}, "carried": {}, "parsed": {},
                  "still_rescued": {}}
     if records and ev.fields:
-        transform = parse_declaration(ev.proposed, where=ev.origin, path=ev.path).transform.parse
+        proposed = parse_declaration(ev.proposed, where=ev.origin, path=ev.path)
+        parse_records = kind_of(proposed).parse_records
+        assert parse_records is not None, f"{ev.origin}: a {proposed.transform.kind} asset does not parse records"
         frame = spark.createDataFrame(
             [(r.key, r.value, r.topic, r.partition, r.offset, datetime.fromtimestamp(r.timestamp_ms / 1000, timezone.utc))
              for r in records], kafka_schema())
-        parsed = parse_columns(frame.select(*KAFKA_COLUMNS), transform)
+        parsed = parse_records(frame.select(*KAFKA_COLUMNS), proposed)
         good = F.col("reason").isNull()
         rescued = F.map_keys(F.from_json(F.col(RESCUED), T.MapType(T.StringType(), T.StringType())))
         text = F.col("value").cast("string")

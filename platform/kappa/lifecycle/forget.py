@@ -214,11 +214,11 @@ def step_summary(step: str, details: dict) -> str:
 
 def _topic_records(spark, settings: Settings, topic: str, catalog=None):
     """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns); with the
-    ``catalog``, the :data:`~kappa.streaming.parse.KAFKA_COLUMNS` of the whole log: below the log
+    ``catalog``, the :data:`~kappa.streaming.records.KAFKA_COLUMNS` of the whole log: below the log
     start, the records the topic's archive holds (:func:`kappa.streaming.sources.archived_log`)."""
     from kappa.delta.registry import Registry
     from kappa.kafka.topics import start_offsets
-    from kappa.streaming.parse import KAFKA_COLUMNS
+    from kappa.streaming.records import KAFKA_COLUMNS
     from kappa.streaming.sources import archived_log, kafka_options
 
     log = (spark.read.format("kafka").options(**kafka_options(settings)).option("subscribe", topic)
@@ -383,7 +383,7 @@ def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list
     done: dict[str, dict] = {}
     covered: set[str] = set()
     for name in catalog.topological(direct + derived):
-        events = registry.events()  # once per asset: each replay adds versions
+        events = registry.events()  # the snapshot, with the versions the replays below added through it
         promoted = registry.promoted(name, events) is not None
         # A stateful live version's state may hold the key: it needs a successor before its
         # checkpoint goes (:func:`_delete_checkpoints`), promoted or not.
@@ -393,7 +393,7 @@ def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list
         # The replay carries the downstream chain: promote it if any member of it is promoted, so a
         # promoted table below an unpromoted stateful one is not left behind.
         chain_promoted = any(registry.promoted(n, events) is not None for n in [name, *catalog.downstream(name)])
-        report = replay(settings, name, promote=chain_promoted, spark=spark)
+        report = replay(settings, name, promote=chain_promoted, spark=spark, registry=registry)
         covered.update(report.versions)
         for asset, v in report.versions.items():
             done[asset] = {"version": v, "previous": report.previous.get(asset), "promoted": report.promoted,

@@ -101,19 +101,17 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
     return new
 
 
-def begin_replay(settings: Settings, asset: str) -> tuple[list[str], Registry, dict[str, Version]]:
+def begin_replay(settings: Settings, asset: str, registry: Registry) -> tuple[list[str], dict[str, Version]]:
     """The replay chain of ``asset`` (it and everything downstream that has run, i.e. has a
-    version, topological order), checked for a complete log, with version N+1 of each created.
-    A downstream asset that never ran has nothing to reprocess: its first run reads the versions
-    promoted then. Returns (chain, registry, new versions).
+    version, topological order), checked for a complete log, with version N+1 of each created in
+    ``registry``. A downstream asset that never ran has nothing to reprocess: its first run reads
+    the versions promoted then. Returns (chain, new versions).
     Raises :class:`RetentionError` before creating anything if the log is incomplete."""
     catalog = catalog_of(settings)
-    registry = Registry(settings)
-    events = registry.events()
-    ran = [d for d in catalog.downstream(asset) if registry.latest(d, events) is not None]
+    ran = [d for d in catalog.downstream(asset) if registry.latest(d) is not None]
     chain = catalog.topological([asset, *ran])
     check_history_complete(settings, catalog, chain)
-    return chain, registry, create_chain_versions(settings, catalog, chain, registry)
+    return chain, create_chain_versions(settings, catalog, chain, registry)
 
 
 def replay(
@@ -126,6 +124,7 @@ def replay(
     on_progress: Callable[[str, dict], None] | None = None,
     timeout_s: float | None = None,
     on_step: Callable[[str], None] | None = None,
+    registry: Registry | None = None,
 ) -> ReplayReport:
     """THE replay -> gate -> promote, whatever the runner (the CLI, Dagster's ``replay`` job and
     ``kappa demo`` all call this):
@@ -140,6 +139,9 @@ def replay(
     4. with ``promote`` and every blocking check passed: ONE registry commit promotes the chain;
        then the runner stops every older version's query (on Kubernetes: deletes its application).
 
+    Every step reads and records through ``registry``, the command's one snapshot of the registry
+    (default: a new one, read once; ``kappa replay``'s).
+
     Raises :class:`RetentionError` before creating anything if the log is incomplete;
     :class:`kappa.runners.base.RunError` if a query fails or does not catch up within ``timeout_s``."""
     from kappa.runners import pick_runner
@@ -147,7 +149,8 @@ def replay(
 
     say = on_step or (lambda _m: None)
     started = time.monotonic()
-    chain, registry, new = begin_replay(settings, asset)
+    registry = registry or Registry(settings)
+    chain, new = begin_replay(settings, asset, registry)
     runner = runner or pick_runner(settings, spark=spark)
     catalog = catalog_of(settings)
     say(f"replaying {', '.join(v.name for v in new.values())} on the {runner.kind} runner")
@@ -156,10 +159,11 @@ def replay(
             parts = ", ".join(f"[{p}] 0-{int(o) - 1}" for p, o in entry["below"].items())
             say(f"{v.name} reads {topic} {parts} from its archive {entry['asset']}/v{entry['version']}, "
                 f"the rest from Kafka")
-    results = catch_up(runner, settings, catalog, chain, new, on_progress=on_progress, timeout_s=timeout_s)
+    results = catch_up(runner, settings, catalog, chain, new, registry=registry, on_progress=on_progress,
+                       timeout_s=timeout_s)
     previous = {name: (p.version if (p := registry.promoted(name)) else None) for name in chain}
     gates, promoted, stopped = gate_and_promote(settings, runner, {n: v.version for n, v in new.items()},
-                                                promote=promote, reason="replay", on_step=say)
+                                                promote=promote, reason="replay", registry=registry, on_step=say)
     return ReplayReport(versions={n: v.version for n, v in new.items()}, results=results, gates=gates,
                         promoted=bool(promoted), seconds=round(time.monotonic() - started, 1), previous=previous,
                         stopped=stopped)
@@ -167,9 +171,10 @@ def replay(
 
 def gate_and_promote(
     settings: Settings, runner: "Runner", versions: dict[str, int], *, promote: bool, reason: str,
-    atomic: bool = True, on_step: Callable[[str], None] | None = None,
+    registry: Registry, atomic: bool = True, on_step: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, GateReport], dict[str, int], list[str]]:
-    """Gate every version of ``versions`` (asset -> version, topological order) on ``runner`` and,
+    """Gate every version of ``versions`` (asset -> version, topological order) on ``runner``
+    (recorded through ``registry``) and,
     with ``promote``, promote: ``atomic`` — the whole set in ONE registry commit if every blocking
     check of every version passed, else nothing (a chain); not ``atomic`` — each version that passed
     (``kappa demo``'s first versions). After the commit the runner stops every older version's query.
@@ -178,12 +183,12 @@ def gate_and_promote(
     gates: dict[str, GateReport] = {}
     for name, version in versions.items():
         say(f"gate of {name}/v{version} on the {runner.kind} runner")
-        gates[name] = runner.gate(name, version)
+        gates[name] = runner.gate(name, version, registry)
     passed = {n: v for n, v in versions.items() if gates[n].passed}
     targets = (dict(versions) if len(passed) == len(versions) else {}) if atomic else passed
     if not promote or not targets:
         return gates, {}, []
-    commit_promotion(settings, targets, reason=reason, chain=list(targets),
+    commit_promotion(settings, targets, reason=reason, registry=registry, chain=list(targets),
                      gates={n: gates[n].passed for n in targets})
     # Only after the promotion commit: readers have moved to the new versions, so the old queries
     # can stop. Their tables and checkpoints stay (a rollback can read them).
@@ -195,8 +200,10 @@ def gate_and_promote(
     return gates, targets, stopped
 
 
-def commit_promotion(settings: Settings, targets: dict[str, int], reason: str, **evidence: object) -> None:
-    """Point each stable name in ``targets`` at its version in one registry commit
+def commit_promotion(settings: Settings, targets: dict[str, int], reason: str, registry: Registry | None = None,
+                     **evidence: object) -> None:
+    """Point each stable name in ``targets`` at its version in one registry commit through ``registry``
+    (the command's snapshot; default: a new one)
     (:meth:`kappa.delta.registry.Registry.promote`), pinned at one consistent cut with every
     promoted name of the lineages they join (:func:`kappa.lifecycle.cut.cut_for`: each name reads a
     Delta snapshot covering exactly what the snapshots it was computed from hold), then wait until
@@ -209,7 +216,7 @@ def commit_promotion(settings: Settings, targets: dict[str, int], reason: str, *
     from kappa.lifecycle.cut import cut_for
     from kappa.services.serve import await_in_step
 
-    registry = Registry(settings)
+    registry = registry or Registry(settings)
     registry.promote(targets, reason=reason, pins=cut_for(settings, targets, registry), **evidence)
     await_in_step(settings)
 
@@ -261,7 +268,7 @@ def pin_conflicts(registry: Registry, targets: dict[str, int]) -> list[str]:
 
 
 def promote(settings: Settings, asset: str, version: int, spark=None, runner: "Runner | None" = None,
-            only: bool = False) -> GateReport | None:
+            only: bool = False, registry: Registry | None = None) -> GateReport | None:
     """Promote one version after its gate passes (running the gate if it never ran).
 
     Unless ``only``, refuses when the promotion would leave a downstream stable name pinned over a
@@ -269,8 +276,9 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
     than the one promoted (:func:`pin_conflicts`): promote the chain with ``kappa replay --promote``.
 
     Raises :class:`GateFailedError` naming the failed checks; :class:`InconsistentPromotionError`
-    naming the conflicting pins; :class:`RegistryError` for an unknown or retired version."""
-    registry = Registry(settings)
+    naming the conflicting pins; :class:`RegistryError` for an unknown or retired version.
+    ``registry``: the command's snapshot (default: a new one, ``kappa promote``'s)."""
+    registry = registry or Registry(settings)
     ver = known_version(settings, registry, asset, version)
     conflicts = [] if only else pin_conflicts(registry, {asset: version})
     if conflicts:
@@ -283,7 +291,7 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
     if gate is None:
         from kappa.runners import pick_runner
 
-        report = (runner or pick_runner(settings, spark=spark)).gate(asset, version)
+        report = (runner or pick_runner(settings, spark=spark)).gate(asset, version, registry)
         gate = (report.passed, [c.__dict__ for c in report.checks])
     passed, checks = gate
     if not passed:
@@ -292,12 +300,12 @@ def promote(settings: Settings, asset: str, version: int, spark=None, runner: "R
             f"{asset} v{version} failed its gate; not promoted. Failed checks: "
             + "; ".join(f"{c['name']} (observed {c['observed']}; expected {c['expected']})" for c in failed)
         )
-    commit_promotion(settings, {asset: version}, reason="manual")
+    commit_promotion(settings, {asset: version}, reason="manual", registry=registry)
     return report
 
 
 def rollback(settings: Settings, asset: str, runner: "Runner | None" = None,
-             on_step: Callable[[str], None] | None = None) -> dict[str, int]:
+             on_step: Callable[[str], None] | None = None, registry: Registry | None = None) -> dict[str, int]:
     """Roll back the chain that was promoted with ``asset``'s current version (every stable name of
     that promotion commit, e.g. a replay's asset and its downstream assets) to each name's previously
     promoted version, in one registry commit; returns asset -> the version it points at now.
@@ -315,8 +323,9 @@ def rollback(settings: Settings, asset: str, runner: "Runner | None" = None,
     promoted version, or when a member of the chain has been promoted again since (rolling it back
     would undo that later promotion: roll that one back first); :class:`kappa.runners.base.RunError`
     when a query cannot start again (the rollback commit stands: the stable names read the
-    rolled-back-to tables either way, they only stop growing)."""
-    registry = Registry(settings)
+    rolled-back-to tables either way, they only stop growing). ``registry``: the command's snapshot
+    (default: a new one, ``kappa rollback``'s)."""
+    registry = registry or Registry(settings)
     events = registry.events(asset)
     promotions = [e for e in events if e["event"] == "promoted"]
     if not promotions:
@@ -335,12 +344,13 @@ def rollback(settings: Settings, asset: str, runner: "Runner | None" = None,
         if target is None:
             raise RegistryError(f"{name} has no previously promoted version to roll back to")
         targets[name] = target
-    commit_promotion(settings, targets, reason="rollback", chain=list(targets))
-    _resume(settings, runner, targets, on_step or (lambda _m: None))
+    commit_promotion(settings, targets, reason="rollback", registry=registry, chain=list(targets))
+    _resume(settings, runner, targets, on_step or (lambda _m: None), registry)
     return targets
 
 
-def _resume(settings: Settings, runner: "Runner | None", targets: dict[str, int], say: Callable[[str], None]) -> None:
+def _resume(settings: Settings, runner: "Runner | None", targets: dict[str, int], say: Callable[[str], None],
+            registry: Registry) -> None:
     """Run each of ``targets`` (asset -> version) again on ``runner`` (see :func:`rollback`)."""
     from kappa.delta.declarations import recorded_spec
     from kappa.runners import pick_runner
@@ -349,7 +359,6 @@ def _resume(settings: Settings, runner: "Runner | None", targets: dict[str, int]
     runner = runner or pick_runner(settings)
     if not runner.detached:
         return
-    registry = Registry(settings)
     versions = {n: registry.version(n, v) for n, v in targets.items()}
     catalog = catalog_of(settings) if any(v.declaration is None for v in versions.values()) else None
     # upstream first: a downstream driver reads its upstream version's table

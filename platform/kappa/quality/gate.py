@@ -17,7 +17,7 @@
   violations over the version's rows, kept or dropped to quarantine; blocking above ``max_rate``;
 * ``shadow_diff``: the candidate against the promoted version (row counts, keys on one side only,
   differences of numeric column sums), both read at one cut: the Delta versions of the two whose
-  micro-batches covered the same source offsets (:func:`same_cut`), so a promoted query that has
+  micro-batches covered the same source offsets (:func:`kappa.quality.shadow_cut.same_cut`), so a promoted query that has
   read further since does not differ from a correct replay; blocking only if the asset sets
   ``shadow_diff_blocking``. With no version promoted it is not evaluated and does not block; with
   no common cut it is not evaluated and blocks when declared blocking.
@@ -37,6 +37,7 @@ from kappa.delta.registry import Registry, late_events_path, quarantine_path
 from kappa.spec import AssetSpec, SpecError
 from kappa.delta.declarations import catalog as catalog_of, known_version, recorded_spec
 from kappa.streaming.kinds import kind_of
+from kappa.quality.shadow_cut import same_cut
 from kappa.core.storage import exists, filesystem, join, local_path
 
 QUARANTINE_CHECK = "quarantine_rate"
@@ -318,18 +319,9 @@ def records_read_by(version_obj, settings: Settings | None = None) -> int:
     offsets recorded when the version was created, summed over partitions, plus the records it took
     from archives below them (:func:`kappa.delta.archive.archived_records`: all read by its first
     micro-batch) (0: nothing committed)."""
-    from kappa.delta.archive import archived_records
-    from kappa.streaming.checkpoint import read_checkpoint
+    from kappa.streaming.checkpoint import read_checkpoint, records_read_through
 
-    state = read_checkpoint(version_obj.checkpoint_path, settings)
-    committed = state.offsets
-    created = version_obj.last("created") or {}
-    starts = created.get("start_offsets") or {}
-    read = archived_records(created) if state.batch_id is not None else 0
-    for topic, parts in committed.items():
-        if isinstance(parts, dict):
-            read += sum(int(off) - int((starts.get(topic) or {}).get(str(p), 0)) for p, off in parts.items())
-    return read
+    return records_read_through(read_checkpoint(version_obj.checkpoint_path, settings), version_obj.last("created"))
 
 
 def quarantine_rate(spark, settings: Settings, spec: AssetSpec, version_obj) -> CheckResult:
@@ -368,7 +360,7 @@ def schema_drift(spark, settings: Settings, spec: AssetSpec, version_obj) -> Che
     ``kappa declarations evolve`` proposes the declaration that holds them."""
     from kappa.delta.rescued import rescued_fields
 
-    types = {n: f.type for n, f in spec.transform.parse.fields.items()} if spec.transform.parse else {}
+    types = {n: f.type for n, f in (kind_of(spec).declared_columns(spec) or {}).items()}
     found = {name: {"records": f["records"], "sample": f["sample"], "declared": types.get(name)}
              for name, f in sorted(rescued_fields(settings, spec.name, version_obj.version, samples=1).items())}
     new = {n: d for n, d in found.items() if d["declared"] is None}
@@ -532,53 +524,9 @@ def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: in
                        details=_jsonable(summary))
 
 
-def same_cut(settings: Settings, registry: Registry, candidate, promoted) -> dict:
-    """Where the shadow diff compares ``candidate`` with ``promoted`` (two
-    :class:`kappa.delta.registry.Version` of one asset): :func:`common_cut` of their micro-batches'
-    source-offset watermarks (:func:`kappa.streaming.provenance.batch_watermarks`, over each
-    table's last 500 commits)."""
-    from kappa.streaming.provenance import batch_watermarks
-
-    return common_cut(candidate.name, batch_watermarks(settings, candidate, registry),
-                      promoted.name, batch_watermarks(settings, promoted, registry))
-
-
-def common_cut(candidate: str, mine: list, promoted: str, theirs: list) -> dict:
-    """The latest micro-batch of the candidate (``mine``, oldest first, of
-    :class:`kappa.streaming.provenance.BatchWatermark`) for which a micro-batch of the promoted
-    version (``theirs``) covers the same source offsets through every upstream, so both were
-    computed from the same records however far the promoted query has read since; ``candidate``
-    and ``promoted`` name the versions in messages. Returns ``{"watermark": topic -> partition ->
-    offset, "candidate_snapshot", "promoted_snapshot" (Delta versions), "candidate_batch",
-    "promoted_batch", "table_sides"}``, or ``{"why": one line}`` when there is no such pair. Pure."""
-    import json
-
-    key = lambda wm: json.dumps(wm, sort_keys=True)
-    at = {key(b.watermark): b for b in theirs if b.watermark is not None}  # the latest batch per watermark
-    for b in reversed(mine):
-        if b.watermark is not None and key(b.watermark) in at:
-            p = at[key(b.watermark)]
-            return {"watermark": b.watermark, "candidate_snapshot": b.snapshot, "promoted_snapshot": p.snapshot,
-                    "candidate_batch": b.batch_id, "promoted_batch": p.batch_id,
-                    "table_sides": sorted(set(b.table_sides) | set(p.table_sides))}
-    for name, batches in ((candidate, mine), (promoted, theirs)):
-        if not any(b.watermark for b in batches):
-            return {"why": f"{name} has no micro-batch commit that records the source offsets it covers "
-                           "through every upstream: no cut to compare at"}
-    last = next(b for b in reversed(mine) if b.watermark)
-    return {"why": f"no micro-batch of {promoted} covers the source offsets {candidate} batch {last.batch_id} "
-                   f"covers ({_offsets_line(last.watermark)}); let both queries reach the same offsets "
-                   "(stop ingesting, run each until caught up) and run the gate again"}
-
-
-def _offsets_line(watermark: dict) -> str:
-    """``flights[0:120,1:118]`` for a watermark (topic -> partition -> end offset)."""
-    return ", ".join(f"{t}[" + ",".join(f"{p}:{o}" for p, o in sorted(parts.items())) + "]"
-                     for t, parts in sorted(watermark.items()))
-
-
-def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateReport:
-    """Run every check of ``asset`` version ``version`` and record ``gate_passed``/``gate_failed``.
+def run_gate(settings: Settings, asset: str, version: int, spark=None, registry: Registry | None = None) -> GateReport:
+    """Run every check of ``asset`` version ``version`` and record ``gate_passed``/``gate_failed``
+    (through ``registry``, the command's snapshot; default: a new one, ``kappa gate``'s).
 
     Raises :class:`kappa.delta.registry.RegistryError` for an unknown version, :class:`SpecError`
     for a bad expectation declaration, and :class:`kappa.streaming.policy.PolicyError` for a
@@ -587,7 +535,7 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None) -> GateRe
     from kappa.streaming.policy import check_before_running
     from kappa.streaming.session import spark_session
 
-    registry = Registry(settings)
+    registry = registry or Registry(settings)
     ver = known_version(settings, registry, asset, version)
     spec = recorded_spec(settings, ver, catalog_of(settings).assets.get(asset))  # the version's own checks
     spark = spark or spark_session(settings)

@@ -17,7 +17,7 @@ from kappa.runners.base import AssetRunResult, Runner, RunError, catch_up
 
 if TYPE_CHECKING:
     from kappa.config import Settings
-    from kappa.delta.registry import Version
+    from kappa.delta.registry import Registry, Version
 
 
 def runner_class(settings: "Settings") -> type:
@@ -51,12 +51,15 @@ def run_until_caught_up(
     on_progress: Callable[[str, dict], None] | None = None,
     runner=None,
     timeout_s: float | None = None,
+    registry: Registry | None = None,
 ) -> list[AssetRunResult]:
     """Run ``names`` (default: every asset) until each has caught up with the log as it is now,
     upstream levels before downstream levels (:func:`kappa.runners.base.catch_up`), on ``runner``
     (default: :func:`pick_runner` with ``spark``).
 
     ``versions`` overrides which version of an asset runs (replay passes the new versions).
+    ``registry``: the command's snapshot (default: a new one, ``kappa run``'s), which every event
+    the run records goes through.
     Raises :class:`~kappa.runners.base.RunError` if a query fails, :class:`~kappa.runners.versions.LogicChangedError` if a declaration changed.
     """
     from kappa.delta.registry import Registry
@@ -66,16 +69,18 @@ def run_until_caught_up(
     catalog = catalog_of(settings)
     names = catalog.topological(names or list(catalog.assets))
     ensure_source_topics(settings, catalog, names)
+    registry = registry or Registry(settings)
     chosen = dict(versions or {})
     missing = [n for n in names if n not in chosen]
     if missing:
-        chosen.update(resolve_versions(catalog, missing, Registry(settings)))
+        chosen.update(resolve_versions(catalog, missing, registry))
     # Each version runs the declaration it recorded, never the file as it is now.
     catalog = as_recorded(settings, catalog, {n: chosen[n] for n in names})
     if runner is None:
         runner = pick_runner(settings, spark=spark)
     try:
-        return catch_up(runner, settings, catalog, names, chosen, on_progress=on_progress, timeout_s=timeout_s)
+        return catch_up(runner, settings, catalog, names, chosen, registry=registry, on_progress=on_progress,
+                        timeout_s=timeout_s)
     finally:
         if not runner.detached:
             for name in names:  # bounded queries have ended; this only tidies the handles

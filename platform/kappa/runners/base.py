@@ -27,7 +27,7 @@ from kappa.errors import KappaError
 
 if TYPE_CHECKING:
     from kappa.config import Settings
-    from kappa.delta.registry import Version
+    from kappa.delta.registry import Registry, Version
     from kappa.quality.gate import GateReport
     from kappa.spec import AssetSpec, Catalog
     from kappa.streaming.checkpoint import CatchUpTarget
@@ -149,9 +149,9 @@ class Runner(Protocol):
         """Stop the version's query; False if none ran."""
         ...
 
-    def gate(self, asset: str, version: int) -> "GateReport":
+    def gate(self, asset: str, version: int, registry: "Registry") -> "GateReport":
         """Run the gate of the version where this runner runs Spark; the report is recorded in the
-        registry (``gate_passed`` / ``gate_failed``)."""
+        registry (``gate_passed`` / ``gate_failed``) and is in ``registry``'s snapshot after."""
         ...
 
 
@@ -162,22 +162,22 @@ def catch_up(
     names: list[str],
     versions: dict[str, "Version"],
     *,
+    registry: "Registry",
     on_progress: ProgressCallback | None = None,
     timeout_s: float | None = None,
 ) -> list[AssetRunResult]:
     """Run ``names`` (their ``versions``) until each has caught up, upstream levels before
-    downstream levels, and record ``running`` then ``caught_up`` (or ``failed``) per version.
+    downstream levels, and record ``running`` then ``caught_up`` (or ``failed``) per version
+    through ``registry`` (the command's snapshot).
 
     Kafka sources catch up to the log end offsets taken here, before anything starts; an asset
     that reads an upstream table catches up to that table's Delta version once the upstream level
     has caught up. Raises :class:`RunError` for a failed query, and what ``runner.start`` raises
     for a version refused before it starts (:class:`kappa.streaming.policy.PolicyError`), recorded
     ``failed`` with its message."""
-    from kappa.delta.registry import Registry
     from kappa.kafka.topics import log_end_offsets
     from kappa.streaming.checkpoint import CatchUpTarget
 
-    registry = Registry(settings)
     topics = sorted({t for n in names for t in catalog[n].topics})
     ends = log_end_offsets(settings, topics) if topics else {}
     results: list[AssetRunResult] = []

@@ -58,12 +58,14 @@ def mismatches(version: Version, upstream: dict[str, int], environ: dict[str, st
     return out
 
 
-def version_and_spec(settings, asset: str, version: int) -> tuple[Version, "AssetSpec"]:
-    """The registry's record of ``asset`` version ``version`` and the spec its query is built
-    from: the declaration the version recorded (a file's text, or one added at run time and kept
-    only in the warehouse), never the image's file as it is now. Raises
-    :class:`~kappa.delta.registry.RegistryError` for an unknown version."""
-    record = Registry(settings).version(asset, version)
+def version_and_spec(settings, asset: str, version: int,
+                     registry: Registry | None = None) -> tuple[Version, "AssetSpec"]:
+    """The registry's record of ``asset`` version ``version`` (in ``registry``, the driver's
+    snapshot; default: a new one) and the spec its query is built from: the declaration the
+    version recorded (a file's text, or one added at run time and kept only in the warehouse),
+    never the image's file as it is now. Raises :class:`~kappa.delta.registry.RegistryError` for
+    an unknown version."""
+    record = (registry or Registry(settings)).version(asset, version)
     return record, recorded_spec(settings, record, catalog_of(settings).assets.get(asset))
 
 
@@ -107,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     from kappa.streaming.session import spark_session
 
     settings = load_settings()
+    registry = Registry(settings)  # the driver's one snapshot: read once here, then only appended to
     upstream = {k: int(v) for k, v in (item.split("=", 1) for item in args.upstream)}
-    version, spec = version_and_spec(settings, args.asset, args.version)
+    version, spec = version_and_spec(settings, args.asset, args.version, registry)
     wrong = mismatches(version, upstream, dict(os.environ))
     if wrong:
         parser.error(f"{version.name}: " + "; ".join(wrong))
@@ -127,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    registry = Registry(settings)
     watch(running.query, LateTally(spark, settings, spec, version),
           lambda drops: registry.record(spec.name, version.version, "dropped", **drops))
     if not stopping.is_set():

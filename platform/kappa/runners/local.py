@@ -274,11 +274,12 @@ class LocalRunner:
         stop_between_batches([found[0].query])
         return True
 
-    def gate(self, asset: str, version: int):
-        """Run the version's gate in this process's Spark (:func:`kappa.quality.gate.run_gate`)."""
+    def gate(self, asset: str, version: int, registry: Registry):
+        """Run the version's gate in this process's Spark (:func:`kappa.quality.gate.run_gate`),
+        recorded through ``registry``."""
         from kappa.quality.gate import run_gate
 
-        return run_gate(self.settings, asset, version, spark=self.spark)
+        return run_gate(self.settings, asset, version, spark=self.spark, registry=registry)
 
 
 def run_continuous(
@@ -291,20 +292,22 @@ def run_continuous(
     poll_s: float = 2.0,
     grace_s: float = 60.0,
     on_poll: Callable[[], None] | None = None,
+    registry: Registry | None = None,
 ) -> list[str]:
     """Start ``names`` (default: every asset) with their processing-time triggers and keep them
     running until ``stop`` is set; then stop every query between micro-batches (waiting up to
     ``grace_s`` seconds for the batch in flight to commit). Returns the query names.
     ``on_poll()`` is called every ``poll_s`` seconds while they run (``kappa run --continuous``
-    advances the cut from it). Raises :class:`RunError` as soon as one query fails (the others are
-    stopped first)."""
+    advances the cut from it). Events are recorded through ``registry``, the command's snapshot
+    (default: a new one, ``kappa run --continuous``'s). Raises :class:`RunError` as soon as one
+    query fails (the others are stopped first)."""
     from kappa.streaming.query import start_query
     from kappa.streaming.session import spark_session
 
     catalog = catalog_of(settings)
     names = catalog.topological(names or list(catalog.assets))
     ensure_source_topics(settings, catalog, names)
-    registry = Registry(settings)
+    registry = registry or Registry(settings)
     chosen = resolve_versions(catalog, names, registry)
     catalog = as_recorded(settings, catalog, chosen)  # each version runs the declaration it recorded
     spark = spark or spark_session(settings)

@@ -32,7 +32,7 @@ Transforms (exactly one per asset):
   watermark, kept exact by an upsert (MERGE) of each micro-batch's updated windows.
 * ``pattern`` — gold: complex event processing, a declarative pattern (steps, each a SQL predicate
   with a count; contiguity; ``within``) matched per key in event-time order by a stateful processor
-  (:mod:`kappa.streaming.pattern`, semantics in :mod:`kappa.streaming.cep`); one row per match.
+  (:mod:`kappa.streaming.kinds.pattern`, semantics in :mod:`kappa.streaming.cep`); one row per match.
 * ``sql`` / ``python`` — a SQL ``SELECT … FROM input`` or a function ``transform(df) -> DataFrame``
   over the upstream stream.
 * ``changelog`` — silver from a Debezium changelog topic: a current-state table or an SCD2 history.
@@ -45,12 +45,23 @@ Window vocabulary follows Spark's Structured Streaming guide ("Window Operations
 and *Designing Data-Intensive Applications*, ch. 11 ("Types of windows").
 
 The package is layered: :mod:`~kappa.spec.base` (the model base, :class:`SpecError`, interval and size
-syntax), :mod:`~kappa.spec.transforms` (one model per transform kind), :mod:`~kappa.spec.asset`
+syntax), :mod:`~kappa.spec.transforms` (the parts kinds share), :mod:`~kappa.spec.asset`
 (:class:`AssetSpec`), :mod:`~kappa.spec.catalog` (``topics.yaml``, the catalog and the loaders). The
 names below are the package's public face; import them from ``kappa.spec``.
 """
 
-from kappa.spec.asset import AssetResources, AssetSpec, Freshness, Resources, RowExpectation, Sink, Trigger
+from kappa.spec.asset import (
+    AssetResources,
+    AssetSpec,
+    Freshness,
+    Resources,
+    RowExpectation,
+    Sink,
+    Transform,
+    TransformModel,
+    Trigger,
+    transform_kinds,
+)
 from kappa.spec.base import SpecError, interval_seconds
 from kappa.spec.catalog import (
     Catalog,
@@ -61,17 +72,10 @@ from kappa.spec.catalog import (
     parse_declaration,
     upstream_first,
 )
-from kappa.spec.transforms import (
-    ChangelogTransform,
-    FieldSpec,
-    ParseTransform,
-    Source,
-    Transform,
-    Watermark,
-)
+from kappa.spec.transforms import FieldSpec, Source, Watermark
 
 __all__ = [
-    "AssetResources", "AssetSpec", "Catalog", "ChangelogTransform", "FieldSpec", "Freshness", "ParseTransform",
-    "Resources", "RowExpectation", "Sink", "Source", "SpecError", "TopicSpec", "Transform", "Trigger", "Watermark", "interval_seconds",
-    "declaration_label", "load_asset", "load_catalog", "parse_declaration", "upstream_first",
+    "AssetResources", "AssetSpec", "Catalog", "FieldSpec", "Freshness", "Resources", "RowExpectation", "Sink", "Source",
+    "SpecError", "TopicSpec", "Transform", "TransformModel", "Trigger", "Watermark", "interval_seconds",
+    "declaration_label", "load_asset", "load_catalog", "parse_declaration", "transform_kinds", "upstream_first",
 ]

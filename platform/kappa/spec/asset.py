@@ -1,23 +1,205 @@
 """One streaming asset's declaration (:class:`AssetSpec`): source, transform, watermark, trigger,
-sink, checks and resources, validated as a whole when loaded."""
+sink, checks and resources, validated as a whole when loaded.
+
+The transform (:class:`Transform`) is exactly one kind's, validated by the kind's model, a
+:class:`TransformModel` subclass declared in the kind's own module
+(``kappa/streaming/kinds/<kind>.py``), which also holds its query. A kind's model registers itself
+when its module is imported; the built-in kinds are the modules of the package
+:data:`KINDS_PACKAGE`, imported the first time a declaration is validated
+(:func:`transform_kinds`). That import by name is the one place the declaration layer reaches above
+itself, as Spark finds its data sources through Java's ``ServiceLoader``: this module says what a
+kind must answer (:class:`TransformModel`), each kind answers it in its own module."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from kappa.spec.base import MEMORY_RE, StrictModel, check_interval, check_name
-from kappa.spec.transforms import Source, Transform, Watermark
+from kappa.spec.base import EXPRESSION, MEMORY_RE, NAME, PLAIN, StrictModel, check_interval, check_name
+from kappa.spec.transforms import FieldSpec, Source, Watermark
+
+#: The package whose modules are the built-in kinds, imported by :func:`transform_kinds`.
+KINDS_PACKAGE = "kappa.streaming.kinds"
+
+_MODELS: dict[str, type["TransformModel"]] = {}
+_LOADED: list[bool] = []
+
+
+class TransformModel(StrictModel):
+    """The model of one transform kind, ``transform: {<kind>: <fields>}``, and what the declaration
+    layer asks of it. A subclass that sets ``kind`` (its key under ``transform:``) is registered
+    when its module is imported; its fields declare their policy role (``Annotated[str, NAME]``,
+    :class:`kappa.spec.base.Role`).
+
+    Facts, overridden where a kind differs from the default: ``reads_kafka`` (its source is a
+    topic, else an upstream asset; default False), ``row_expectations`` (its writer evaluates the
+    asset's ``row_expectations``; default False), ``value_field`` (the YAML value is this one
+    field's value, not a mapping: ``sql: SELECT …``; default None), and the methods below, each of
+    the asset ``spec`` that holds the model, and ``archives`` (its table keeps each record of its
+    one topic as it is: it can be that topic's archive; default False)."""
+
+    kind: ClassVar[str]
+    reads_kafka: ClassVar[bool] = False
+    row_expectations: ClassVar[bool] = False
+    value_field: ClassVar[str | None] = None
+    archives: ClassVar[bool] = False
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        name = cls.__dict__.get("kind")
+        if name is None:
+            return
+        known = _MODELS.get(name)
+        if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise TypeError(f"transform kind {name!r} is declared twice: {known.__module__}.{known.__qualname__} "
+                            f"and {cls.__module__}.{cls.__qualname__}")
+        _MODELS[name] = cls
+
+    @classmethod
+    def of(cls, spec: AssetSpec) -> Self:
+        """``spec``'s transform model, which must be of this kind (an ``AssertionError`` otherwise:
+        a kind's code is only handed its own assets)."""
+        model = spec.transform.model
+        assert isinstance(model, cls), f"{spec.name} is a {spec.transform.kind!r} asset, not {cls.kind!r}"
+        return model
+
+    def check(self, spec: AssetSpec) -> None:
+        """The kind's rules across the declaration's fields (watermark, sink, source), checked when
+        the declaration is loaded; raises ``ValueError`` with a one-line reason (reported as a
+        ``SpecError`` naming the file). Default: none."""
+
+    def check_text(self, spec: AssetSpec) -> None:
+        """The kind's rules on a declaration read from text (a file of ``assets/`` or one recorded
+        in the warehouse; ``spec.path`` None for the latter), beyond :meth:`check`: what only a
+        loaded declaration has, such as a file beside it. Raises ``ValueError`` starting with the
+        field (``transform.python: …``). Default: none."""
+
+    def check_catalog(self, spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
+        """The kind's rules across assets (``assets``: the whole catalog, by name; every upstream
+        is in it), checked once the catalog is loaded. Raises ``ValueError`` with a one-line reason
+        starting with the field (reported as a ``SpecError`` naming the declaration). Default: none."""
+
+    def row_columns(self) -> dict[str, FieldSpec] | None:
+        """The columns the declaration fixes on every row it writes (name -> :class:`FieldSpec`; its
+        table may add bookkeeping columns), for checks of the assets reading it. Default None: known
+        only once the query runs."""
+        return None
+
+    def table_state(self) -> Literal["current", "history"] | None:
+        """What its table holds per key of a source table: the ``current`` state (a row per key) or
+        the ``history`` (every version, SCD2: ``valid_from``, ``valid_to``, ``is_current``). Default
+        None: not such a table."""
+        return None
+
+    def record_key(self) -> list[str] | None:
+        """The columns a record key of its topic holds (a JSON object of them, as Debezium writes
+        keys). Default None: the kind reads no record keys."""
+        return None
+
+    def record_event_time(self) -> str | None:
+        """The top-level field of a record value of its topic that holds the event time. Default
+        None: the kind does not say."""
+        return None
+
+    def sink_mode(self, spec: AssetSpec) -> Literal["append", "merge"]:
+        """How the table is written when ``sink.mode`` is not declared: ``append`` (each row once)
+        or ``merge`` (rows replaced by :meth:`merge_keys`). Default ``append``."""
+        return "append"
+
+    def output_mode(self, spec: AssetSpec) -> Literal["append", "update"]:
+        """Spark's output mode of a frame kind's query. Default ``append``: a row is emitted once,
+        when final."""
+        return "append"
+
+    def merge_keys(self, spec: AssetSpec) -> list[str]:
+        """The output's key when ``sink.keys`` is not declared (a merge sink's MERGE key; the shadow
+        diff's key). Default ``[]``: none."""
+        return []
+
+    def upstream(self, spec: AssetSpec) -> list[str]:
+        """Assets the transform reads besides ``source.asset``. Default ``[]``."""
+        return []
+
+    def logic_text(self, spec: AssetSpec) -> str:
+        """Text outside the YAML that is part of the asset's logic, hashed into its fingerprint
+        (a python transform's module). Default ``""``."""
+        return ""
+
+
+def transform_kinds() -> dict[str, type[TransformModel]]:
+    """Every registered kind, name -> model, in registration order: the built-in ones (the modules
+    of :data:`KINDS_PACKAGE`, imported on the first call) and any other imported module's."""
+    if not _LOADED:
+        _LOADED.append(True)
+        importlib.import_module(KINDS_PACKAGE)
+    return dict(_MODELS)
+
+
+@functools.cache
+def _holder(model: type[TransformModel]) -> type[StrictModel]:
+    """A one-field model ``{<kind>: model}``, so a field's error is located at
+    ``transform.<kind>.<field>`` as in the YAML."""
+    return create_model(f"Transform_{model.kind}", __base__=StrictModel, **{model.kind: (model, ...)})
+
+
+class Transform(StrictModel):
+    """An asset's ``transform:``: exactly one registered kind's key (:func:`transform_kinds`), its
+    value validated by the kind's model. ``kind`` is the key (``"parse"``), ``model`` the kind's
+    :class:`TransformModel`. None, two or an unknown key is refused (a ``ValidationError``; a
+    ``SpecError`` naming the file from :func:`~kappa.spec.load_asset`). Dumped as in the YAML,
+    ``{<kind>: <fields>}``. The kind's query builder is found from the model's module
+    (:func:`kappa.streaming.kinds.kind_of`)."""
+
+    kind: Annotated[str, PLAIN]
+    model: SerializeAsAny[TransformModel]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _one_kind(cls, value: Any, handler):
+        if isinstance(value, Transform) or (isinstance(value, dict) and isinstance(value.get("model"), TransformModel)):
+            return handler(value)
+        kinds = transform_kinds()
+        unknown = [k for k in value if k not in kinds] if isinstance(value, dict) else []
+        if unknown:  # as a model with a field per kind would say it
+            raise ValidationError.from_exception_data(cls.__name__, [
+                {"type": "extra_forbidden", "loc": (k,), "input": value[k]} for k in unknown])
+        given = [k for k, v in value.items() if v is not None] if isinstance(value, dict) else []
+        if len(given) != 1:
+            raise ValueError(f"declare exactly one of {', '.join(kinds)} (got {given or 'none'})")
+        (name,) = given
+        model_cls, inner = kinds[name], value[name]
+        if model_cls.value_field is not None and not isinstance(inner, dict):
+            inner = {model_cls.value_field: inner}
+        model = getattr(_holder(model_cls).model_validate({name: inner}), name)
+        return handler({"kind": name, "model": model})
+
+    @model_serializer(mode="wrap")
+    def _as_declared(self, handler) -> dict:
+        inner = handler(self)["model"]
+        field = type(self.model).value_field
+        return {self.kind: inner[field] if field is not None else inner}
+
 
 class Trigger(StrictModel):
     """Trigger of a long-running (``--continuous``) query; ``--until-caught-up`` uses available-now."""
 
-    processing_time: str = "10 seconds"
+    processing_time: Annotated[str, PLAIN] = "10 seconds"
 
     _v = field_validator("processing_time")(classmethod(lambda cls, v: check_interval(v)))
 
@@ -28,8 +210,8 @@ class Sink(StrictModel):
     the table's partition columns."""
 
     mode: Literal["append", "merge"] | None = None
-    keys: list[str] = Field(default_factory=list)
-    partition_by: list[str] = Field(default_factory=list)
+    keys: Annotated[list[str], NAME] = Field(default_factory=list)
+    partition_by: Annotated[list[str], NAME] = Field(default_factory=list)
 
 
 class Resources(StrictModel):
@@ -37,9 +219,9 @@ class Resources(StrictModel):
     are whole CPUs requested from Kubernetes; ``core_limit`` a Kubernetes CPU quantity."""
 
     cores: int = Field(1, ge=1)
-    core_limit: str | None = None
-    memory: str = "2g"
-    memory_overhead: str | None = None
+    core_limit: Annotated[str | None, PLAIN] = None
+    memory: Annotated[str, PLAIN] = "2g"
+    memory_overhead: Annotated[str | None, PLAIN] = None
 
     @field_validator("memory", "memory_overhead")
     @classmethod
@@ -47,10 +229,6 @@ class Resources(StrictModel):
         if v is not None and not MEMORY_RE.match(v):
             raise ValueError(f"{v!r} is not a JVM size like '512m' or '2g'")
         return v
-
-
-#: The kinds whose writer applies per-row expectations (:meth:`kappa.streaming.writers.MicroBatchWriter.expect_rows`).
-ROW_EXPECTATION_KINDS = ("parse", "raw", "sql", "python", "window", "sliding", "join")
 
 
 class RowExpectation(StrictModel):
@@ -65,8 +243,8 @@ class RowExpectation(StrictModel):
             max_rate: 0.01       # the gate blocks promotion above this share of rows (optional)
     """
 
-    name: str
-    expr: str
+    name: Annotated[str, PLAIN]
+    expr: Annotated[str, EXPRESSION]
     on_violation: Literal["warn", "drop", "fail"] = "warn"
     max_rate: float | None = Field(None, ge=0, le=1)
 
@@ -109,11 +287,11 @@ class AssetResources(StrictModel):
 class AssetSpec(StrictModel):
     """One streaming asset, as declared in ``assets/<group>/<name>.yaml``."""
 
-    name: str
+    name: Annotated[str, PLAIN]
     layer: Literal["bronze", "silver", "gold"]
-    description: str = ""
-    group: str | None = None
-    owner: str | None = None
+    description: Annotated[str, PLAIN] = ""
+    group: Annotated[str | None, PLAIN] = None
+    owner: Annotated[str | None, PLAIN] = None
     source: Source
     transform: Transform
     watermark: Watermark | None = None
@@ -122,7 +300,9 @@ class AssetSpec(StrictModel):
     #: The asset's data-quality suite: Great Expectations expectations, each a one-key mapping
     #: ``expect_<snake_case>: {kwargs}`` (GX's expectation class name in snake case), e.g.
     #: ``- expect_column_values_to_be_unique: {column: event_id}``. All are blocking gate checks.
-    expectations: list[dict[str, dict]] = Field(default_factory=list)
+    #: Its SQL arguments are found by :mod:`kappa.streaming.policy` itself (GX builds them), so the
+    #: field is ``plain`` to the walk over the models.
+    expectations: Annotated[list[dict[str, dict]], PLAIN] = Field(default_factory=list)
     #: Blocking gate threshold: quarantined / input records above this fails promotion.
     max_quarantine_rate: float = Field(0.01, ge=0, le=1)
     #: Driver/executor resources on the ``kubernetes`` runner (:class:`AssetResources`); the local
@@ -158,155 +338,49 @@ class AssetSpec(StrictModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> "AssetSpec":
-        kind = self.transform.kind
+        model, kind = self.transform.model, self.transform.kind
         if self.row_expectations:
             names = [r.name for r in self.row_expectations]
             if len(set(names)) != len(names):
                 raise ValueError(f"row_expectations: names must be unique, got {names}")
-            if kind not in ROW_EXPECTATION_KINDS:
+            if not model.row_expectations:
+                able = [k for k, m in transform_kinds().items() if m.row_expectations]
                 raise ValueError(f"row_expectations: a '{kind}' asset's writer does not evaluate them "
-                                 f"(kinds that do: {', '.join(ROW_EXPECTATION_KINDS)})")
-        if kind in ("raw", "parse", "changelog") and self.source.kafka is None:
+                                 f"(kinds that do: {', '.join(able)})")
+        if model.reads_kafka and self.source.kafka is None:
             raise ValueError(f"a '{kind}' transform reads Kafka: set source.kafka")
-        if kind not in ("raw", "parse", "changelog") and self.source.asset is None:
+        if not model.reads_kafka and self.source.asset is None:
             raise ValueError(f"a '{kind}' transform reads an upstream asset: set source.asset")
-        if kind == "window":
-            w = self.transform.window
-            assert w is not None
-            if self.watermark is None:
-                raise ValueError("a window transform needs a watermark (watermark.column, watermark.delay)")
-            if self.watermark.column != w.time_column:
-                raise ValueError("watermark.column must equal transform.window.time_column")
-            if w.type == "session" and self.sink.mode == "merge":
-                raise ValueError(
-                    "sink.mode: a session window is written in append mode once the watermark closes a "
-                    "session (Spark forbids output mode 'update' for session windows, and a MERGE on "
-                    "session_start cannot remove sessions that later merge into one); remove sink.mode")
-        if kind == "join":
-            self._check_join()
-        if kind == "lookup":
-            lk = self.transform.lookup
-            assert lk is not None
-            outs = [o for t in lk.tables for o in t.columns.values()]
-            if len(set(outs)) != len(outs):
-                raise ValueError(f"transform.lookup.tables: output column names repeat: {outs}")
-            if self.sink.mode == "merge":
-                raise ValueError("sink.mode: a lookup appends each row once; remove sink.mode")
-        if kind == "materialized_view":
-            mv = self.transform.materialized_view
-            assert mv is not None
-            if self.source.asset not in mv.tables:
-                raise ValueError("source.asset must be one of transform.materialized_view.tables")
-            if self.watermark is not None:
-                raise ValueError("watermark: a materialized view follows its tables' current state, not event time")
-        if kind == "sliding":
-            sl = self.transform.sliding
-            assert sl is not None
-            if self.watermark is None or self.watermark.column != sl.time_column:
-                raise ValueError(
-                    "a sliding window emits a row once the watermark has passed its time: set watermark "
-                    "with watermark.column equal to transform.sliding.time_column")
-        if kind == "pattern":
-            p = self.transform.pattern
-            assert p is not None
-            # Events are matched in event-time order, which only the watermark can vouch for
-            # (a stateful processor's event-time timers fire as the watermark passes).
-            if self.watermark is None:
-                raise ValueError("a pattern transform needs a watermark (watermark.column, watermark.delay): "
-                                 "events are buffered until the watermark passes them, then matched in order")
-            if self.watermark.column != p.time_column:
-                raise ValueError("watermark.column must equal transform.pattern.time_column")
-            if self.sink.mode == "merge":
-                raise ValueError("sink.mode: a pattern's matches are final once emitted; use 'append'")
-        if kind == "parse" and self.watermark is not None:
-            assert self.transform.parse is not None
-            if self.watermark.column != self.transform.parse.event_time:
-                raise ValueError("watermark.column must equal transform.parse.event_time")
+        model.check(self)
         return self
-
-    def _check_join(self) -> None:
-        """Spark's rules for stream–stream joins (Structured Streaming guide, "Stream-stream Joins",
-        "Outer Joins with Watermarking"), checked at load rather than when the query starts."""
-        j = self.transform.join
-        assert j is not None
-        if j.right.asset == self.source.asset:
-            raise ValueError("transform.join.right.asset: a join needs two different upstream assets")
-        if j.type == "left_outer":
-            rule = ("Spark's rule for outer stream-stream joins: watermarks on both sides and an event-time "
-                    "range condition are mandatory, so Spark knows when a row can no longer match and can "
-                    "emit it unmatched")
-            if self.watermark is None:
-                raise ValueError(f"watermark: the left side has no watermark. {rule}")
-            if j.right.watermark is None:
-                raise ValueError(f"transform.join.right.watermark: the right side has no watermark. {rule}")
-            if j.time_range is None:
-                raise ValueError(f"transform.join.time_range: no event-time range condition. {rule}")
-            if j.time_range.left_column != self.watermark.column:
-                raise ValueError("transform.join.time_range.left_column must equal watermark.column")
-            if j.time_range.right_column != j.right.watermark.column:
-                raise ValueError("transform.join.time_range.right_column must equal transform.join.right.watermark.column")
-        elif j.matched_column is not None:
-            raise ValueError("transform.join.matched_column: only a left_outer join has unmatched rows")
 
     @property
     def sink_mode(self) -> str:
-        """``append`` or ``merge``: ``sink.mode`` when declared, else by kind. ``merge`` for
-        tumbling and hopping windows (an open window's row is updated by MERGE on
-        :attr:`merge_keys`), parse, changelog and materialized views (rows replaced by key);
-        ``append`` for session windows (emitted once closed) and every other kind. For a frame kind
-        it picks the sink (:func:`kappa.streaming.writers.frame_sink`); the parse, changelog,
-        lookup, pattern and materialized-view kinds write through their own writers."""
-        if self.sink.mode:
-            return self.sink.mode
-        w = self.transform.window
-        if w is not None:
-            # Tumbling/hopping: update mode + MERGE, the table holds open windows too. Session:
-            # append once closed (see _coherent).
-            return "append" if w.type == "session" else "merge"
-        return {"raw": "append", "parse": "merge", "changelog": "merge", "materialized_view": "merge"}.get(
-            self.transform.kind, "append")
+        """``append`` or ``merge``: ``sink.mode`` when declared, else the kind's
+        (:meth:`~kappa.spec.asset.TransformModel.sink_mode`). For a frame kind it picks the
+        sink (:func:`kappa.streaming.writers.frame_sink`); other kinds write through their own
+        writers."""
+        return self.sink.mode or self.transform.model.sink_mode(self)
 
     @property
     def output_mode(self) -> str:
-        """Spark's output mode of a non-parse asset's query: ``update`` for tumbling/hopping windows
-        upserted by MERGE; ``append`` otherwise (joins, session and sliding windows emit a row once,
-        when the watermark says it is final)."""
-        w = self.transform.window
-        return "update" if w is not None and w.type != "session" and self.sink_mode == "merge" else "append"
+        """Spark's output mode of a frame kind's query (``update`` or ``append``), the kind's
+        (:meth:`~kappa.spec.asset.TransformModel.output_mode`)."""
+        return self.transform.model.output_mode(self)
 
     @property
     def merge_keys(self) -> list[str]:
-        """The output's key (the MERGE key of a merge sink; the shadow diff's key)."""
-        if self.sink.keys:
-            return list(self.sink.keys)
-        if self.transform.window is not None:
-            return self.transform.window.keys
-        if self.transform.parse is not None:
-            return [self.transform.parse.event_id]
-        if self.transform.join is not None or self.transform.sliding is not None or self.transform.lookup is not None:
-            return ["event_id"]
-        if self.transform.materialized_view is not None:
-            return list(self.transform.materialized_view.key)
-        if self.transform.changelog is not None:
-            return list(self.transform.changelog.key)
-        if self.transform.pattern is not None:
-            return [self.transform.pattern.key, "first_event_time"]
-        if self.transform.raw is not None:
-            return ["topic", "partition", "offset"]  # a Kafka record's coordinates
-        return []
+        """The output's key (the MERGE key of a merge sink; the shadow diff's key): ``sink.keys``
+        when declared, else the kind's (:meth:`~kappa.spec.asset.TransformModel.merge_keys`)."""
+        return list(self.sink.keys) or self.transform.model.merge_keys(self)
 
     @property
     def upstream(self) -> list[str]:
-        """Upstream assets: ``source.asset``, a join's ``transform.join.right.asset``, a lookup's
-        tables and a materialized view's tables."""
+        """Upstream assets: ``source.asset``, then those the transform reads besides
+        (:meth:`~kappa.spec.asset.TransformModel.upstream`: a join's right side, a lookup's or
+        a materialized view's tables), each once."""
         ups = [self.source.asset] if self.source.asset else []
-        if self.transform.join is not None:
-            ups.append(self.transform.join.right.asset)
-        if self.transform.lookup is not None:
-            ups += [t.asset for t in self.transform.lookup.tables]
-        if self.transform.materialized_view is not None:
-            ups += self.transform.materialized_view.tables
-        return list(dict.fromkeys(ups))
+        return list(dict.fromkeys([*ups, *self.transform.model.upstream(self)]))
 
     @property
     def topics(self) -> list[str]:
@@ -324,7 +398,8 @@ class AssetSpec(StrictModel):
         return str(self.path) if self.path is not None else self.name
 
     def fingerprint(self) -> str:
-        """A hash of the logic (the YAML content plus a python/sql transform file's text): a version
+        """A hash of the logic (the YAML content plus the kind's
+        :meth:`~kappa.spec.asset.TransformModel.logic_text`, a python transform's module): a version
         records it, so a changed declaration can be told from an unchanged one."""
         # Checks, thresholds, the trigger interval and documentation are not logic: changing them
         # must not force a replay.
@@ -332,10 +407,7 @@ class AssetSpec(StrictModel):
             "description", "owner", "group", "expectations", "max_quarantine_rate", "shadow_diff_blocking", "trigger",
             "resources", "freshness",
         })
-        blob = json.dumps(doc, sort_keys=True)
-        if self.transform.python and self.path is not None:
-            module = self.transform.python.split(":")[0]
-            blob += (self.path.parent / module).read_text()
+        blob = json.dumps(doc, sort_keys=True) + self.transform.model.logic_text(self)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

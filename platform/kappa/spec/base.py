@@ -4,7 +4,8 @@ declaration, and Spark's interval and JVM size syntax (:func:`interval_seconds`,
 from __future__ import annotations
 
 import re
-from typing import Literal
+from dataclasses import dataclass
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -70,6 +71,49 @@ def schema_shorthand(v: object) -> object:
     if isinstance(v, dict):
         return {k: ({"type": t} if isinstance(t, str) else t) for k, t in v.items()}
     return v
+
+
+@dataclass(frozen=True)
+class Role:
+    """What a text field of a declaration model holds, declared on the field as ``Annotated``
+    metadata (``time_column: Annotated[str, NAME]``); the run-time policy
+    (:mod:`kappa.streaming.policy`) reads it to know which texts are SQL. ``name`` is one of:
+    ``query`` (one SQL query reading ``relations(model)``, the model holding the field),
+    ``expression`` (a SQL expression; in a mapping, its values, the keys being column names),
+    ``name`` (column names: a string, a list, or a mapping's keys and values), ``keys`` (a mapping
+    whose keys are column names and whose values are models, walked), ``code`` (a reference to
+    Python code), ``plain`` (text that never reaches Spark's SQL parser or is validated by its
+    model: intervals, asset and topic names, JVM sizes, descriptions). A text field without a role
+    is refused at run time (``unclassified-field``); fields holding only models, numbers, booleans
+    or ``Literal`` choices need none."""
+
+    name: Literal["query", "expression", "name", "keys", "code", "plain"]
+    relations: Callable[[BaseModel], tuple[str, ...]] | None = None
+
+
+#: Role of a text that never reaches Spark's SQL parser (:class:`Role`).
+PLAIN = Role("plain")
+#: Role of column names (:class:`Role`).
+NAME = Role("name")
+#: Role of a SQL expression, or of a mapping column name -> SQL expression (:class:`Role`).
+EXPRESSION = Role("expression")
+#: Role of a mapping column name -> model (:class:`Role`).
+KEYS = Role("keys")
+#: Role of a reference to Python code (:class:`Role`).
+CODE = Role("code")
+
+
+def query(relations: Callable[[BaseModel], tuple[str, ...]]) -> Role:
+    """The :class:`Role` of a field holding one SQL query that may read ``relations(model)`` (the
+    view names its text may name, from the model holding the field) and the CTEs it defines."""
+    return Role("query", relations)
+
+
+def role_of(model: type[BaseModel], field: str) -> Role | None:
+    """The :class:`Role` declared on ``model``'s field ``field`` (its ``Annotated`` metadata), or
+    None when it declares none."""
+    info = model.model_fields[field]
+    return next((m for m in info.metadata if isinstance(m, Role)), None)
 
 
 class StrictModel(BaseModel):

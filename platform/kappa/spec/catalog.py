@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError
 
 from kappa.spec.asset import AssetSpec
 from kappa.spec.base import SpecError, StrictModel
+from kappa.spec.asset import transform_kinds
 
 
 def upstream_first(upstream: Mapping[str, Iterable[str]]) -> list[str]:
@@ -110,19 +111,19 @@ class Catalog:
         """The key columns of a changelog ``topic`` (read by a ``changelog`` asset; Debezium's record
         keys are JSON objects of them), or None for any other topic."""
         for name in self.readers(topic):
-            changelog = self.assets[name].transform.changelog
-            if changelog is not None:
-                return list(changelog.key)
+            key = self.assets[name].transform.model.record_key()
+            if key is not None:
+                return key
         return None
 
     def event_time_field(self, topic: str) -> str | None:
         """The top-level JSON field of a record value of ``topic`` that holds its event time (the
-        ``transform.parse.event_time`` of a ``parse`` asset reading it), or None when no such asset
-        reads it."""
+        :meth:`~kappa.spec.asset.TransformModel.record_event_time` of an asset reading it), or
+        None when no such asset reads it."""
         for name in self.readers(topic):
-            parse = self.assets[name].transform.parse
-            if parse is not None:
-                return parse.event_time
+            field = self.assets[name].transform.model.record_event_time()
+            if field is not None:
+                return field
         return None
 
     def downstream(self, name: str) -> list[str]:
@@ -207,82 +208,16 @@ def parse_declaration(text: str, where: str | None = None, path: Path | None = N
         raise SpecError(f"{where}: name: {spec.name!r} must equal the file name {spec.path.stem!r}")
     if spec.path is None and where.startswith("declarations:") and where != declaration_label(spec.name):
         raise SpecError(f"{where}: name: {spec.name!r} must stay {where.partition(':')[2]!r}")
-    if spec.transform.python:
-        module, _, func = spec.transform.python.partition(":")
-        if not func or path is None or not (path.parent / module).is_file():
-            raise SpecError(
-                f"{where}: transform.python: expected '<file>.py:<function>' next to the YAML, "
-                f"got {spec.transform.python!r}"
-                + ("" if path is not None else " (a python transform needs code review: add it as a file in assets/)")
-            )
+    try:
+        spec.transform.model.check_text(spec)
+    except ValueError as err:
+        raise SpecError(f"{where}: {err}") from None
     return spec
 
 
 def load_asset(path: Path) -> AssetSpec:
     """Parse and validate one asset YAML file. Raises :class:`SpecError` naming file and field."""
     return parse_declaration(Path(path).read_text(), str(path), Path(path))
-
-
-def _check_pattern_columns(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
-    """A pattern over a parsed (silver) asset may only name columns of that asset's schema."""
-    p = spec.transform.pattern
-    up = assets[spec.source.asset] if p is not None and spec.source.asset else None
-    if p is None or up is None or up.transform.parse is None:
-        return
-    fields = up.transform.parse.fields
-    named = {"key": [p.key], "time_column": [p.time_column], "order_by": p.order_by,
-             "event_id": [p.event_id], **{f"collect.{k}": [v] for k, v in p.collect.items()}}
-    for where, cols in named.items():
-        for c in cols:
-            if c not in fields:
-                raise SpecError(f"{spec.where}: transform.pattern.{where}: column {c!r} is not in "
-                                f"{up.name}'s schema ({up.where})")
-    # The state store keeps a pending event's tie-breakers and collected values as JSON.
-    for where, cols in (("order_by", p.order_by), *((f"collect.{k}", [v]) for k, v in p.collect.items())):
-        for c in cols:
-            if fields[c].type in ("timestamp", "date"):
-                raise SpecError(f"{spec.where}: transform.pattern.{where}: column {c!r} has type "
-                                f"{fields[c].type}; use string, number or boolean columns")
-    if fields[p.time_column].type != "timestamp":
-        raise SpecError(f"{spec.where}: transform.pattern.time_column: {p.time_column!r} must be a timestamp")
-
-
-def _check_table_joins(spec: AssetSpec, assets: dict[str, AssetSpec]) -> None:
-    """A lookup's or a materialized view's tables are changelog assets of the right mode, and a
-    lookup names columns they have (source columns too, when the source is a parsed asset)."""
-    lk, mv = spec.transform.lookup, spec.transform.materialized_view
-    if mv is not None:
-        for name in mv.tables:
-            ch = assets[name].transform.changelog
-            if ch is None or ch.mode != "current":
-                raise SpecError(f"{spec.where}: transform.materialized_view.tables: {name!r} is not a current-state "
-                                f"changelog asset (transform.changelog.mode: current) ({assets[name].where})")
-    if lk is None:
-        return
-    up = assets[spec.source.asset] if spec.source.asset else None
-    stream = up.transform.parse.fields if up is not None and up.transform.parse is not None else None
-    for i, t in enumerate(lk.tables):
-        where = f"{spec.where}: transform.lookup.tables.{i}"
-        ch = assets[t.asset].transform.changelog
-        want = "history" if t.as_of else "current"
-        if ch is None or ch.mode != want:
-            raise SpecError(f"{where}.asset: {t.asset!r} must be a changelog asset with mode {want!r}"
-                            + (" (as_of looks up the version valid at the event time: an SCD2 history)" if t.as_of
-                               else " (without as_of a row joins the current state)") + f" ({assets[t.asset].where})")
-        for c in [*t.keys, *t.columns]:
-            if c not in ch.fields:
-                raise SpecError(f"{where}: column {c!r} is not in {t.asset}'s schema ({assets[t.asset].where})")
-        if stream is None:
-            continue
-        for c in [*t.keys, *([t.as_of] if t.as_of else [])]:
-            if c not in stream:
-                raise SpecError(f"{where}: column {c!r} is not in {up.name}'s schema ({up.where})")
-        if t.as_of and stream[t.as_of].type != "timestamp":
-            raise SpecError(f"{where}.as_of: {t.as_of!r} must be a timestamp column of {up.name}")
-        clash = [o for o in t.columns.values() if o in stream]
-        if clash:
-            raise SpecError(f"{where}.columns: output column(s) {clash} are already columns of {up.name}; "
-                            "rename them (table column: output column)")
 
 
 def _check_archive(topics_path: Path, topic: str, t: TopicSpec, assets: dict[str, AssetSpec]) -> None:
@@ -299,9 +234,10 @@ def _check_archive(topics_path: Path, topic: str, t: TopicSpec, assets: dict[str
     spec = assets.get(t.archive)
     if spec is None:
         raise SpecError(f"{where}.archive: unknown asset {t.archive!r}")
-    if spec.transform.raw is None or list(spec.topics) != [topic]:
-        raise SpecError(f"{where}.archive: {t.archive!r} must be a raw asset reading only {topic!r} "
-                        f"(transform.raw, and {topic!r} its one source.kafka.topics entry) ({spec.where})")
+    if not spec.transform.model.archives or list(spec.topics) != [topic]:
+        kinds = " or ".join(k for k, m in transform_kinds().items() if m.archives)
+        raise SpecError(f"{where}.archive: {t.archive!r} must be a {kinds} asset reading only {topic!r} "
+                        f"(transform.{kinds}, and {topic!r} its one source.kafka.topics entry) ({spec.where})")
 
 
 def nested_projects(assets_dir: Path) -> list[Path]:
@@ -359,8 +295,10 @@ def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) ->
             if topic not in topics:
                 raise SpecError(f"{spec.where}: source.kafka.topics: topic {topic!r} is not declared in {topics_path}")
     for spec in assets.values():
-        _check_pattern_columns(spec, assets)
-        _check_table_joins(spec, assets)
+        try:
+            spec.transform.model.check_catalog(spec, assets)
+        except ValueError as err:
+            raise SpecError(f"{spec.where}: {err}") from None
     for topic, t in topics.items():
         _check_archive(topics_path, topic, t, assets)
     catalog = Catalog(assets, topics, assets_dir)

@@ -1,7 +1,7 @@
 """Complex event processing: a declarative event pattern matched over one key's events, in order.
 
 This module is the pure state machine, free of Spark: the ``pattern`` transform's stateful
-processor (:mod:`kappa.streaming.pattern`) keeps its state in Spark's state store and calls it. It
+processor (:mod:`kappa.streaming.kinds.pattern`) keeps its state in Spark's state store and calls it. It
 is unit-tested on hand-made sequences.
 
 A **pattern** is a sequence of steps, each a predicate with a count: ``delayed × 3`` is three
@@ -205,7 +205,7 @@ class Matcher:
 def release(pending: Iterable[Event], watermark_us: int) -> tuple[list[Event], list[Event]]:
     """Split buffered events into those at or before the watermark, in order (ready to feed), and
     the rest (kept). Once a key is released up to ``t``, the caller sets aside any later arrival at
-    or before ``t`` as late (:mod:`kappa.streaming.pattern`), so the events fed are final and their
+    or before ``t`` as late (:mod:`kappa.streaming.kinds.pattern`), so the events fed are final and their
     order is the true order."""
     ready, kept = [], []
     for e in pending:

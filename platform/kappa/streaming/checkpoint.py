@@ -42,6 +42,23 @@ class CheckpointState:
     planned_batch_id: int | None = None
 
 
+def records_read_through(state: CheckpointState, created: dict | None) -> int:
+    """Records a version has read from the log through ``state`` (its checkpoint's newest committed
+    batch, :func:`read_checkpoint`): the Kafka offsets minus the log start offsets its ``created``
+    event recorded (``start_offsets``; 0 where none), summed over topics and partitions, plus the
+    records it took from archives below them, all read by its first micro-batch
+    (:func:`kappa.delta.archive.archived_records`). 0 when nothing is committed."""
+    from kappa.delta.archive import archived_records
+
+    created = created or {}
+    starts = created.get("start_offsets") or {}
+    read = archived_records(created) if state.batch_id is not None else 0
+    for topic, parts in state.offsets.items():
+        if isinstance(parts, dict):  # a Kafka source (topic -> partition -> offset)
+            read += sum(int(off) - int((starts.get(topic) or {}).get(str(p), 0)) for p, off in parts.items())
+    return read
+
+
 def _batch_files(folder: str, settings: Settings | None) -> dict[int, str]:
     return {int(n): join(folder, n) for n in list_names(folder, settings) if n.isdigit()}
 
@@ -238,10 +255,11 @@ def remaining(state: CheckpointState, target: CatchUpTarget, start_offsets: dict
 
 
 def observe(
-    settings: Settings, catalog: Catalog, stall_after_s: float, names: list[str] | None = None
+    settings: Settings, catalog: Catalog, stall_after_s: float, names: list[str] | None = None,
+    registry: Registry | None = None,
 ) -> list[QueryHealth]:
     """Observe the latest (non-retired) version of every asset in ``names`` (default: all) that
-    has one.
+    has one (in ``registry``, the command's snapshot; default: a new one).
 
     Unhealthy means: the version's last run failed, or it is marked running, has records to read,
     and has committed nothing for ``stall_after_s`` seconds (a stalled or dead query). A version
@@ -249,7 +267,7 @@ def observe(
     A broker that does not answer, or a missing topic, makes the Kafka-sourced assets unhealthy
     (their lag is unknown); nothing is raised, so one bad asset cannot hide the others.
     """
-    registry = Registry(settings)
+    registry = registry or Registry(settings)
     out: list[QueryHealth] = []
     broker_down: str | None = None
     for name in catalog.topological(names):

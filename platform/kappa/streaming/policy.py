@@ -55,12 +55,14 @@ Rules (short, stable names; a caller may match on :attr:`PolicyError.rule`):
   (:func:`_gx_filter`): a string is handed over as it is unless the parser is
   ``great_expectations``.
 * ``resources-cap`` — ``resources:`` asks for more than :class:`ResourceCaps` allows.
-* ``unclassified-field`` — a text field this module does not know (the declaration models grew
-  one and :data:`FIELD_ROLES` was not told): refused rather than guessed.
+* ``unclassified-field`` — a text field that declares no role (a model grew one without saying
+  what it holds): refused rather than guessed.
 
-Which fields hold SQL is a table (:data:`FIELD_ROLES`), not a branch per kind: the walk over a
-declaration (:func:`declared_texts`) finds the texts wherever the models put them, and
-``tests/unit/test_policy.py`` fails when a model gains a text field the table lacks;
+Which fields hold SQL each field says itself (``Annotated[str, EXPRESSION]``, a
+:class:`kappa.spec.base.Role`), not a table here nor a branch per kind: the walk over a
+declaration (:func:`declared_texts`) finds the texts wherever the models put them, a new kind's
+fields included, and ``tests/unit/test_policy.py`` fails when a model gains a text field without a
+role;
 ``tests/integration/test_policy.py`` fails when Spark's function registries and the function table
 disagree.
 
@@ -77,31 +79,14 @@ from __future__ import annotations
 import re
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Literal, NamedTuple, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Callable, Literal, Union, get_args, get_origin
 
-from py4j.protocol import Py4JJavaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pyspark.errors.exceptions.captured import CapturedException
 
-from kappa.core.sql_functions import function_tables
 from kappa.errors import KappaError
-from kappa.spec import AssetResources, AssetSpec, Resources, RowExpectation, Sink, Source, Transform, Trigger, Watermark
-from kappa.spec.base import MEMORY_RE, memory_bytes
-from kappa.spec.transforms import (
-    ChangelogTransform,
-    FieldSpec,
-    JoinRight,
-    JoinTimeRange,
-    JoinTransform,
-    KafkaSource,
-    LookupTable,
-    MaterializedViewTransform,
-    ParseTransform,
-    PatternStep,
-    PatternTransform,
-    SlidingTransform,
-    WindowTransform,
-)
+from kappa.spec import AssetResources, AssetSpec, Resources, Transform, TransformModel, transform_kinds
+from kappa.spec.base import MEMORY_RE, Role, memory_bytes, role_of
+from kappa.streaming.sql_policy import Refusal, SqlPolicy, clip
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -114,13 +99,6 @@ class PolicyError(KappaError):
     def __init__(self, asset: str, field: str, rule: str, detail: str):
         self.asset, self.field, self.rule, self.detail = asset, field, rule, detail
         super().__init__(f"declarations:{asset}: {field}: refused (rule: {rule}): {detail}")
-
-
-class Refusal(NamedTuple):
-    """Why one text is refused: a rule name (module docstring) and what was found."""
-
-    rule: str
-    detail: str
 
 
 # ----------------------------------------------------------------------------------------------
@@ -225,56 +203,39 @@ def resource_refusals(resources: AssetResources | None, caps: ResourceCaps) -> l
 # ----------------------------------------------------------------------------------------------
 # Where a declaration holds text
 
-#: Roles of a declaration's text fields. ``query``: one SQL query (its relations from
-#: :data:`QUERY_RELATIONS`); ``expression``: a SQL expression (a mapping: its values, its keys
-#: being column names); ``name``: column names (a string, a list, or a mapping's keys and values);
-#: ``keys``: a mapping whose keys are column names and whose values are models (walked);
-#: ``code``: a reference to Python code; ``plain``: text that never reaches Spark's SQL parser or
-#: is validated by its model (intervals, asset and topic names, JVM sizes, descriptions).
+#: The role names of :class:`kappa.spec.base.Role`: ``query`` (one SQL query, reading the relations
+#: its role names), ``expression``, ``name``, ``keys``, ``code`` and ``plain`` (see there).
 QUERY, EXPRESSION, NAME, KEYS, CODE, PLAIN = "query", "expression", "name", "keys", "code", "plain"
 
-#: Every text-holding field of the declaration models, ``(model, field) -> role``. Fields holding
-#: only models, numbers, booleans or ``Literal`` choices need no entry.
-FIELD_ROLES: dict[tuple[type[BaseModel], str], str] = {
-    (AssetSpec, "name"): PLAIN, (AssetSpec, "description"): PLAIN, (AssetSpec, "group"): PLAIN,
-    (AssetSpec, "owner"): PLAIN, (AssetSpec, "expectations"): PLAIN,  # see _expectation_texts
-    (KafkaSource, "topics"): PLAIN, (Source, "asset"): PLAIN,
-    (Trigger, "processing_time"): PLAIN, (Watermark, "delay"): PLAIN, (Watermark, "column"): NAME,
-    (Sink, "keys"): NAME, (Sink, "partition_by"): NAME,
-    (Resources, "core_limit"): PLAIN, (Resources, "memory"): PLAIN, (Resources, "memory_overhead"): PLAIN,
-    (FieldSpec, "description"): PLAIN,
-    (Transform, "raw"): PLAIN,  # ``raw: {}``: the raw kind reads nothing from it
-    (Transform, "sql"): QUERY, (Transform, "python"): CODE,
-    (ParseTransform, "schema_"): KEYS, (ParseTransform, "event_id"): NAME, (ParseTransform, "event_time"): NAME,
-    (ParseTransform, "max_future"): PLAIN,
-    (WindowTransform, "time_column"): NAME, (WindowTransform, "size"): PLAIN, (WindowTransform, "slide"): PLAIN,
-    (WindowTransform, "gap"): PLAIN, (WindowTransform, "group_by"): NAME,
-    (WindowTransform, "aggregations"): EXPRESSION, (WindowTransform, "filter"): EXPRESSION,
-    (JoinTimeRange, "left_column"): NAME, (JoinTimeRange, "right_column"): NAME,
-    (JoinTimeRange, "lower"): PLAIN, (JoinTimeRange, "upper"): PLAIN,
-    (JoinRight, "asset"): PLAIN, (JoinRight, "columns"): NAME,
-    (JoinTransform, "keys"): NAME, (JoinTransform, "matched_column"): NAME,
-    (SlidingTransform, "time_column"): NAME, (SlidingTransform, "size"): PLAIN, (SlidingTransform, "group_by"): NAME,
-    (SlidingTransform, "output"): NAME, (SlidingTransform, "columns"): NAME, (SlidingTransform, "filter"): EXPRESSION,
-    (ChangelogTransform, "key"): NAME, (ChangelogTransform, "schema_"): KEYS,
-    (LookupTable, "asset"): PLAIN, (LookupTable, "keys"): NAME, (LookupTable, "as_of"): NAME,
-    (LookupTable, "columns"): NAME,
-    (MaterializedViewTransform, "tables"): PLAIN, (MaterializedViewTransform, "key"): NAME,
-    (MaterializedViewTransform, "sql"): QUERY,
-    (PatternStep, "name"): NAME, (PatternStep, "when"): EXPRESSION,
-    (RowExpectation, "name"): PLAIN, (RowExpectation, "expr"): EXPRESSION,
-    (PatternTransform, "key"): NAME, (PatternTransform, "time_column"): NAME, (PatternTransform, "order_by"): NAME,
-    (PatternTransform, "event_id"): NAME, (PatternTransform, "where"): EXPRESSION, (PatternTransform, "within"): PLAIN,
-    (PatternTransform, "collect"): NAME,
-}
 
-#: The relations a query field may read, from the model that holds it: ``transform.sql`` reads
-#: the upstream stream as the view ``input`` (:mod:`kappa.streaming.kinds.sql`); a materialized
-#: view's SQL reads each of its ``tables`` as a view of that name (:mod:`kappa.streaming.table_joins`).
-QUERY_RELATIONS: dict[tuple[type[BaseModel], str], Callable[[BaseModel], tuple[str, ...]]] = {
-    (Transform, "sql"): lambda model: ("input",),
-    (MaterializedViewTransform, "sql"): lambda model: tuple(model.tables),  # type: ignore[attr-defined]
-}
+def declaration_models() -> list[type[BaseModel]]:
+    """Every model a declaration can hold, found from :class:`~kappa.spec.AssetSpec` and every
+    registered kind's model (:func:`kappa.spec.transform_kinds`) through their fields' types."""
+    todo: list[type[BaseModel]] = [AssetSpec, *transform_kinds().values()]
+    seen: list[type[BaseModel]] = []
+    while todo:
+        model = todo.pop(0)
+        if model in seen:
+            continue
+        seen.append(model)
+        for info in model.model_fields.values():
+            todo += _models_in(info.annotation)
+    return seen
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in get_args(annotation) for m in _models_in(a)]
+
+
+def field_roles() -> dict[tuple[type[BaseModel], str], Role]:
+    """``(model, field) -> role`` for every field of :func:`declaration_models` that declares a
+    :class:`~kappa.spec.base.Role` on itself: the policy's table of where a declaration holds SQL,
+    names and code, derived from the models, never written here."""
+    return {(model, name): role for model in declaration_models() for name in model.model_fields
+            if (role := role_of(model, name)) is not None}
+
 
 #: A role only the expectations have: a Great Expectations argument that is a whole SQL query.
 GX_QUERY = "gx-query"
@@ -286,7 +247,7 @@ GX_ARGUMENTS = "gx-arguments"
 @dataclass(frozen=True)
 class DeclaredText:
     """One text of a declaration: ``field`` as in the YAML (``transform.pattern.steps.0.when``),
-    its ``role`` (:data:`FIELD_ROLES`, or :data:`GX_QUERY`), the ``text`` and, for a query, the
+    its ``role`` (the field's :class:`~kappa.spec.base.Role`, or :data:`GX_QUERY`), the ``text`` and, for a query, the
     ``relations`` it may read."""
 
     field: str
@@ -297,9 +258,9 @@ class DeclaredText:
 
 def declared_texts(spec: AssetSpec) -> list[DeclaredText]:
     """Every text of ``spec`` that is SQL, a column name or code, in declaration order, found by
-    walking the models with :data:`FIELD_ROLES` (``plain`` texts are left out), then the SQL in its
-    expectations' arguments. A text field the table does not know comes back with role
-    ``unclassified``. Pure: no Spark."""
+    walking the models and the :class:`~kappa.spec.base.Role` each field declares (``plain`` texts
+    are left out), then the SQL in its expectations' arguments. A text field that declares no role
+    comes back with role ``unclassified``. Pure: no Spark."""
     out: list[DeclaredText] = []
     _walk_model(spec, "", out)
     out.extend(_expectation_texts(spec))
@@ -307,12 +268,18 @@ def declared_texts(spec: AssetSpec) -> list[DeclaredText]:
 
 
 def _walk_model(model: BaseModel, prefix: str, out: list[DeclaredText]) -> None:
+    if isinstance(model, Transform):  # ``transform: {<kind>: …}``: the kind's model, under its key
+        _walk_model(model.model, f"{prefix}{model.kind}.", out)
+        return
+    value_field = type(model).value_field if isinstance(model, TransformModel) else None
     for name, info in type(model).model_fields.items():
         value = getattr(model, name)
         if value is None or info.exclude:
             continue
-        field = f"{prefix}{info.alias or name}"
-        role = FIELD_ROLES.get((type(model), name))
+        # A kind whose YAML value is one field's (``sql: SELECT …``) names that field by its key.
+        field = prefix.rstrip(".") if name == value_field else f"{prefix}{info.alias or name}"
+        declared = role_of(type(model), name)
+        role = declared.name if declared is not None else None
         if role is None:
             if _is_choice(info.annotation):
                 continue  # a Literal: the model already holds it to a fixed set of words
@@ -324,7 +291,8 @@ def _walk_model(model: BaseModel, prefix: str, out: list[DeclaredText]) -> None:
             elif _holds_text(value):
                 out.append(DeclaredText(field, "unclassified", repr(value)))
         elif role == QUERY:
-            relations = QUERY_RELATIONS[(type(model), name)](model)
+            assert declared is not None and declared.relations is not None, f"{field}: a query role names its relations"
+            relations = declared.relations(model)
             out.append(DeclaredText(field, QUERY, value, tuple(relations)))
         elif role == EXPRESSION:
             if isinstance(value, dict):
@@ -440,20 +408,16 @@ def substitution_refusal(spec: AssetSpec) -> tuple[str, str] | None:
         path, value = stack.pop(0)
         if isinstance(value, str):
             if SUBSTITUTION in value:
-                return path.rstrip("."), f"{_clip(value)!r} holds '${{', which Spark's variable substitution " \
+                return path.rstrip("."), f"{clip(value)!r} holds '${{', which Spark's variable substitution " \
                                          "would replace with the driver's environment or JVM properties"
         elif isinstance(value, dict):
             for key, item in value.items():
                 if isinstance(key, str) and SUBSTITUTION in key:
-                    return f"{path}{key}", f"{_clip(key)!r} holds '${{' (variable substitution)"
+                    return f"{path}{key}", f"{clip(key)!r} holds '${{' (variable substitution)"
                 stack.append((f"{path}{key}.", item))
         elif isinstance(value, (list, tuple)):
             stack.extend((f"{path}{i}.", item) for i, item in enumerate(value))
     return None
-
-
-def _clip(text: str, width: int = 60) -> str:
-    return text if len(text) <= width else text[:width] + "…"
 
 
 def text_refusal(text: DeclaredText) -> Refusal | None:
@@ -472,258 +436,9 @@ def text_refusal(text: DeclaredText) -> Refusal | None:
         return Refusal("expectation-arguments", f"Great Expectations refuses these arguments ({text.text}), so "
                                                 "the filter it would hand to Spark cannot be checked")
     if text.role == "unclassified":
-        return Refusal("unclassified-field", f"{text.text} is text in a field this policy does not classify "
-                                             "(kappa.streaming.policy.FIELD_ROLES)")
+        return Refusal("unclassified-field", f"{text.text} is text in a field that declares no policy role "
+                                             "(kappa.spec.base.Role)")
     return None
-
-
-# ----------------------------------------------------------------------------------------------
-# SQL, parsed with Spark's parser
-
-#: What a parse failure raises through PySpark: Spark's ``ParseException`` converted, or any
-#: other JVM exception as py4j hands it over. A dead gateway (``Py4JNetworkError``) is not one.
-_PARSE_ERRORS = (CapturedException, Py4JJavaError)
-
-_A = "org.apache.spark.sql.catalyst.analysis."
-_L = "org.apache.spark.sql.catalyst.plans.logical."
-_RELATION = _A + "UnresolvedRelation"
-_TVF = _A + "UnresolvedTableValuedFunction"
-_WITH = _L + "UnresolvedWith"
-_FUNCTION = _A + "UnresolvedFunction"
-_GENERATOR = _A + "UnresolvedGenerator"
-
-#: The operators of a parsed query that the walk lets through (full class names). Everything a
-#: ``SELECT`` builds before analysis: projection, filter, aggregation (``HAVING``), sort, limits,
-#: set operations, joins (lateral too), aliases, ``LATERAL VIEW``, ``TABLESAMPLE``, ``PIVOT``,
-#: ``UNPIVOT``, hints, ``DISTRIBUTE BY``/``CLUSTER BY``, ``VALUES``, ``WINDOW``, ``WITH`` and the
-#: pipe syntax (``|>``). Relations are checked on their own (:data:`_RELATION`).
-QUERY_NODES: frozenset[str] = frozenset({
-    _RELATION, _WITH,
-    _A + "UnresolvedHaving", _A + "UnresolvedSubqueryColumnAliases", _A + "UnresolvedInlineTable",
-    "org.apache.spark.sql.catalyst.expressions.PipeOperator",
-    *(_L + n for n in (
-        "Aggregate", "Distinct", "Except", "Filter", "Generate", "GlobalLimit", "Intersect", "Join", "LateralJoin",
-        "LocalLimit", "LocalRelation", "Offset", "OneRowRelation", "Pivot", "Project", "RepartitionByExpression",
-        "Sample", "Sort", "SubqueryAlias", "Union", "Unpivot", "UnresolvedHint", "WithWindowDefinition")),
-})
-
-#: Why some operators are refused, for the message (others: "not on QUERY_NODES").
-_OPERATOR_WHY = {
-    _L + "ScriptTransformation": "SELECT TRANSFORM … USING runs a program on the executors",
-    _A + "RelationTimeTravel": "time travel reads another version of a table",
-}
-
-
-class _Refused(KappaError):
-    """Internal: unwinds the walk with a :class:`Refusal` (never leaves this module)."""
-
-    def __init__(self, refusal: Refusal):
-        super().__init__(refusal.detail)
-        self.refusal = refusal
-
-
-class SqlPolicy:
-    """Spark's parser and the walk over its unresolved plans, for one session: build once, ask
-    :meth:`query_refusal` and :meth:`expression_refusal` per text (class lookups and the function
-    registry's answers are cached). Nothing is analysed or run."""
-
-    def __init__(self, spark: "SparkSession"):
-        jvm = getattr(spark, "_jvm", None)
-        assert jvm is not None, "a classic (py4j) SparkSession is needed; Spark Connect has no parser here"
-        self._parser = spark._jsparkSession.sessionState().sqlParser()
-        classes = {
-            "plan": "org.apache.spark.sql.catalyst.plans.logical.LogicalPlan",
-            "expr": "org.apache.spark.sql.catalyst.expressions.Expression",
-            "iterable": "scala.collection.Iterable",
-            "datatype": "org.apache.spark.sql.types.DataType",
-            "product": "scala.Product",
-        }
-        self._classes = [(kind, jvm.java.lang.Class.forName(name)) for kind, name in classes.items()]
-        self._functions, _ = function_tables()
-        self._kinds: dict[str, str] = {}
-
-    def query_refusal(self, text: str, relations: tuple[str, ...] = ("input",)) -> Refusal | None:
-        """Why ``text`` is not one ``SELECT`` reading only ``relations`` (and the CTEs it defines)
-        with allowed functions and operators, or None when it is. Rules: ``parse``, ``one-select``,
-        ``relation``, ``function``, ``operator``."""
-        try:
-            plan = self._parser.parsePlan(text)
-        except _PARSE_ERRORS as exc:
-            return self._second_statement(text, str(exc)) or Refusal("parse", _spark_message(exc))
-        try:
-            # The grammar's own answer to "is this a query": ``singleQuery``. It refuses a trailing
-            # ';' that parsePlan (and so spark.sql) accepts; nothing else differs.
-            self._parser.parseQuery(re.sub(r"[\s;]+\Z", "", text))
-        except _PARSE_ERRORS:
-            return Refusal("one-select", _not_a_query(plan.getClass().getName()))
-        return self._walk(plan, relations)
-
-    def expression_refusal(self, text: str) -> Refusal | None:
-        """Why the SQL expression ``text`` (as ``F.expr`` reads it) is refused, or None. An
-        expression reads no relation: a subquery in it may read only CTEs it defines. Rules:
-        ``parse``, ``relation``, ``function``, ``operator``."""
-        try:
-            expression = self._parser.parseExpression(text)
-        except _PARSE_ERRORS as exc:
-            return Refusal("parse", _spark_message(exc))
-        return self._walk(expression, ())
-
-    def _second_statement(self, text: str, error: str) -> Refusal | None:
-        """``one-select`` when the parse failed right after a ';' that ends a statement Spark
-        parses: the text holds more than one statement. The position is read from Spark's message,
-        ``… (line L, pos P)``, as ``ParseException`` formats it."""
-        m = re.search(r"\(line (\d+), pos (\d+)\)", error)
-        if not m:
-            return None
-        lines = text.split("\n")
-        line, pos = int(m.group(1)), int(m.group(2))
-        offset = sum(len(ln) + 1 for ln in lines[:line - 1]) + pos
-        head = text[:offset].rstrip()
-        if not head.endswith(";"):
-            return None
-        try:
-            self._parser.parsePlan(head)
-        except _PARSE_ERRORS:
-            return None
-        return Refusal("one-select", f"more than one statement: a second one starts at line {line}, position {pos}; "
-                                     "declare one SELECT")
-
-    def _kind(self, obj) -> tuple[str, str]:
-        cls = obj.getClass()
-        name = cls.getName()
-        kind = self._kinds.get(name)
-        if kind is None:
-            kind = next((k for k, c in self._classes if c.isAssignableFrom(cls)), "other")
-            self._kinds[name] = kind
-        return name, kind
-
-    def _walk(self, root, relations: tuple[str, ...]) -> Refusal | None:
-        from py4j.java_gateway import JavaObject
-
-        stack: list[tuple[object, frozenset[str]]] = [(root, frozenset(r.lower() for r in relations))]
-        try:
-            while stack:
-                obj, scope = stack.pop()
-                if isinstance(obj, str):
-                    _check_name(obj)  # py4j hands names over as str (literals stay JVM objects)
-                    continue
-                if not isinstance(obj, JavaObject):
-                    continue  # numbers, booleans: py4j converted them
-                name, kind = self._kind(obj)
-                if kind == "plan":
-                    if name == _WITH:
-                        stack += self._with(obj, scope)
-                        continue
-                    self._check_plan(obj, name, scope)
-                elif kind == "expr":
-                    self._check_expression(obj, name)
-                elif kind == "iterable":
-                    it = obj.iterator()
-                    while it.hasNext():
-                        stack.append((it.next(), scope))
-                    continue
-                elif kind != "product":
-                    continue  # data types, Java objects (options maps, builder functions)
-                stack += [(obj.productElement(i), scope) for i in range(obj.productArity())]
-        except _Refused as refused:
-            return refused.refusal
-        return None
-
-    def _with(self, node, scope: frozenset[str]) -> list[tuple[object, frozenset[str]]]:
-        """``WITH a AS (…), b AS (…) body``: each definition sees the names defined before it (and
-        itself, under ``RECURSIVE``); the body sees them all. A name defined in an inner ``WITH``
-        is not visible outside it, where Spark would look it up in the catalog."""
-        names = set(scope)
-        out: list[tuple[object, frozenset[str]]] = []
-        recursive = bool(node.allowRecursion())
-        it = node.cteRelations().iterator()
-        while it.hasNext():
-            pair = it.next()
-            cte = str(pair._1()).lower()
-            out.append((pair._2(), frozenset(names | {cte}) if recursive else frozenset(names)))
-            names.add(cte)
-        out.append((node.child(), frozenset(names)))
-        return out
-
-    def _check_plan(self, node, name: str, scope: frozenset[str]) -> None:
-        if name == _RELATION:
-            parts = _strings(node.multipartIdentifier())
-            if len(parts) == 1 and parts[0].lower() in scope:
-                return
-            shown = ".".join(f"`{p}`" if "/" in p or ":" in p else p for p in parts)
-            allowed = ", ".join(sorted(scope)) or "no relation"
-            if len(parts) == 2 and ("/" in parts[1] or ":" in parts[1]):
-                why = f"{shown} reads files by path"
-            else:
-                why = f"{shown} is not a relation this text declares"
-            raise _Refused(Refusal("relation", f"{why}; it may read {allowed}"))
-        if name == _TVF:
-            fn = ".".join(_strings(node.name()))
-            raise _Refused(Refusal("relation", f"{fn}(…) is a table-valued function; it may read "
-                                               f"{', '.join(sorted(scope)) or 'no relation'}"))
-        if name.endswith("PlanWithUnresolvedIdentifier"):
-            raise _Refused(Refusal("relation", "IDENTIFIER(…) chooses the relation when the query is analysed; "
-                                               "write its name"))
-        if name not in QUERY_NODES:
-            simple = name.rsplit(".", 1)[-1]
-            why = _OPERATOR_WHY.get(name, "not on kappa.streaming.policy.QUERY_NODES")
-            raise _Refused(Refusal("operator", f"{simple}: {why}"))
-
-    def _check_expression(self, node, name: str) -> None:
-        if name == _FUNCTION:
-            self._check_function(_strings(node.nameParts()))
-        elif name == _GENERATOR:
-            ident = node.name()
-            parts = [*_strings(ident.catalog()), *_strings(ident.database()), ident.funcName()]
-            self._check_function(parts)
-        elif name.endswith("ExpressionWithUnresolvedIdentifier"):
-            raise _Refused(Refusal("function", "IDENTIFIER(…) chooses a function or column when the query is "
-                                               "analysed; write its name"))
-
-    def _check_function(self, parts: list[str]) -> None:
-        shown = ".".join(parts)
-        if len(parts) != 1:
-            raise _Refused(Refusal("function", f"{shown}: a qualified function name; call Spark's built-in "
-                                               "functions by their plain name"))
-        fn = parts[0].lower()
-        why = self._functions.refusal(fn)
-        if why is not None:
-            raise _Refused(Refusal("function", f"{fn}: {why}"))
-
-
-def _check_name(name: str) -> None:
-    """A name in a parsed plan (an alias, a column, a CTE, a hint) must not hold a backtick: the
-    writers quote column names into SQL text, and Great Expectations quotes the output columns
-    into expressions (``COALESCE(`<name>`, 0)`` in ``expect_multicolumn_sum_to_equal``, without
-    doubling a backtick), so a backtick in an output name would end the quoting there."""
-    if "`" in name:
-        raise _Refused(Refusal("column-name", f"{_clip(name)!r} holds a backtick; the writers and the gate quote "
-                                              "column names into SQL text (`name`), so a backtick would end the "
-                                              "quoting"))
-
-
-def _strings(scala_iterable) -> list[str]:
-    """The strings of a Scala ``Seq``/``Option`` of strings."""
-    out: list[str] = []
-    it = scala_iterable.iterator()
-    while it.hasNext():
-        out.append(str(it.next()))
-    return out
-
-
-def _spark_message(exc: BaseException) -> str:
-    """Spark's message of a parse error, first line (the error class, the token, the position)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _not_a_query(class_name: str) -> str:
-    simple = class_name.rsplit(".", 1)[-1]
-    if "ExecuteImmediate" in simple:
-        return "EXECUTE IMMEDIATE runs SQL text built when the query runs; declare one SELECT"
-    if simple == "CompoundBody":
-        return "a SQL script (BEGIN … END); declare one SELECT"
-    return f"{simple} is a statement, not a query; declare one SELECT"
 
 
 # ----------------------------------------------------------------------------------------------

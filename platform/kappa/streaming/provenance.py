@@ -15,7 +15,9 @@ A Kafka source gives each partition's end offset (exclusive); a Delta source (an
 ``{"delta": {"asset", "version", "table_version", "complete", "position"}}``: the upstream version's
 Delta version the batch read through (``complete`` false: part of it, a rate-limited batch) and
 Delta's own end position (``reservoirVersion``, ``index``; Delta's ``DeltaSourceOffset``; with
-``change_data_feed`` for a read of the upstream's change data feed, see :func:`read_through`).
+``change_data_feed`` for a read of the upstream's change data feed, see :func:`read_through`); a
+topic's archive, which a replay reads below the log start (:func:`describe_sources`),
+``{"archive": {"asset", "version", "table_version", "complete", "position", "below"}}``.
 
 Tables written before the append kinds (raw, sql, python, join, sliding and windows in append
 mode) moved to :class:`kappa.streaming.writers.AppendWriter` hold commits of Delta's own streaming
@@ -83,6 +85,19 @@ def upstream_table_ids(settings: Settings, version: Version) -> dict[str, tuple[
     return ids
 
 
+def archive_table_ids(settings: Settings, version: Version) -> dict[str, dict]:
+    """Delta table id -> ``{"asset", "version", "below"}`` for each archive ``version`` reads the
+    start of its topics from (its ``created`` event's ``archive``; ``below``: topic -> partition ->
+    offset, exclusive); empty for a version that reads its topics from the log alone."""
+    out: dict[str, dict] = {}
+    for topic, entry in sorted(((version.last("created") or {}).get("archive") or {}).items()):
+        table_id = _table_id(entry["table"], settings)
+        if table_id is not None:
+            held = out.setdefault(table_id, {"asset": entry["asset"], "version": entry["version"], "below": {}})
+            held["below"][topic] = dict(entry["below"])
+    return out
+
+
 def describe_sources(settings: Settings, version: Version, sources: list[dict],
                      upstream_ids: dict[str, tuple[str, int, str]] | None = None,
                      change_feed: bool = False) -> list[dict]:
@@ -92,19 +107,34 @@ def describe_sources(settings: Settings, version: Version, sources: list[dict],
     up when not given) with the Delta version it read through (:func:`read_through`).
     ``change_feed``: the Delta sources are reads of the upstreams' change data feeds (a
     ``materialized_view``), whose end position inside a version is read against the version's
-    ``cdc`` actions in the upstream's log (:func:`change_files`)."""
+    ``cdc`` actions in the upstream's log (:func:`change_files`).
+
+    A version that reads part of its topics from their archive (its ``created`` event's
+    ``archive``, :func:`kappa.runners.versions.log_sources`) has the archive's table as a Delta
+    source before its Kafka source: it is described as ``{"archive": {"asset", "version",
+    "table_version", "complete", "position", "below"}}``, ``below`` topic -> partition -> the
+    offset (exclusive) below which the records came from the archive, the Kafka source's offsets
+    starting there (:func:`archive_table_ids`)."""
     if not any("reservoirId" in s for s in sources):
         return [{"kafka": s} for s in sources]
     ids = upstream_ids if upstream_ids is not None else upstream_table_ids(settings, version)
+    archives: dict[str, dict] | None = None
     out = []
     for src in sources:
         if "reservoirId" not in src:
             out.append({"kafka": src})
             continue
-        name, n, path = ids.get(src["reservoirId"], (None, None, None))
         v, i = src.get("reservoirVersion"), src.get("index", -1)
         starting = bool(src.get("isStartingVersion", False))
         position = {"reservoirVersion": v, "index": i}
+        if src["reservoirId"] not in ids:
+            archives = archive_table_ids(settings, version) if archives is None else archives
+            if src["reservoirId"] in archives:
+                through, complete = read_through(v, i, starting=starting)
+                out.append({"archive": {**archives[src["reservoirId"]], "table_version": through,
+                                        "complete": complete, "position": position}})
+                continue
+        name, n, path = ids.get(src["reservoirId"], (None, None, None))
         cdc = None
         if change_feed:
             position["change_data_feed"] = True

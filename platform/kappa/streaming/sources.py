@@ -24,7 +24,7 @@ from kappa.config import Settings
 from kappa.delta.forgotten import forgotten_condition
 from kappa.delta.registry import Registry, Version
 from kappa.spec import AssetSpec
-from kappa.streaming.parse import KAFKA_COLUMNS
+from kappa.streaming.records import KAFKA_COLUMNS
 
 #: How long the broker may hold a fetch that finds no new data (the consumer's ``fetch.max.wait.ms``,
 #: Kafka's default 500 ms; Kafka consumer configs). Spark's Kafka source reads offset ranges that

@@ -44,7 +44,7 @@ from kappa.core.storage import local_path
 from kappa.delta.registry import Version, late_events_path, quarantine_path, rescued_path
 from kappa.errors import KappaError
 from kappa.spec import AssetSpec
-from kappa.streaming.parse import late_events_schema, quarantine_schema, rescued_schema
+from kappa.streaming.records import late_events_schema, quarantine_schema, rescued_schema
 
 _log = logging.getLogger(__name__)
 
@@ -55,21 +55,10 @@ ROWS_PER_FILE = 50_000
 
 #: What :meth:`MicroBatchWriter.step` puts between Spark's description of a micro-batch's jobs and
 #: the step's name, in the local property Spark describes a job by (``spark.job.description``: the
-#: Spark UI's and status store's job description); :func:`job_step` reads it back.
+#: Spark UI's and status store's job description); :func:`kappa.harness.bench.status.job_step`
+#: reads it back.
 STEP_MARK = " | kappa step: "
 JOB_DESCRIPTION = "spark.job.description"
-
-
-def job_step(description: str | None) -> str | None:
-    """The writer step (:meth:`MicroBatchWriter.step`) a Spark job's description names, with what
-    Delta appended to it (``append table: Compute snapshot for version: N``: Delta describes its own
-    jobs after the caller's description; numbers become ``N``, so every batch's jobs group alike);
-    None when the job ran outside any step."""
-    import re
-
-    if not description or STEP_MARK not in description:
-        return None
-    return re.sub(r"\d+", "N", description.split(STEP_MARK, 1)[1])
 
 
 #: Attempts of one micro-batch's MERGE/UPDATE/DELETE when a concurrent commit conflicts with it
@@ -94,7 +83,7 @@ def ensure_table(spark: SparkSession, path: str, schema, properties: dict[str, s
 
 
 def ensure_late_events_table(spark: SparkSession, settings: Settings) -> str:
-    """The shared late-events table (:func:`kappa.streaming.parse.late_events_schema`), created if
+    """The shared late-events table (:func:`kappa.streaming.records.late_events_schema`), created if
     missing; returns its path."""
     return ensure_table(spark, str(late_events_path(settings)), late_events_schema())
 
@@ -141,7 +130,7 @@ def run_for_state(batch: DataFrame) -> None:
 
 def record_columns() -> list[Column]:
     """Where a set-aside Kafka record came from and its raw bytes, as the quarantine and
-    late-events tables name them (:func:`kappa.streaming.parse.quarantine_schema`): ``topic``,
+    late-events tables name them (:func:`kappa.streaming.records.quarantine_schema`): ``topic``,
     ``partition``, ``offset``, ``kafka_timestamp``, ``key``, ``value``."""
     return [F.col(c) for c in ("topic", "partition", "offset")] + [
         F.col("timestamp").alias("kafka_timestamp"), F.col("key"), F.col("value")]
@@ -287,8 +276,8 @@ class MicroBatchWriter:
         """A block whose Spark jobs are described as ``<Spark's description of the micro-batch> |
         kappa step: <name>`` (:data:`STEP_MARK`), in the Spark UI and status store alike, so the
         time of a micro-batch's ``addBatch`` can be split by what the writer was doing
-        (``kappa bench``'s steps, :func:`job_step`). The description is a property of the calling
-        thread (the query's, in ``foreachBatch``); the one before the block is restored after it."""
+        (``kappa bench``'s steps, :func:`kappa.harness.bench.status.job_step`). The description is
+        a property of the calling thread (the query's, in ``foreachBatch``); the one before the block is restored after it."""
         sc = spark.sparkContext
         before = sc.getLocalProperty(JOB_DESCRIPTION)
         outer = before.split(STEP_MARK, 1)[0] if before else self.version.name  # a step inside a step replaces it
@@ -427,7 +416,7 @@ class MicroBatchWriter:
         metadata, :meth:`provenance`: ``{"rows": n, "rules": {name: {"violations", "on_violation"}}}``).
 
         Returns (the rows to write, ``columns`` only, less those a ``drop`` rule refuses; the
-        dropped rows as quarantine rows, :func:`kappa.streaming.parse.quarantine_schema`, with the
+        dropped rows as quarantine rows, :func:`kappa.streaming.records.quarantine_schema`, with the
         Kafka coordinates when known, the row as JSON in ``value`` and the rules they failed in
         ``reason``, or None; how many were dropped). Raises :class:`RowExpectationError` when a
         ``fail`` rule has a violation, before anything of the batch is written. Without rules:

@@ -19,7 +19,7 @@ ports (the user's ``.kappa`` and broker are never touched):
 3. **U2**: a Spark batch job over the same offsets: ``spark.read.format("kafka")`` with explicit
    ``startingOffsets``/``endingOffsets`` JSON -> ``from_json`` with the asset's schema -> Delta
    append. ``u2_validating`` is the same job with the asset's validating parse
-   (:func:`kappa.streaming.parse.parse_columns`: reasons for bad records, good rows appended): what
+   (:func:`kappa.streaming.kinds.parse.parse_columns`: reasons for bad records, good rows appended): what
    the validation costs, apart from streaming, dedup and exactly-once.
 4. **replay**: the silver ``flights`` asset's streaming query (a new version, available-now
    trigger: quarantine, dedup by ``event_id`` in the state store and, for events behind the

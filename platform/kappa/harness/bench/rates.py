@@ -45,16 +45,16 @@ def consume_rate(settings: Settings, topic: str, start: dict[int, int], end: dic
     return {"events": n, "bytes": nbytes, "seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1)}
 
 
-def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: dict[int, int], end: dict[int, int],
+def spark_batch_rate(spark, settings: Settings, spec, topic: str, start: dict[int, int], end: dict[int, int],
                      out: str, plain: bool = True) -> dict:
     """U2: a Spark batch job over ``[start, end)``: Kafka -> ``from_json`` with the asset's schema
-    -> Delta append to ``out``. ``plain=False``: the asset's validating parse
-    (:func:`~kappa.streaming.parse.parse_columns`, persisted once as the streaming writer does, then
-    the good rows appended)."""
+    -> Delta append to ``out``. ``plain=False``: the asset's validating parse (its kind's
+    ``parse_records``, :class:`~kappa.streaming.kinds.base.Kind`; persisted once as the streaming
+    writer does, then the good rows appended)."""
     from pyspark.sql import functions as F
 
-    from kappa.streaming.parse import parse_columns, row_schema
-    from kappa.streaming.parse import KAFKA_COLUMNS
+    from kappa.streaming.kinds import kind_of
+    from kappa.streaming.records import KAFKA_COLUMNS, row_schema
     from kappa.streaming.sources import kafka_options
 
     t = time.monotonic()
@@ -64,14 +64,17 @@ def spark_batch_rate(spark, settings: Settings, transform, topic: str, start: di
           .option("startingOffsets", _offsets_json(start, topic))
           .option("endingOffsets", _offsets_json(end, topic))
           .load())
-    fields = list(transform.fields)
+    kind = kind_of(spec)
+    declared = kind.declared_columns(spec)
+    assert declared is not None and kind.parse_records is not None, f"{spec.name} does not parse records"
+    fields = list(declared)
     if plain:
-        parsed = df.select(F.from_json(F.col("value").cast("string"), row_schema(transform.fields)).alias("r"))
+        parsed = df.select(F.from_json(F.col("value").cast("string"), row_schema(declared)).alias("r"))
         rows = parsed.select(*[F.col(f"r.{f}").alias(f) for f in fields])
     else:
         # persisted like ParseWriter does: without it the optimizer pushes `reason IS NULL` below the
         # projection and evaluates the whole-record from_json once per reference (~8x slower).
-        parsed = parse_columns(df.select(*KAFKA_COLUMNS), transform).persist()
+        parsed = kind.parse_records(df.select(*KAFKA_COLUMNS), spec).persist()
         rows = parsed.where(F.col("reason").isNull()).select(*[F.col(f"r.{f}").alias(f) for f in fields])
     rows.write.format("delta").mode("append").save(out)
     if not plain:

@@ -151,20 +151,20 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
         for key, value in opts.conf.items():
             spark.conf.set(key, value)
         result["config"]["conf"] = dict(opts.conf)
-        transform = catalog[TOPIC].transform.parse
+        asset_spec = catalog[TOPIC]
         out = env.root / "u2"
         # Warm-up (not measured): the session's first Kafka read, JSON parse and Delta write pay
         # class loading and JIT compilation, which would otherwise be charged to U2 alone.
         t = time.monotonic()
         tiny = {p: min(end[p], start[p] + 500) for p in end}
         for plain in (True, False) if opts.u2_validating else (True,):
-            spark_batch_rate(spark, settings, transform, TOPIC, start, tiny, str(out / f"warmup-{plain}"), plain=plain)
+            spark_batch_rate(spark, settings, asset_spec, TOPIC, start, tiny, str(out / f"warmup-{plain}"), plain=plain)
         result["warmup_s"] = round(time.monotonic() - t, 1)
-        u2 = spark_batch_rate(spark, settings, transform, TOPIC, start, end, str(out / "plain"))
+        u2 = spark_batch_rate(spark, settings, asset_spec, TOPIC, start, end, str(out / "plain"))
         result["u2"] = u2
         say(f"U2 Spark batch (from_json -> Delta): {u2['events_per_s']:,.0f} ev/s")
         if opts.u2_validating:
-            result["u2_validating"] = spark_batch_rate(spark, settings, transform, TOPIC, start, end,
+            result["u2_validating"] = spark_batch_rate(spark, settings, asset_spec, TOPIC, start, end,
                                                        str(out / "validating"), plain=False)
             say(f"U2 with the asset's validating parse: {result['u2_validating']['events_per_s']:,.0f} ev/s")
 

@@ -4,6 +4,7 @@ the writer steps inside ``addBatch`` (:func:`step_breakdown`), per batch (:func:
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -171,11 +172,23 @@ def files_read(spark, jobs: set[int] | None) -> int | None:
     return files_read_of(sql_executions(spark, jobs), jobs, retained)
 
 
+def job_step(description: str | None) -> str | None:
+    """The writer step (:meth:`kappa.streaming.writers.MicroBatchWriter.step`) a Spark job's description names, with what
+    Delta appended to it (``append table: Compute snapshot for version: N``: Delta describes its own
+    jobs after the caller's description; numbers become ``N``, so every batch's jobs group alike);
+    None when the job ran outside any step."""
+    from kappa.streaming.writers import STEP_MARK
+
+    if not description or STEP_MARK not in description:
+        return None
+    return re.sub(r"\d+", "N", description.split(STEP_MARK, 1)[1])
+
+
 def stage_rows(spark, jobs: set[int] | None) -> list[dict] | None:
     """One row per stage that ran for the Spark jobs ``jobs`` (a query's, :func:`spark_jobs`), from
     Spark's status store (its listener runs with the UI off too): ``job``, ``job_wall_ms`` (the
     job's submission to completion), ``step`` (the writer step the job's description names,
-    :func:`kappa.streaming.writers.job_step`; None outside any step), ``stage``, ``tasks``,
+    :func:`job_step`; None outside any step), ``stage``, ``tasks``,
     ``wall_ms`` (the stage's submission to completion), ``run_ms`` (its tasks' summed
     ``executorRunTime``), ``cpu_ms`` (their ``executorCpuTime``), ``gc_ms`` (``jvmGcTime``),
     ``input_records`` and ``shuffle_write_bytes``. Stages Spark skipped (their
@@ -184,8 +197,6 @@ def stage_rows(spark, jobs: set[int] | None) -> list[dict] | None:
     first) is a row with ``missing`` true and no figures: its job's wall time still counts. None
     ("not evaluated") when ``jobs`` is None or the store no longer holds one of them (it keeps the
     last ``spark.ui.retainedJobs``)."""
-    from kappa.streaming.writers import job_step
-
     if jobs is None:
         return None
     store = spark.sparkContext._jsc.sc().statusStore()

@@ -24,7 +24,7 @@ from kappa.runners.kubernetes.states import error_message, outcome_of, state_of
 
 if TYPE_CHECKING:
     from kappa.config import Settings
-    from kappa.delta.registry import Version
+    from kappa.delta.registry import Registry, Version
     from kappa.quality.gate import GateReport
     from kappa.spec import AssetSpec
     from kappa.streaming.checkpoint import CatchUpTarget
@@ -262,16 +262,15 @@ class KubernetesRunner:
             self._sleep(self.poll_s)
 
     # -- the gate ---------------------------------------------------------------------------------
-    def gate(self, asset: str, version: int, *, timeout_s: float = 1800.0) -> "GateReport":
+    def gate(self, asset: str, version: int, registry: "Registry", *, timeout_s: float = 1800.0) -> "GateReport":
         """Run the gate as a batch SparkApplication (``kappa gate ASSET VERSION`` in the image),
-        wait until it ends, then return the report it recorded in the registry. A leftover gate
+        wait until it ends, then return the report it recorded in the registry (``registry`` is
+        refreshed once it ended: the job's events are another process's). A leftover gate
         application of the version is deleted first (a gate is re-run by re-creating it). Raises
         :class:`kappa.runners.base.RunError` when the job ended without recording a result."""
-        from kappa.delta.registry import Registry
         from kappa.quality.gate import recorded_gate
         from kappa.delta.declarations import catalog as catalog_of, recorded_spec
 
-        registry = Registry(self.settings)
         record = registry.version(asset, version)
         spec = recorded_spec(self.settings, record, catalog_of(self.settings).assets.get(asset))
         before = len([e for e in record.events if e["event"] in ("gate_passed", "gate_failed")])
@@ -284,7 +283,7 @@ class KubernetesRunner:
         while status.outcome is not None and not status.outcome.terminal and self._clock() < deadline:
             self._sleep(self.poll_s)
             status = self._status(asset, version, name, self.apps.get(name), streaming=False)
-        record = registry.version(asset, version)
+        record = registry.refresh().version(asset, version)  # the gate job's events: another process's
         gated = [e for e in record.events if e["event"] in ("gate_passed", "gate_failed")]
         if len(gated) <= before:
             raise RunError(f"the gate of {record.name} (SparkApplication {status.namespace}/{name}) recorded no "
@@ -294,18 +293,15 @@ class KubernetesRunner:
 
 def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version", cp, seconds: float) -> AssetRunResult:
     """An :class:`AssetRunResult` read without Spark: rows and Delta version of the table through
-    delta-rs, records read from the checkpoint's committed offsets minus the version's start offsets (plus
-    what it read from archives below them),
-    quarantined and late rows of this version from the shared tables."""
+    delta-rs, records read as the gate counts them
+    (:func:`kappa.streaming.checkpoint.records_read_through`), quarantined and late rows of this
+    version from the shared tables."""
     from kappa.delta.registry import late_events_path, quarantine_path
     from kappa.delta.tables import count_of, table_rows
+    from kappa.streaming.checkpoint import records_read_through
 
     rows, delta_version = table_rows(version.table_path, settings)
-    start = (version.last("created") or {}).get("start_offsets") or {}
-    kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
-    read = sum(int(o) - int(start.get(t, {}).get(str(part), 0)) for t, parts in kafka.items() for part, o in parts.items())
-    if cp.batch_id is not None:  # and what its first micro-batch read from archives below the start
-        read += archived_records(version.last("created"))
+    read = records_read_through(cp, version.last("created"))
     quarantined = late = 0
     from kappa.streaming.kinds import kind_of
 

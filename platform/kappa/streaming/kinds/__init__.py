@@ -1,46 +1,46 @@
-"""The kinds registry: each transform kind is one module of this package that declares a
-:class:`~kappa.streaming.kinds.base.Kind` (its query builder and what the gate, forget, the runners,
-promotion and Dagster must know of it), plus one entry in :data:`KINDS`.
+"""The kinds registry: each transform kind is one module, which declares its model (a
+:class:`~kappa.spec.asset.TransformModel` subclass naming its ``kind``: the declaration's
+fields, their policy roles and the facts the declaration layer asks), its query (frame and writer)
+and ``KIND``, a :class:`~kappa.streaming.kinds.base.Kind` (what the gate, forget, the runners,
+promotion and Dagster must know of it).
 
-Only this registry and the declaration models (:mod:`kappa.spec`, which validate a kind's fields)
-know kind names; everything else asks :func:`kind_of`. Adding a kind: a model in
-:mod:`kappa.spec.transforms` (and its field on :class:`~kappa.spec.transforms.Transform`), a module
-here with its ``KIND``, and its line below. :mod:`~kappa.streaming.kinds.sliding` is a whole kind in
-one module, frame and processor included.
+The built-in kinds are the modules of this package, imported here (adding a module adds a kind;
+nothing lists them). A kind declared in any other module is one too once that module is imported
+(its model registers itself). Only a kind's own module knows its name and fields; everything else
+asks :func:`kind_of`. :mod:`~kappa.streaming.kinds.sliding` is a whole kind in one module.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import TYPE_CHECKING
 
-from kappa.streaming.kinds import (
-    changelog,
-    join,
-    lookup,
-    materialized_view,
-    parse,
-    pattern,
-    python,
-    raw,
-    sliding,
-    sql,
-    window,
-)
+from kappa.spec.asset import transform_kinds
 from kappa.streaming.kinds.base import Kind
 
 if TYPE_CHECKING:
     from kappa.spec import AssetSpec
 
-#: Every transform kind by name (the keys are :data:`kappa.spec.transforms.TRANSFORM_KINDS`).
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    raw.KIND, parse.KIND, window.KIND, join.KIND, sliding.KIND, pattern.KIND, sql.KIND, python.KIND,
-    changelog.KIND, lookup.KIND, materialized_view.KIND,
-)}
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def kind_of(spec: "AssetSpec") -> Kind:
-    """The :class:`Kind` of ``spec``'s transform."""
-    return KINDS[spec.transform.kind]
+    """The :class:`Kind` of ``spec``'s transform: the ``KIND`` of the module that declares its model."""
+    return _kind_of_model(type(spec.transform.model))
 
 
-__all__ = ["KINDS", "Kind", "kind_of"]
+def _kind_of_model(model: type) -> Kind:
+    kind = getattr(importlib.import_module(model.__module__), "KIND", None)
+    assert isinstance(kind, Kind) and kind.model is model, f"{model.__module__} declares no KIND for {model.__name__}"
+    return kind
+
+
+def kinds() -> dict[str, Kind]:
+    """Every registered kind by name (:func:`kappa.spec.asset.transform_kinds`), built-in first."""
+    return {name: _kind_of_model(model) for name, model in transform_kinds().items()}
+
+
+__all__ = ["Kind", "kind_of", "kinds"]

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from kappa.config import Settings
     from kappa.delta.registry import Version
-    from kappa.spec import AssetSpec, FieldSpec
+    from kappa.spec import AssetSpec, FieldSpec, TransformModel
 
 #: Builds the ``DataStreamWriter`` of one asset version from its source stream (Kafka records or
 #: the upstream version's Delta table as a stream): the kind's frame and its sink, before the query
@@ -65,6 +65,13 @@ class LateFrame:
 DroppedRows = Callable[["AssetSpec", "dict[str, DataFrame]", int], LateFrame]
 
 
+#: Given a batch DataFrame of Kafka records (:data:`kappa.streaming.records.KAFKA_COLUMNS`) and an
+#: asset, the records parsed as the asset's query parses them: the same columns plus ``r`` (a struct
+#: of the declared columns), ``reason`` (string, null for a good record) and ``_rescued`` (schema
+#: drift as JSON, null for none).
+ParseRecords = Callable[["DataFrame", "AssetSpec"], "DataFrame"]
+
+
 def _never(spec: "AssetSpec") -> bool:
     return False
 
@@ -81,8 +88,8 @@ def _always(spec: "AssetSpec") -> bool:
 class Kind:
     """One transform kind (``transform: {<name>: …}`` in an asset YAML).
 
-    ``start`` builds the query (:data:`StartWriter`). ``reads_kafka``: its source is a topic (else
-    an upstream asset). ``stateful``: whether the declaration's query keeps state in the state
+    ``model``: the declaration's model, declared in the same module (:attr:`name` and
+    :attr:`reads_kafka` are its). ``start`` builds the query (:data:`StartWriter`). ``stateful``: whether the declaration's query keeps state in the state
     store, bounded by a watermark, dropping (and counting) rows behind it: windows, joins, sliding
     and pattern always; ``parse`` when it declares a watermark (its deduplication state, keyed by
     event id). What the state holds is data: forget replays a stateful asset and deletes its old
@@ -97,6 +104,8 @@ class Kind:
     watermark drops from a micro-batch's input (:data:`DroppedRows`), for kinds whose late rows
     Spark drops and Kappa names afterwards from the checkpoint (:mod:`kappa.streaming.late`);
     None: Spark drops none, or the kind names its late rows itself (``parse``, ``pattern``).
+    ``parse_records``: how its query parses Kafka records (:data:`ParseRecords`), for a batch over
+    some of them (``kappa declarations evolve``'s sample, the bench); None: it does not parse them.
     ``no_data_batches``: whether the
     query needs Spark's no-data micro-batches (``spark.sql.streaming.noDataMicroBatches.enabled``):
     a batch without input, run when the watermark has moved, so an operator that emits on the
@@ -105,9 +114,8 @@ class Kind:
     a job and, for a foreachBatch writer, a call, for nothing (issue 19). Spark's default (True)
     unless a kind says otherwise."""
 
-    name: str
+    model: "type[TransformModel]"
     start: StartWriter
-    reads_kafka: bool = False
     stateful: Callable[["AssetSpec"], bool] = _never
     quarantines: bool = False
     keeps_late_rows: bool = False
@@ -117,4 +125,15 @@ class Kind:
     full_log: Callable[["AssetSpec"], bool] = _never
     declared_columns: Callable[["AssetSpec"], "dict[str, FieldSpec] | None"] = _none
     dropped_rows: DroppedRows | None = None
+    parse_records: ParseRecords | None = None
     no_data_batches: Callable[["AssetSpec"], bool] = _always
+
+    @property
+    def name(self) -> str:
+        """The kind's key under ``transform:`` (its model's ``kind``)."""
+        return self.model.kind
+
+    @property
+    def reads_kafka(self) -> bool:
+        """Whether its source is a topic (else an upstream asset): its model's ``reads_kafka``."""
+        return self.model.reads_kafka

@@ -37,6 +37,9 @@ persisted, and the statistics, quarantine, late and new rows are read from that 
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -44,11 +47,146 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
 from kappa.delta.registry import Version
-from kappa.spec import AssetSpec, ParseTransform
+from kappa.spec import AssetSpec, FieldSpec, TransformModel, interval_seconds
+from kappa.spec.base import KEYS, NAME, PLAIN, check_interval, schema_shorthand
 from kappa.streaming.checkpoint import batch_watermark_ms
 from kappa.streaming.kinds.base import Kind
-from kappa.streaming.parse import CORRUPT, KAFKA_COLUMNS, RESCUED, parse_columns, row_schema
+from kappa.streaming.records import (
+    CORRUPT,
+    KAFKA_COLUMNS,
+    PERMISSIVE,
+    RESCUED,
+    SPARK_TYPES,
+    field_alone,
+    rescued_column,
+    row_schema,
+    type_errors,
+    wrong_type,
+)
 from kappa.streaming.writers import Commit, MicroBatchWriter, ensure_table, record_columns
+
+class ParseTransform(TransformModel):
+    """Silver from a topic of JSON events: each record value parsed with ``schema`` (column ->
+    :class:`FieldSpec`), one row per ``event_id``. ``event_id`` and ``event_time`` must be declared,
+    the latter as a ``timestamp``. A bad record (empty, over ``max_value_bytes`` bytes, not UTF-8,
+    not a JSON object, a required field of the wrong type or missing, an event time more than
+    ``max_future`` ahead) goes to the quarantine table with its reason (:func:`reason_column`);
+    undeclared fields and optional fields of the wrong type are rescued (schema drift).
+    Output: the declared columns, typed (:func:`kappa.streaming.records.row_schema`)."""
+
+    kind = "parse"
+    reads_kafka = True
+    row_expectations = True
+
+    format: Literal["json"] = "json"
+    schema_: Annotated[dict[str, FieldSpec], KEYS] = Field(alias="schema", min_length=1)
+    event_id: Annotated[str, NAME] = "event_id"
+    event_time: Annotated[str, NAME] = "event_time"
+    #: An event time further than this ahead of the processing time is bad input (a broken clock
+    #: would otherwise drag the watermark into the future and make every later event late).
+    max_future: Annotated[str, PLAIN] = "1 day"
+    #: A record value larger than this many bytes is quarantined rather than parsed.
+    max_value_bytes: int = Field(1024 * 1024, gt=0)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("max_future")
+    @classmethod
+    def _future(cls, v: str) -> str:
+        return check_interval(v)
+
+    _shorthand = field_validator("schema_", mode="before")(staticmethod(schema_shorthand))
+
+    @property
+    def fields(self) -> dict[str, FieldSpec]:
+        """The declared columns, column name -> :class:`FieldSpec`, in declaration order (a copy of
+        ``schema``, whose Python name is ``schema_``: pydantic's ``BaseModel`` owns ``schema``)."""
+        return dict(self.schema_)
+
+    @model_validator(mode="after")
+    def _id_and_time_declared(self) -> "ParseTransform":
+        fields = self.fields
+        for role, name in (("event_id", self.event_id), ("event_time", self.event_time)):
+            if name not in fields:
+                raise ValueError(f"{role} column {name!r} is not in schema")
+        if fields[self.event_time].type != "timestamp":
+            raise ValueError(f"event_time column {self.event_time!r} must have type timestamp")
+        return self
+
+    def check(self, spec: AssetSpec) -> None:
+        """A watermark, when declared, is on ``event_time``."""
+        if spec.watermark is not None and spec.watermark.column != self.event_time:
+            raise ValueError("watermark.column must equal transform.parse.event_time")
+
+    def sink_mode(self, spec: AssetSpec) -> Literal["append", "merge"]:
+        """``merge``: one row per event id."""
+        return "merge"
+
+    def merge_keys(self, spec: AssetSpec) -> list[str]:
+        """``event_id``."""
+        return [self.event_id]
+
+    def row_columns(self) -> dict[str, FieldSpec]:
+        """The declared columns."""
+        return self.fields
+
+    def record_event_time(self) -> str:
+        """``event_time``."""
+        return self.event_time
+
+
+def reason_column(text: Column, value: Column, parsed: Column, transform: ParseTransform) -> Column:
+    """Why a record is bad, or null when it is good (``parsed``: :func:`parse_columns`' ``r``, whose
+    corrupt-record field is set when some field did not convert)."""
+    fields = transform.fields
+    missing = [
+        F.when(parsed[name].isNull(), F.lit(name)) for name, f in fields.items() if f.required
+    ]
+    missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
+    required = {name: (f.type, SPARK_TYPES[f.type]) for name, f in fields.items() if f.required}
+    required_detail = type_errors(text, required) if required else F.lit("")
+    any_wrong = F.lit(False)
+    for name, f in fields.items():
+        any_wrong = any_wrong | wrong_type(text, name, SPARK_TYPES[f.type])
+    future = interval_seconds(transform.max_future)
+    event_time = parsed[transform.event_time]
+    return (
+        F.when(value.isNull(), F.lit("null value"))
+        .when(F.length(value) == 0, F.lit("empty value"))
+        .when(F.length(value) > transform.max_value_bytes,
+              F.format_string(f"value is %d bytes, over the {transform.max_value_bytes}-byte limit", F.length(value)))
+        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit("value is not valid UTF-8"))
+        .when(parsed.isNull() | ~F.trim(text).startswith("{"), F.lit("not a JSON object"))
+        .when(parsed[CORRUPT].isNotNull() & (required_detail != ""), required_detail)
+        .when(parsed[CORRUPT].isNotNull() & ~any_wrong, F.lit("malformed JSON"))
+        .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
+        .when(event_time > F.current_timestamp() + F.expr(f"INTERVAL {int(future)} SECONDS"),
+              F.concat(F.lit(f"{transform.event_time} is more than {transform.max_future} in the future: "),
+                       event_time.cast("string")))
+    )
+
+
+def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
+    """Add ``r`` (parsed struct), ``reason`` (null = good) and ``_rescued`` (:func:`rescued_column`)
+    to a frame of Kafka records. A record the whole-object parse cannot type (its corrupt-record
+    field set) is parsed again field by field, so an optional field of the wrong type is null in
+    ``r`` and its value rescued while the other fields keep theirs."""
+    fields = transform.fields
+    schema = row_schema(fields).add(T.StructField(CORRUPT, T.StringType(), True))
+    text = F.col("value").cast("string")
+    whole = F.col("_whole")  # one whole-object parse per record, read below by name
+    by_field = F.struct(*[field_alone(text, name, SPARK_TYPES[f.type]).alias(name) for name, f in fields.items()],
+                        whole[CORRUPT].alias(CORRUPT))
+    optional = [name for name, f in fields.items() if not f.required]
+    mistyped = F.when(whole[CORRUPT].isNotNull(), F.filter(
+        F.array(*[F.when(wrong_type(text, name, SPARK_TYPES[fields[name].type]), F.lit(name)) for name in optional]),
+        lambda n: n.isNotNull())) if optional else None
+    return (kafka_df.withColumn("_whole", F.from_json(text, schema, PERMISSIVE))
+            .withColumn("r", F.when(whole.isNull() | whole[CORRUPT].isNull(), whole).otherwise(by_field))
+            .withColumn("reason", reason_column(text, F.col("value"), F.col("r"), transform))
+            .withColumn(RESCUED, rescued_column(text, list(fields), mistyped))
+            .drop("_whole"))
+
 
 #: Which branch of :func:`silver_frame` a row came through: ``state`` (every record, parsed, less
 #: the on-time copies the state store dropped and the good records behind W') or ``behind`` (every
@@ -68,8 +206,7 @@ def silver_frame(source: DataFrame, spec: AssetSpec) -> DataFrame:
     watermark; bad records pass it under a key of their own and a null event time (Spark neither
     drops nor keeps them: a null is never behind the watermark and expires at once). Without one,
     every record takes the state path with no state."""
-    t = spec.transform.parse
-    assert t is not None
+    t = ParseTransform.of(spec)
     raw = source.select(*KAFKA_COLUMNS)
     parsed = parse_columns(raw, t)
     good = F.col("reason").isNull()
@@ -92,7 +229,7 @@ def silver_frame(source: DataFrame, spec: AssetSpec) -> DataFrame:
 
 
 def _probe_event_time(t: ParseTransform) -> Column:
-    """The event time alone, parsed as :func:`kappa.streaming.parse.parse_columns` parses it (for a
+    """The event time alone, parsed as :func:`parse_columns` parses it (for a
     good record the same value): cheap enough to read every record twice."""
     schema = T.StructType([T.StructField(t.event_time, T.TimestampType(), True),
                            T.StructField(CORRUPT, T.StringType(), True)])
@@ -107,8 +244,7 @@ class ParseWriter(MicroBatchWriter):
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         super().__init__(spec, version, settings)
-        assert spec.transform.parse is not None
-        self.transform = spec.transform.parse
+        self.transform = ParseTransform.of(spec)
         self.anti_join = settings.dedup_anti_join
         self.side_table(spark, "quarantine")
         self.side_table(spark, "late")
@@ -256,17 +392,16 @@ def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Sett
 
 
 def _event_id(spec: AssetSpec) -> str:
-    assert spec.transform.parse is not None
-    return spec.transform.parse.event_id
+    return ParseTransform.of(spec).event_id
 
 
 def _columns(spec: AssetSpec):
-    assert spec.transform.parse is not None
-    return dict(spec.transform.parse.fields)
+    return dict(ParseTransform.of(spec).fields)
 
 
-KIND = Kind(name="parse", start=start, reads_kafka=True, quarantines=True, keeps_late_rows=True,
+KIND = Kind(model=ParseTransform, start=start, quarantines=True, keeps_late_rows=True,
             gate_checks=("quarantine_rate", "schema_drift"), forget="event_ids", event_id=_event_id, declared_columns=_columns,
             # a watermark bounds its deduplication state (dropDuplicatesWithinWatermark, keyed by
             # event id) and only evicts it: no no-data micro-batches
-            stateful=lambda spec: spec.watermark is not None, no_data_batches=lambda spec: False)
+            stateful=lambda spec: spec.watermark is not None, no_data_batches=lambda spec: False,
+            parse_records=lambda df, spec: parse_columns(df, ParseTransform.of(spec)))

@@ -11,14 +11,16 @@ behind the previous batch's watermark (``TransformWithStateExec``'s
 ``watermarkPredicateForDataForLateEvents``); :func:`late_sliding_rows` names them afterwards
 (:mod:`kappa.streaming.late`).
 
-This module is the whole kind: its frame, its processor and its registry entry (:data:`KIND`).
+This module is the whole kind: its model (:class:`SlidingTransform`), its frame, its processor and
+its registry entry (:data:`KIND`).
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Annotated, Iterator
 
 import numpy as np
+from pydantic import Field, field_validator
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -32,9 +34,52 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from kappa.config import Settings
 from kappa.delta.registry import Version
-from kappa.spec import AssetSpec, interval_seconds
+from kappa.spec import AssetSpec, TransformModel, interval_seconds
+from kappa.spec.base import EXPRESSION, NAME, PLAIN, check_interval
 from kappa.streaming.kinds.base import Kind, LateFrame
 from kappa.streaming.writers import frame_sink
+
+
+class SlidingTransform(TransformModel):
+    """A sliding window in DDIA's sense (ch. 11, "Types of windows"): one window per event. For
+    every row, ``output`` = the number of rows with the same ``group_by`` values whose
+    ``time_column`` is in ``[t - size, t]`` (the row itself and rows at the same time included).
+    A row is emitted once the watermark has passed its time, so every row at that time is counted.
+    Output: ``columns`` (default: ``event_id``, the group-by columns, ``time_column``) then
+    ``output``."""
+
+    kind = "sliding"
+    row_expectations = True
+
+    time_column: Annotated[str, NAME]
+    size: Annotated[str, PLAIN]
+    group_by: Annotated[list[str], NAME] = Field(default_factory=list)
+    output: Annotated[str, NAME] = "count"
+    columns: Annotated[list[str] | None, NAME] = None
+    filter: Annotated[str | None, EXPRESSION] = None
+
+    @field_validator("size")
+    @classmethod
+    def _intervals(cls, v: str) -> str:
+        return check_interval(v)
+
+    @property
+    def out_columns(self) -> list[str]:
+        """The output table's columns, in order: ``columns`` (default ``event_id``, the group-by
+        columns, ``time_column``) then the count column ``output``."""
+        cols = self.columns or ["event_id", *self.group_by, self.time_column]
+        return [*cols, self.output]
+
+    def check(self, spec: AssetSpec) -> None:
+        """A watermark on ``time_column``: a row is emitted once the watermark has passed its time."""
+        if spec.watermark is None or spec.watermark.column != self.time_column:
+            raise ValueError(
+                "a sliding window emits a row once the watermark has passed its time: set watermark "
+                "with watermark.column equal to transform.sliding.time_column")
+
+    def merge_keys(self, spec: AssetSpec) -> list[str]:
+        """``event_id``: one output row per input row."""
+        return ["event_id"]
 
 
 def sliding_counts(pending_ms: np.ndarray, history_ms: np.ndarray, watermark_ms: int, size_ms: int):
@@ -132,8 +177,8 @@ def sliding_frame(df: DataFrame, spec: AssetSpec) -> DataFrame:
 
     In: the upstream stream (needs ``event_id``, the group-by columns and ``time_column``).
     Out: ``transform.sliding.out_columns`` (``event_id``, group-by columns, time column, count)."""
-    sl = spec.transform.sliding
-    assert sl is not None and spec.watermark is not None
+    sl = SlidingTransform.of(spec)
+    assert spec.watermark is not None
     size_ms = int(interval_seconds(sl.size) * 1000)
     df = df.withWatermark(spec.watermark.column, spec.watermark.delay)
     if sl.filter:
@@ -167,8 +212,8 @@ def late_sliding_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_m
     ``transformWithState`` operator drops at the watermark ``watermark_ms`` (epoch ms): after the
     asset's ``filter``, those whose time column is at or before it. Spark counts each row
     (``rows``). Out: ``_row``, ``_event_id``, ``_json``, ``event_time``, ``reason``, ``_unit``."""
-    sl = spec.transform.sliding
-    assert sl is not None and spec.source.asset is not None
+    sl = SlidingTransform.of(spec)
+    assert spec.source.asset is not None
     df = inputs[spec.source.asset]
     if sl.filter:
         df = df.where(F.expr(sl.filter))
@@ -178,5 +223,5 @@ def late_sliding_rows(spec: AssetSpec, inputs: dict[str, DataFrame], watermark_m
                      "rows")
 
 
-KIND = Kind(name="sliding", start=start, stateful=lambda spec: True, keeps_late_rows=True, gate_checks=("late_rows",),
+KIND = Kind(model=SlidingTransform, start=start, stateful=lambda spec: True, keeps_late_rows=True, gate_checks=("late_rows",),
             dropped_rows=late_sliding_rows)

@@ -8,17 +8,30 @@ from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
 from kappa.delta.registry import Version
-from kappa.spec import AssetSpec
+from typing import Annotated
+
+from kappa.spec import AssetSpec, TransformModel
+from kappa.spec.base import query
 from kappa.streaming.kinds.base import Kind
 from kappa.streaming.writers import frame_sink
+
+
+class SqlTransform(TransformModel):
+    """``sql: SELECT … FROM input``: one query over the upstream stream, read as the view
+    ``input`` (the only relation the run-time policy lets it read). Appends."""
+
+    kind = "sql"
+    value_field = "sql"
+    row_expectations = True
+
+    sql: Annotated[str, query(lambda model: ("input",))]
 
 
 def sql_frame(spark: SparkSession, df: DataFrame, spec: AssetSpec) -> DataFrame:
     """``transform.sql`` over ``df`` (the upstream stream, as the view ``input``); the output
     schema is the statement's."""
-    assert spec.transform.sql is not None
     df.createOrReplaceTempView("input")
-    return spark.sql(spec.transform.sql)
+    return spark.sql(SqlTransform.of(spec).sql)
 
 
 def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
@@ -27,4 +40,4 @@ def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Sett
     return frame_sink(spark, sql_frame(spark, source, spec), spec, version, settings)
 
 
-KIND = Kind(name="sql", start=start)
+KIND = Kind(model=SqlTransform, start=start)

@@ -1,7 +1,11 @@
-"""Parsing Kafka record values into typed rows, and naming why a record is bad.
+"""Kafka records and the tables that keep them: the columns a query keeps of a record
+(:data:`KAFKA_COLUMNS`), the declared types in Spark's terms (:data:`SPARK_TYPES`), JSON field
+helpers shared by the kinds that parse record values (``parse``, ``changelog``), and the schemas of
+the shared quarantine, late-events and rescued-fields tables.
 
-Input: the Kafka source's columns (``key`` binary, ``value`` binary, ``topic`` string, ``partition``
-int, ``offset`` long, ``timestamp`` timestamp). Output of :func:`parse_columns`: the same columns plus
+Parsing (:func:`kappa.streaming.kinds.parse.parse_columns`): input, the Kafka source's columns
+(``key`` binary, ``value`` binary, ``topic`` string, ``partition`` int, ``offset`` long,
+``timestamp`` timestamp); output, the same columns plus
 ``r`` (the parsed struct, every declared field nullable), ``reason`` (string, null for a good
 record) and ``_rescued`` (schema drift, as JSON: the fields the record has and the asset does not
 declare, and the values of declared optional fields that are not of their declared type; null for
@@ -20,12 +24,13 @@ first bad one; such a record alone is parsed again field by field.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from kappa.spec import FieldSpec, ParseTransform, interval_seconds
+from kappa.spec import FieldSpec
 
+#: The corrupt-record column of Spark's JSON reader (:data:`PERMISSIVE`).
 CORRUPT = "_corrupt_record"
 
 #: The columns of a Kafka record the queries keep (Spark's Kafka source schema, less
@@ -53,66 +58,36 @@ def json_path(name: str) -> str:
     return "$." + name if name.isidentifier() else f"$['{name}']"
 
 
-_PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+#: Options of Spark's JSON reader that keep a record it cannot type (its text in :data:`CORRUPT`).
+PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 
 
-def _alone(text: Column, name: str, spark_type: T.DataType) -> Column:
+def field_alone(text: Column, name: str, spark_type: T.DataType) -> Column:
     """Field ``name`` of the JSON object ``text`` parsed on its own (null when absent or not of ``spark_type``)."""
-    return F.from_json(text, T.StructType([T.StructField(name, spark_type)]), _PERMISSIVE)[name]
+    return F.from_json(text, T.StructType([T.StructField(name, spark_type)]), PERMISSIVE)[name]
 
 
-def _wrong_type(text: Column, name: str, spark_type: T.DataType) -> Column:
+def wrong_type(text: Column, name: str, spark_type: T.DataType) -> Column:
     """True when field ``name`` of ``text`` is present and not null but does not convert to ``spark_type``."""
-    return F.get_json_object(text, json_path(name)).isNotNull() & _alone(text, name, spark_type).isNull()
+    return F.get_json_object(text, json_path(name)).isNotNull() & field_alone(text, name, spark_type).isNull()
 
 
 def type_errors(text: Column, types: dict[str, tuple[str, T.DataType]]) -> Column:
     """``field 'x' is not a valid int: "abc"; …`` for every field of the JSON object ``text`` whose
     value does not convert to its declared type (name -> (declared type name, Spark type)); an empty
     string when every present field converts."""
-    wrong_type = []
+    errors = []
     for name, (type_name, spark_type) in types.items():
         # Spark nulls every field after the first bad one, so test each field on its own.
         raw = F.get_json_object(text, json_path(name))
-        wrong_type.append(
-            F.when(_wrong_type(text, name, spark_type),
+        errors.append(
+            F.when(wrong_type(text, name, spark_type),
                    F.concat(F.lit(f"field '{name}' is not a valid {type_name}: "), F.substring(raw, 1, 80)))
         )
-    return F.concat_ws("; ", *wrong_type)
+    return F.concat_ws("; ", *errors)
 
 
-def reason_column(text: Column, value: Column, parsed: Column, transform: ParseTransform) -> Column:
-    """Why a record is bad, or null when it is good (``parsed``: :func:`parse_columns`' ``r``, whose
-    corrupt-record field is set when some field did not convert)."""
-    fields = transform.fields
-    missing = [
-        F.when(parsed[name].isNull(), F.lit(name)) for name, f in fields.items() if f.required
-    ]
-    missing_list = F.concat_ws(", ", *missing) if missing else F.lit("")
-    required = {name: (f.type, SPARK_TYPES[f.type]) for name, f in fields.items() if f.required}
-    required_detail = type_errors(text, required) if required else F.lit("")
-    any_wrong = F.lit(False)
-    for name, f in fields.items():
-        any_wrong = any_wrong | _wrong_type(text, name, SPARK_TYPES[f.type])
-    future = interval_seconds(transform.max_future)
-    event_time = parsed[transform.event_time]
-    return (
-        F.when(value.isNull(), F.lit("null value"))
-        .when(F.length(value) == 0, F.lit("empty value"))
-        .when(F.length(value) > transform.max_value_bytes,
-              F.format_string(f"value is %d bytes, over the {transform.max_value_bytes}-byte limit", F.length(value)))
-        .when(~F.expr("is_valid_utf8(CAST(value AS STRING))"), F.lit("value is not valid UTF-8"))
-        .when(parsed.isNull() | ~F.trim(text).startswith("{"), F.lit("not a JSON object"))
-        .when(parsed[CORRUPT].isNotNull() & (required_detail != ""), required_detail)
-        .when(parsed[CORRUPT].isNotNull() & ~any_wrong, F.lit("malformed JSON"))
-        .when(missing_list != "", F.concat(F.lit("missing required field(s): "), missing_list))
-        .when(event_time > F.current_timestamp() + F.expr(f"INTERVAL {int(future)} SECONDS"),
-              F.concat(F.lit(f"{transform.event_time} is more than {transform.max_future} in the future: "),
-                       event_time.cast("string")))
-    )
-
-
-#: The column of :func:`parse_columns` holding a record's undeclared fields (see :func:`rescued_column`).
+#: The column of :func:`kappa.streaming.kinds.parse.parse_columns` holding a record's undeclared fields (see :func:`rescued_column`).
 RESCUED = "_rescued"
 
 
@@ -131,28 +106,6 @@ def rescued_column(text: Column, declared: list[str], mistyped: Column | None = 
         else (lambda k, _v: ~F.array_contains(names, k) | F.array_contains(retyped, k)))
     drifted = F.size(extra) > 0 if retyped is None else (F.size(extra) > 0) | (F.size(retyped) > 0)
     return F.when(drifted, F.to_json(undeclared))
-
-
-def parse_columns(kafka_df: DataFrame, transform: ParseTransform) -> DataFrame:
-    """Add ``r`` (parsed struct), ``reason`` (null = good) and ``_rescued`` (:func:`rescued_column`)
-    to a frame of Kafka records. A record the whole-object parse cannot type (its corrupt-record
-    field set) is parsed again field by field, so an optional field of the wrong type is null in
-    ``r`` and its value rescued while the other fields keep theirs."""
-    fields = transform.fields
-    schema = row_schema(fields).add(T.StructField(CORRUPT, T.StringType(), True))
-    text = F.col("value").cast("string")
-    whole = F.col("_whole")  # one whole-object parse per record, read below by name
-    by_field = F.struct(*[_alone(text, name, SPARK_TYPES[f.type]).alias(name) for name, f in fields.items()],
-                        whole[CORRUPT].alias(CORRUPT))
-    optional = [name for name, f in fields.items() if not f.required]
-    mistyped = F.when(whole[CORRUPT].isNotNull(), F.filter(
-        F.array(*[F.when(_wrong_type(text, name, SPARK_TYPES[fields[name].type]), F.lit(name)) for name in optional]),
-        lambda n: n.isNotNull())) if optional else None
-    return (kafka_df.withColumn("_whole", F.from_json(text, schema, _PERMISSIVE))
-            .withColumn("r", F.when(whole.isNull() | whole[CORRUPT].isNull(), whole).otherwise(by_field))
-            .withColumn("reason", reason_column(text, F.col("value"), F.col("r"), transform))
-            .withColumn(RESCUED, rescued_column(text, list(fields), mistyped))
-            .drop("_whole"))
 
 
 def _coordinate_fields() -> list[T.StructField]:
