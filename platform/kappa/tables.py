@@ -56,7 +56,7 @@ def resolve(name: str, settings: Settings | None = None) -> tuple[str, int | Non
     versions = registry.versions(name, events)
     if versions:
         raise RegistryError(not_promoted_message(name, versions))
-    known = ", ".join(names(settings)) or "none yet"
+    known = ", ".join(sorted(registry.promoted_all())) or "none yet"
     raise RegistryError(f"no promoted table or dbt mart named {name!r} (promoted: {known})")
 
 

@@ -196,7 +196,7 @@ class GateOnly:
     def __init__(self, outcomes: dict[str, bool]):
         self.outcomes = outcomes
 
-    def gate(self, asset: str, version: int, registry: Registry):
+    def gate(self, asset: str, version: int, registry: Registry, catalog=None):
         from kappa.quality.gate import CheckResult, GateReport
 
         ok = self.outcomes[asset]
@@ -269,3 +269,19 @@ def test_a_registry_reads_its_table_once_keeps_its_own_appends_and_sees_others_a
     assert registry_module.TABLE_READS == before + 3  # the other registry's create_version read once
     assert reg.refresh().latest("s").version == 2
     assert registry_module.TABLE_READS == before + 4
+
+
+def test_a_version_knows_the_tables_of_the_upstream_versions_it_is_pinned_to(settings):
+    reg = Registry(settings)
+    s1 = reg.create_version("s", "f", {})
+    s2 = reg.create_version("s", "f2", {})
+    g = reg.create_version("g", "f", {"s": 1})
+    assert g.upstream_tables == {"s": s1.table_path} and g.upstream_table("s") == s1.table_path != s2.table_path
+    # a fresh snapshot folds the same (each command's driver reads no registry of its own for it)
+    assert Registry(settings).version("g", 1).upstream_table("s") == s1.table_path
+    with pytest.raises(RegistryError, match=r"g/v1 was not built against t \(upstream: \['s'\]\)"):
+        g.upstream_table("t")
+    # folded from events that lack the upstream's creation: said, not a KeyError
+    only_g = [e for e in reg.events() if e["asset"] == "g"]
+    with pytest.raises(RegistryError, match="g/v1 is pinned to s/v1, which the registry lacks"):
+        reg.version("g", 1, only_g).upstream_table("s")

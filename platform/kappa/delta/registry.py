@@ -97,6 +97,10 @@ class Version:
     #: this text (:func:`kappa.delta.declarations.recorded_spec`), never from the file as it is now.
     declaration: str | None = None
     source: str | None = None
+    #: Upstream asset -> the table path of the version of it this one is pinned to
+    #: (:attr:`upstream`), resolved from the same snapshot of the registry as this version: a
+    #: driver reads its upstream tables without another read of the registry.
+    upstream_tables: dict[str, str] = field(default_factory=dict)
 
     @property
     def snapshot(self) -> int | None:
@@ -107,6 +111,16 @@ class Version:
     def name(self) -> str:
         """``<asset>/v<N>``, how messages and the CLI name a version."""
         return f"{self.asset}/v{self.version}"
+
+    def upstream_table(self, asset: str) -> str:
+        """The table path of the version of upstream ``asset`` this version is pinned to
+        (:attr:`upstream_tables`). Raises :class:`RegistryError` when ``asset`` is not one of its
+        upstreams."""
+        if asset not in self.upstream:
+            raise RegistryError(f"{self.name} was not built against {asset} (upstream: {sorted(self.upstream)})")
+        if asset not in self.upstream_tables:
+            raise RegistryError(f"{self.name} is pinned to {asset}/v{self.upstream[asset]}, which the registry lacks")
+        return self.upstream_tables[asset]
 
     def writer_id(self, side: str | None = None) -> str:
         """Delta's ``txnAppId`` of this version's writes: ``txn_app_id`` for its own table,
@@ -255,17 +269,21 @@ class Registry:
 
     def versions(self, asset: str, events: list[dict] | None = None) -> list[Version]:
         """Every version of ``asset``, oldest first, with its derived state (folded from
-        ``events`` when given — all assets' events, oldest first — else read from the table)."""
+        ``events`` when given — all assets' events, oldest first — else from the snapshot)."""
         by_version: dict[int, Version] = {}
         promoted: int | None = None
-        for e in (self.events(asset) if events is None else [e for e in events if e["asset"] == asset]):
+        events = self.events() if events is None else events
+        tables = {(e["asset"], e["version"]): e["details"]["table_path"] for e in events if e["event"] == "created"}
+        for e in (e for e in events if e["asset"] == asset):
             v = e["version"]
             if e["event"] == "created":
                 d = e["details"]
+                upstream = d.get("upstream", {})
                 by_version[v] = Version(
                     asset=asset, version=v, table_path=d["table_path"], checkpoint_path=d["checkpoint_path"],
-                    txn_app_id=d["txn_app_id"], fingerprint=d["fingerprint"], upstream=d.get("upstream", {}),
+                    txn_app_id=d["txn_app_id"], fingerprint=d["fingerprint"], upstream=upstream,
                     created_at=e["at"], declaration=d.get("declaration"), source=d.get("source"),
+                    upstream_tables={a: tables[(a, n)] for a, n in upstream.items() if (a, n) in tables},
                 )
             if v not in by_version:
                 continue

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kappa.config import Settings
+from kappa.delta.registry import REQUESTS, Registry
 from kappa.errors import KappaError
 
 #: The kinds of request and what ``kappa approve`` runs for each.
@@ -90,12 +91,11 @@ class Request:
                 f"{'of each table' if retention is None else f'{retention:g} h'}")
 
 
-def requests(settings: Settings) -> list[Request]:
-    """Every request, oldest first, folded from the registry's approval events."""
-    from kappa.delta.registry import REQUESTS, Registry
-
+def requests(settings: Settings, registry: Registry | None = None) -> list[Request]:
+    """Every request, oldest first, folded from the registry's approval events (``registry``: the
+    command's snapshot; default: a new one)."""
     out: dict[str, Request] = {}
-    for e in Registry(settings).events(REQUESTS):
+    for e in (registry or Registry(settings)).events(REQUESTS):
         d = e["details"]
         rid = d.get("request_id")
         if e["event"] == "requested":
@@ -112,10 +112,10 @@ def requests(settings: Settings) -> list[Request]:
     return list(out.values())
 
 
-def request(settings: Settings, request_id: str) -> Request:
-    """The request ``request_id``. Raises :class:`ApprovalError` naming the pending ones when
-    there is none."""
-    found = requests(settings)
+def request(settings: Settings, request_id: str, registry: Registry | None = None) -> Request:
+    """The request ``request_id`` (in ``registry``, the command's snapshot; default: a new one).
+    Raises :class:`ApprovalError` naming the pending ones when there is none."""
+    found = requests(settings, registry)
     for r in found:
         if r.request_id == request_id:
             return r
@@ -123,18 +123,17 @@ def request(settings: Settings, request_id: str) -> Request:
     raise ApprovalError(f"no request {request_id!r} (pending: {', '.join(pending) or 'none'}; see `kappa requests`)")
 
 
-def _record(settings: Settings, event: str, **details: object) -> None:
-    from kappa.delta.registry import REQUESTS, Registry
-
-    Registry(settings).record(REQUESTS, 0, event, **details)
+def _record(registry: Registry, event: str, **details: object) -> None:
+    registry.record(REQUESTS, 0, event, **details)
 
 
 def _new(settings: Settings, kind: str, params: dict, claimed_by: str, origin: str) -> Request:
     if not claimed_by.strip():
         raise ApprovalError("requested_by must name who asks (it is shown as claimed, next to the request)")
     rid = uuid.uuid4().hex[:12]
-    _record(settings, "requested", request_id=rid, kind=kind, params=params, claimed_by=claimed_by, origin=origin)
-    return request(settings, rid)
+    registry = Registry(settings)  # the command's one snapshot: it sees the request it records
+    _record(registry, "requested", request_id=rid, kind=kind, params=params, claimed_by=claimed_by, origin=origin)
+    return request(settings, rid, registry)
 
 
 def request_forget(settings: Settings, topic: str, key_sha256: str, reason: str, *, truncate_log: bool = False,
@@ -202,28 +201,30 @@ def approve(settings: Settings, request_id: str, *, key: str | None = None,
 
     Raises :class:`ApprovalError` for an unknown or done request or an unknown approver; the run's
     own :class:`~kappa.errors.KappaError` (recorded as ``request_failed`` first)."""
-    req = request(settings, request_id)
+    registry = Registry(settings)  # the command's one snapshot: the request's run goes through it
+    req = request(settings, request_id, registry)
     if req.state == "done":
         who = req.approvals[-1]["approver"]["user"] if req.approvals else "?"
         raise ApprovalError(f"request {request_id} is done (approved by {who}); nothing to approve")
     approver = approver_identity(settings)
-    _record(settings, "approved", request_id=request_id, approver=approver)
+    _record(registry, "approved", request_id=request_id, approver=approver)
     if say is not None:
         say(f"approved by {approver['user']} ({approver['source']}): {req.describe()}, as claimed by {req.claimed_by}")
     try:
-        outcome = _run(settings, req, key, say)
+        outcome = _run(settings, req, key, say, registry)
     except BaseException as exc:
-        _record(settings, "request_failed", request_id=request_id,
+        _record(registry, "request_failed", request_id=request_id,
                 error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         raise
     if outcome.pop("failed", None):
-        _record(settings, "request_failed", request_id=request_id, error=outcome["error"], outcome=outcome)
+        _record(registry, "request_failed", request_id=request_id, error=outcome["error"], outcome=outcome)
         raise ApprovalError(f"request {request_id} failed: {outcome['error']}")
-    _record(settings, "request_done", request_id=request_id, outcome=outcome)
-    return request(settings, request_id)
+    _record(registry, "request_done", request_id=request_id, outcome=outcome)
+    return request(settings, request_id, registry)
 
 
-def _run(settings: Settings, req: Request, key: str | None, say: Callable[[str], None] | None) -> dict:
+def _run(settings: Settings, req: Request, key: str | None, say: Callable[[str], None] | None,
+         registry: Registry) -> dict:
     """Run an approved request; returns its outcome (``failed``/``error`` set when a maintenance
     table failed)."""
     p = req.params
@@ -231,7 +232,7 @@ def _run(settings: Settings, req: Request, key: str | None, say: Callable[[str],
         from kappa.lifecycle.forget import forget, step_summary
 
         report = forget(settings, p["topic"], key, p["reason"], key_sha256=p["key_sha256"],
-                        truncate_log=p.get("truncate_log", False),
+                        truncate_log=p.get("truncate_log", False), registry=registry,
                         on_step=(lambda step, details: say(step_summary(step, details))) if say else None)
         steps = report.request.steps
         return {"forget_request": report.request.request_id, "state": report.request.state, "ran": report.ran,
@@ -240,7 +241,8 @@ def _run(settings: Settings, req: Request, key: str | None, say: Callable[[str],
     if req.kind == "maintain":
         from kappa.lifecycle.maintain import maintain
 
-        report = maintain(settings, p.get("assets") or None, retention_hours=p.get("retention_hours"), say=say)
+        report = maintain(settings, p.get("assets") or None, retention_hours=p.get("retention_hours"), say=say,
+                          registry=registry)
         out = {"tables": len(report.tables), "vacuumed": sum(t.vacuumed for t in report.tables),
                "retention_hours": report.retention_hours, "seconds": report.seconds}
         if report.failed:

@@ -446,18 +446,19 @@ class AdvanceReport:
 
 
 def advance(settings: Settings, assets: list[str] | None = None, reason: str = "advance",
-            wait_s: float = 30.0) -> AdvanceReport:
+            wait_s: float = 30.0, registry: Registry | None = None) -> AdvanceReport:
     """Move the cut forward: re-pin every promoted name (or those of ``assets``' lineages) at the
     latest consistent cut (waiting up to ``wait_s`` seconds per lineage for running readers to
     agree, :func:`plan_cut_waiting`), in ONE registry commit, then wait for a running SQL endpoint
     to swap its views. A lineage that cannot be cut keeps its pins and is reported in ``refused``.
     Raises :class:`kappa.services.serve.ServeError` when a running endpoint does not apply it;
     :class:`kappa.spec.SpecError` when a name of ``assets`` is neither declared nor in the registry
-    (before, an unknown name moved nothing and said the cut was already at the newest snapshot)."""
+    (before, an unknown name moved nothing and said the cut was already at the newest snapshot).
+    ``registry``: the command's snapshot (default: a new one), which sees the new pins."""
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.services.serve import await_in_step
 
-    registry = Registry(settings)
+    registry = registry or Registry(settings)
     events = registry.events()
     for asset in sorted(set(assets or ()) - {e["asset"] for e in events}):
         catalog_of(settings)[asset]  # neither declared nor ever run: SpecError "unknown asset"
@@ -480,16 +481,18 @@ def advance(settings: Settings, assets: list[str] | None = None, reason: str = "
 
 
 def advance_past(settings: Settings, at_least: dict[str, int], reason: str, wait_s: float = 60.0,
-                 poll_s: float = 2.0) -> AdvanceReport:
+                 poll_s: float = 2.0, registry: Registry | None = None) -> AdvanceReport:
     """Advance the cut until every promoted version whose table path is a key of ``at_least`` is
     pinned at or after that Delta version (``kappa forget``: past its DELETE commits, so readers no
     longer see the key and a ``VACUUM RETAIN 0 HOURS`` removes no file a pin names), trying for up
     to ``wait_s`` seconds while running queries move on. Raises :class:`CutError` naming the tables
-    still pinned before it (stop their queries, or wait, and run again)."""
+    still pinned before it (stop their queries, or wait, and run again). ``registry``: the
+    command's snapshot (default: a new one), refreshed once per try: the readers' pins move."""
     deadline = time.monotonic() + wait_s
-    while True:
-        report = advance(settings, reason=reason, wait_s=0.0)
-        behind = {v.name: (v.snapshot, at_least[v.table_path]) for v in Registry(settings).promoted_all().values()
+    registry = registry or Registry(settings)
+    while True:  # a wait loop: one read of the registry per iteration
+        report = advance(settings, reason=reason, wait_s=0.0, registry=registry.refresh())
+        behind = {v.name: (v.snapshot, at_least[v.table_path]) for v in registry.promoted_all().values()
                   if v.table_path in at_least and v.snapshot is not None and v.snapshot < at_least[v.table_path]}
         if not behind:
             return report

@@ -77,6 +77,7 @@ from functools import reduce
 from pathlib import Path
 
 from kappa.config import Settings
+from kappa.delta.registry import Registry
 from kappa.delta.forgotten import (
     ForgetError,
     Request,
@@ -127,12 +128,13 @@ class ForgetReport:
 
 
 def forget(settings: Settings, topic: str, key: str | None, reason: str, *, key_sha256: str | None = None,
-           truncate_log: bool = False, spark=None, on_step=None) -> ForgetReport:
+           truncate_log: bool = False, spark=None, on_step=None, registry: Registry | None = None) -> ForgetReport:
     """Forget ``key`` on ``topic`` (see the module doc), resuming an unfinished request for the same
     topic and key. ``key`` may be None when ``key_sha256`` names it instead (the SHA-256, hex, of
     its canonical bytes, :func:`kappa.delta.forgotten.record_key`: an approved request from the
     Dagster UI, :mod:`kappa.lifecycle.approval`); both given, they must agree. ``on_step(step,
-    details)`` is called after each step this call runs.
+    details)`` is called after each step this call runs. ``registry``: the command's snapshot
+    (default: a new one, ``kappa forget``'s).
 
     Raises :class:`ForgetError` for an unknown topic, an empty key or reason, a key that does not
     match ``key_sha256``, or a changelog topic named by hash alone (its key columns' values are
@@ -165,6 +167,7 @@ def forget(settings: Settings, topic: str, key: str | None, reason: str, *, key_
     from kappa.streaming.session import spark_session
 
     spark = spark or spark_session(settings)
+    registry = registry or Registry(settings)  # the command's one snapshot: the replays' versions go through it
     ran: list[str] = []
     direct = catalog.readers(topic)
     derived = [n for n in catalog.topological([d for n in direct for d in catalog.downstream(n)])
@@ -180,11 +183,11 @@ def forget(settings: Settings, topic: str, key: str | None, reason: str, *, key_
         if on_step is not None:
             on_step(name, details)
 
-    step("located", lambda: _locate(spark, settings, catalog, req, direct))
-    step("deleted", lambda: _delete(spark, settings, catalog, req, direct, derived, values))
-    step("replayed", lambda: _replay(spark, settings, catalog, direct, derived))
-    step("checkpoints", lambda: _delete_checkpoints(spark, settings, catalog, req, direct + derived))
-    step("vacuumed", lambda: _vacuum(spark, settings, req.steps["deleted"]))
+    step("located", lambda: _locate(spark, settings, catalog, req, direct, registry))
+    step("deleted", lambda: _delete(spark, settings, catalog, req, direct, derived, values, registry))
+    step("replayed", lambda: _replay(spark, settings, catalog, direct, derived, registry))
+    step("checkpoints", lambda: _delete_checkpoints(spark, settings, catalog, req, direct + derived, registry))
+    step("vacuumed", lambda: _vacuum(spark, settings, req.steps["deleted"], registry))
     step("log", lambda: _log(spark, settings, catalog, req, truncate_log))
     step("done", lambda: {})
     return ForgetReport(request=req, seconds=round(time.monotonic() - started, 1), ran=ran)
@@ -212,11 +215,11 @@ def step_summary(step: str, details: dict) -> str:
     return step
 
 
-def _topic_records(spark, settings: Settings, topic: str, catalog=None):
+def _topic_records(spark, settings: Settings, topic: str, catalog=None, registry: Registry | None = None):
     """The whole retained log of ``topic`` as a batch DataFrame (Kafka source columns); with the
-    ``catalog``, the :data:`~kappa.streaming.records.KAFKA_COLUMNS` of the whole log: below the log
-    start, the records the topic's archive holds (:func:`kappa.streaming.sources.archived_log`)."""
-    from kappa.delta.registry import Registry
+    ``catalog`` and the command's ``registry``, the :data:`~kappa.streaming.records.KAFKA_COLUMNS`
+    of the whole log: below the log start, the records the topic's archive holds
+    (:func:`kappa.streaming.sources.archived_log`)."""
     from kappa.kafka.topics import start_offsets
     from kappa.streaming.records import KAFKA_COLUMNS
     from kappa.streaming.sources import archived_log, kafka_options
@@ -224,9 +227,8 @@ def _topic_records(spark, settings: Settings, topic: str, catalog=None):
     log = (spark.read.format("kafka").options(**kafka_options(settings)).option("subscribe", topic)
            .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     spec = catalog.topics.get(topic) if catalog is not None else None
-    if spec is None or spec.archive is None:
+    if spec is None or spec.archive is None or registry is None:
         return log
-    registry = Registry(settings)
     kept = registry.promoted(spec.archive) or registry.latest(spec.archive)
     below = {p: s for p, s in start_offsets(settings, [topic]).get(topic, {}).items() if s > 0}
     if kept is None or not below:
@@ -235,7 +237,7 @@ def _topic_records(spark, settings: Settings, topic: str, catalog=None):
             .unionByName(log.select(*KAFKA_COLUMNS)))
 
 
-def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str]) -> dict:
+def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str], registry: Registry) -> dict:
     """The key's last offset per partition, its records' offsets (``offsets``: partition -> list)
     and, per parse asset, the SHA-256 (hex) of the event ids its records carry
     (``event_id_sha256``; hashes, so the forgotten list holds no id in the clear): one batch read
@@ -243,7 +245,7 @@ def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str])
     needs no log)."""
     from pyspark.sql import functions as F
 
-    mine = _topic_records(spark, settings, req.topic, catalog).where(_is_key(catalog, req)).cache()
+    mine = _topic_records(spark, settings, req.topic, catalog, registry).where(_is_key(catalog, req)).cache()
     found: dict[str, list[int]] = {}
     for r in mine.select("partition", "offset").collect():
         found.setdefault(str(r["partition"]), []).append(int(r["offset"]))
@@ -260,12 +262,6 @@ def _locate(spark, settings: Settings, catalog, req: Request, direct: list[str])
             # Coordinates of the key's records: the archive's rows this forget deletes, which its
             # contiguity check then excuses (kappa.delta.forgotten.forgotten_offsets).
             "offsets": {p: sorted(offs) for p, offs in sorted(found.items())}}
-
-
-def _version_paths(settings: Settings, asset: str) -> list[str]:
-    from kappa.delta.registry import Registry
-
-    return [v.table_path for v in Registry(settings).versions(asset)]
 
 
 def _open(spark, path: str):
@@ -336,7 +332,7 @@ def _equal_all(values: dict[str, str]):
 
 
 def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str], derived: list[str],
-            values: dict[str, str]) -> dict:
+            values: dict[str, str], registry: Registry) -> dict:
     """DELETE the key's rows (:func:`_row_condition`) from every version of the tables reading the
     topic and of every table derived from them, and from the quarantine, late-events and
     rescued-fields tables. Returns ``{"tables": {table path: rows deleted}, "rows": total}``."""
@@ -348,7 +344,7 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     id_columns = {kind_of(catalog[n]).event_id(catalog[n]) for n in direct if kind_of(catalog[n]).forget == "event_ids"}
     deleted: dict[str, int] = {}
     for name in catalog.topological(direct + derived):
-        for path in _version_paths(settings, name):
+        for path in [v.table_path for v in registry.versions(name)]:
             table = _open(spark, path)
             if table is None:
                 continue
@@ -369,17 +365,15 @@ def _delete(spark, settings: Settings, catalog, req: Request, direct: list[str],
     return {"tables": deleted, "rows": sum(deleted.values())}
 
 
-def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list[str]) -> dict:
+def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list[str], registry: Registry) -> dict:
     """Replay into a new version every promoted table derived from the cleaned ones (promoted) and
     every stateful asset among ``direct`` and ``derived`` with a live version (promoted only if it
     or an asset below it was): one replay per chain head, a replay carrying its downstream chain
     (promoted as one, :func:`kappa.lifecycle.promotion.replay`). Returns asset ->
     ``{"version", "previous", "promoted", "failed"}`` (the new version, the one promoted before it,
     whether the chain was promoted, the blocking checks that failed)."""
-    from kappa.delta.registry import Registry
     from kappa.lifecycle.promotion import replay
 
-    registry = Registry(settings)
     done: dict[str, dict] = {}
     covered: set[str] = set()
     for name in catalog.topological(direct + derived):
@@ -401,7 +395,8 @@ def _replay(spark, settings: Settings, catalog, direct: list[str], derived: list
     return done
 
 
-def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names: list[str]) -> dict:
+def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names: list[str],
+                        registry: Registry) -> dict:
     """Delete the checkpoint of every version of every stateful asset in ``names`` that may hold
     the key: every version older than the one the ``replayed`` step made (all versions of an asset
     it did not replay: none of them is live). Each version's query is stopped first (the runner's,
@@ -412,12 +407,10 @@ def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names:
 
     Returns ``{"checkpoints": {"<asset>/v<N>": files deleted}, "stopped": ["<asset>/v<N>", …]}``."""
     from kappa.core.storage import delete_tree
-    from kappa.delta.registry import Registry
     from kappa.runners import pick_runner
     from kappa.runners.local import stop_between_batches
     from kappa.streaming.query import query_name
 
-    registry = Registry(settings)
     replayed = req.steps.get("replayed", {})
     runner = pick_runner(settings, spark=spark)
     deleted: dict[str, int] = {}
@@ -443,7 +436,7 @@ def _delete_checkpoints(spark, settings: Settings, catalog, req: Request, names:
     return {"checkpoints": deleted, "stopped": stopped}
 
 
-def _vacuum(spark, settings: Settings, deleted: dict) -> dict:
+def _vacuum(spark, settings: Settings, deleted: dict, registry: Registry) -> dict:
     """VACUUM RETAIN 0 HOURS every table the forget deleted from. Before it, the cut is moved past
     the DELETE (and REORG) commits (:func:`kappa.lifecycle.cut.advance_past`): a stable name pinned
     before them would still show the key, and VACUUM would remove files its snapshot names. Returns
@@ -466,7 +459,7 @@ def _vacuum(spark, settings: Settings, deleted: dict) -> dict:
         if props.get("delta.enableDeletionVectors") == "true":
             spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)")
     latest = {path: open_table(path, settings).version() for path in tables}
-    moved = advance_past(settings, latest, reason="forget").moved
+    moved = advance_past(settings, latest, reason="forget", registry=registry).moved
     # Delta refuses a retention below 7 days unless told the caller knows no reader or writer needs
     # the old files (Delta docs, "Remove files no longer referenced by a Delta table").
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")

@@ -69,6 +69,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from kappa.config import Settings
+from kappa.delta.registry import Registry
 from kappa.errors import KappaError
 
 
@@ -145,14 +146,16 @@ def _snapshot(path: str, settings: Settings) -> _Snapshot:
     return _Snapshot(table.version(), len(sizes), sum(sizes), rows)
 
 
-def targets(settings: Settings, assets: list[str] | None = None) -> list[tuple[str, str, str]]:
+def targets(settings: Settings, assets: list[str] | None = None,
+            registry: Registry | None = None) -> list[tuple[str, str, str]]:
     """(name, path, engine) of every table to maintain: each version of ``assets`` (default: every
     declared asset, in dependency order), then the quarantine, late-events and rescued-fields
-    tables (``spark``), then the registry, the forgotten list and the alerts (``delta-rs``). Raises :class:`kappa.spec.SpecError`
-    for an undeclared asset."""
+    tables (``spark``), then the registry, the forgotten list and the alerts (``delta-rs``); the
+    versions from ``registry``, the command's snapshot (default: a new one). Raises
+    :class:`kappa.spec.SpecError` for an undeclared asset."""
     from kappa.config import join
     from kappa.delta.forgotten import forgotten_path
-    from kappa.delta.registry import Registry, late_events_path, quarantine_path, rescued_path
+    from kappa.delta.registry import late_events_path, quarantine_path, rescued_path
     from kappa.delta.declarations import catalog as catalog_of
     from kappa.quality.freshness import alerts_path
 
@@ -160,7 +163,7 @@ def targets(settings: Settings, assets: list[str] | None = None) -> list[tuple[s
     for name in assets or []:
         catalog[name]  # an unknown name fails with the list of declared assets
     names = catalog.topological(list(assets) if assets else list(catalog.assets))
-    registry = Registry(settings)
+    registry = registry or Registry(settings)
     events = registry.events()
     out = [(v.name, v.table_path, "spark") for n in names for v in registry.versions(n, events)]
     out += [("_kappa/quarantine", str(quarantine_path(settings)), "spark"),
@@ -188,20 +191,21 @@ def check_retention(settings: Settings, retention_hours: float | None) -> None:
 
 def maintain(settings: Settings, assets: list[str] | None = None, *, retention_hours: float | None = None,
              spark=None, on_table: Callable[[TableReport], None] | None = None,
-             say: Callable[[str], None] | None = None) -> MaintainReport:
+             say: Callable[[str], None] | None = None, registry: Registry | None = None) -> MaintainReport:
     """OPTIMIZE, checkpoint and VACUUM every table of :func:`targets` (see the module docstring).
     ``retention_hours``: VACUUM's retention (None: each table's own, Delta's default 7 days);
     ``spark``: the session for the Spark tables (default: :func:`kappa.streaming.session.spark_session`,
     started only when a Spark table exists); ``say(message)`` before each table, ``on_table(report)``
-    after it.
+    after it; ``registry``: the command's snapshot (default: a new one, ``kappa maintain``'s).
 
     Raises :class:`MaintainError` for ``retention_hours`` below the platform floor
     (:func:`check_retention`); :class:`kappa.spec.SpecError` for an unknown asset."""
     check_retention(settings, retention_hours)
     started = time.monotonic()
     report = MaintainReport(retention_hours=retention_hours)
-    pinned = _recut(settings, say)
-    for name, path, engine in targets(settings, assets):
+    registry = registry or Registry(settings)  # the command's one snapshot, with the pins the cut moves
+    pinned = _recut(settings, say, registry)
+    for name, path, engine in targets(settings, assets, registry):
         before = _snapshot(path, settings)
         t = TableReport(name, path, engine, files_before=before.files, bytes_before=before.bytes,
                         rows_before=before.rows, version_before=before.version)
@@ -234,18 +238,17 @@ def maintain(settings: Settings, assets: list[str] | None = None, *, retention_h
     return report
 
 
-def _recut(settings: Settings, say: Callable[[str], None] | None) -> dict[str, int]:
+def _recut(settings: Settings, say: Callable[[str], None] | None, registry: Registry) -> dict[str, int]:
     """Move the cut forward before vacuuming (module docstring); returns table path -> the pinned
     snapshot of every promoted version after it."""
-    from kappa.delta.registry import Registry
     from kappa.lifecycle.cut import advance
 
-    if Registry(settings).promoted_all():
-        moved = advance(settings, reason="maintain", wait_s=0.0)
+    if registry.promoted_all():
+        moved = advance(settings, reason="maintain", wait_s=0.0, registry=registry)
         for group, why in moved.refused.items():
             if say is not None:
                 say(f"the cut of {group} did not move: {why}")
-    return {v.table_path: v.snapshot for v in Registry(settings).promoted_all().values() if v.snapshot is not None}
+    return {v.table_path: v.snapshot for v in registry.promoted_all().values() if v.snapshot is not None}
 
 
 #: Delta's default ``delta.deletedFileRetentionDuration`` (7 days), in hours.

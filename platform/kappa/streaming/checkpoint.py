@@ -216,7 +216,7 @@ def _delta_behind(registry: Registry, version: Version, spec: AssetSpec, committ
     if up is None or up not in version.upstream:
         return None
     try:
-        latest = open_table(registry.upstream_of(version, up).table_path, registry.settings).version()
+        latest = open_table(version.upstream_table(up), registry.settings).version()
     except Exception:  # upstream table not written yet
         return None
     done = read_through(committed)

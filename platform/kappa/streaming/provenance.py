@@ -76,12 +76,12 @@ class Coverage:
 def upstream_table_ids(settings: Settings, version: Version) -> dict[str, tuple[str, int, str]]:
     """Delta table id (``metaData.id``, Delta's ``reservoirId``) -> (upstream asset, version, table
     path) for every upstream version ``version`` is pinned to whose table exists."""
-    registry, ids = Registry(settings), {}
-    for name in version.upstream:
-        up = registry.upstream_of(version, name)
-        table_id = _table_id(up.table_path, settings)
+    ids = {}
+    for name, number in version.upstream.items():
+        path = version.upstream_table(name)
+        table_id = _table_id(path, settings)
         if table_id is not None:
-            ids[table_id] = (name, up.version, up.table_path)
+            ids[table_id] = (name, number, path)
     return ids
 
 

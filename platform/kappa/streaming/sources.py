@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from kappa.config import Settings
 from kappa.delta.forgotten import forgotten_condition
-from kappa.delta.registry import Registry, Version
+from kappa.delta.registry import Version
 from kappa.spec import AssetSpec
 from kappa.streaming.records import KAFKA_COLUMNS
 
@@ -116,7 +116,7 @@ def archived_log(spark: SparkSession, archive: dict, stream: bool = True) -> Dat
 
 def upstream_stream(spark: SparkSession, version: Version, settings: Settings, upstream: str) -> DataFrame:
     """The Delta table of the ``upstream`` asset's version pinned by ``version``, as a stream."""
-    path = Registry(settings).upstream_of(version, upstream).table_path
+    path = version.upstream_table(upstream)
     # A forget DELETEs rows from the upstream table; a running version keeps its results (the
     # forget replays the promoted aggregates) instead of failing on the non-append commit.
     return spark.readStream.format("delta").option("skipChangeCommits", "true").load(str(path))

@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, Version
+from kappa.delta.registry import Version
 from kappa.spec import AssetSpec, TransformModel
 from kappa.spec.base import NAME, PLAIN, StrictModel, check_name
 from kappa.streaming.kinds.base import Kind
@@ -128,8 +128,7 @@ class LookupWriter(MicroBatchWriter):
 
     def __init__(self, spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings):
         super().__init__(spec, version, settings)
-        registry = Registry(settings)
-        self.tables = [(t, registry.upstream_of(version, t.asset).table_path) for t in LookupTransform.of(spec).tables]
+        self.tables = [(t, version.upstream_table(t.asset)) for t in LookupTransform.of(spec).tables]
 
     def enrich(self, batch: DataFrame) -> DataFrame:
         """``batch`` left-joined with every table (one row out per row in)."""

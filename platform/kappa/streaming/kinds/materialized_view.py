@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
 from kappa.config import Settings
-from kappa.delta.registry import Registry, Version
+from kappa.delta.registry import Version
 from kappa.spec import AssetSpec, SpecError, TransformModel
 from kappa.spec.base import NAME, PLAIN, query
 from kappa.streaming.kinds.base import Kind
@@ -87,10 +87,9 @@ def view_changes(spark: SparkSession, spec: AssetSpec, version: Version, setting
     versions) from their first Delta version, reduced to the table's name and the change's Delta
     version (``_table``, ``_commit_version``): what changed is re-read from the tables themselves."""
     mv = MaterializedViewTransform.of(spec)
-    registry = Registry(settings)
     feeds = [spark.readStream.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
              .option("maxFilesPerTrigger", WHOLE_VERSIONS)
-             .load(registry.upstream_of(version, name).table_path)
+             .load(version.upstream_table(name))
              .select(F.lit(name).alias("_table"), F.col("_commit_version")) for name in mv.tables]
     return reduce(DataFrame.unionByName, feeds)
 
@@ -102,8 +101,7 @@ class ViewWriter(MicroBatchWriter):
         super().__init__(spec, version, settings)
         mv = MaterializedViewTransform.of(spec)
         self.mv = mv
-        registry = Registry(settings)
-        self.paths = {name: registry.upstream_of(version, name).table_path for name in mv.tables}
+        self.paths = {name: version.upstream_table(name) for name in mv.tables}
         schema = self.result(spark.newSession()).schema  # a new session: the views stay there
         missing = [k for k in mv.key if k not in schema.names]
         if missing:
