@@ -167,14 +167,16 @@ def _validate_op(options: LoadOptions, editing: bool):
         with as_failure():
             spec, _ = declare.validate(settings, config.declaration, replacing=editing)
             if editing:  # a stale edit fails first, before Spark starts
-                declare.check_fresh(settings, config.declaration, config.expected_fingerprint)
+                declare.check_fresh(settings, spec, config.expected_fingerprint)
             check_dagster_rules(spec)
             # Spark starts only when a rule that needs none has not refused it already.
             declare.check_policy(settings, spec, lambda: context.resources.kappa.spark(settings))
         seconds = time.monotonic() - started
         context.log.info(f"{spec.where}: valid and within policy ({seconds:.1f} s)")
-        # The next steps take the launchpad's config from here: it is given once, to this step.
-        checked = {**config.model_dump(), "asset": spec.name, "fingerprint": text_fingerprint(config.declaration)}
+        # The next steps take the launchpad's config from here: it is given once, to this step; and
+        # the spec, parsed and validated once here (the run's steps share one process).
+        checked = {**config.model_dump(), "asset": spec.name, "fingerprint": text_fingerprint(config.declaration),
+                   "spec": spec}
         yield dg.Output(checked, "checked", metadata={
             "asset": spec.name, "kind": spec.transform.kind, "layer": spec.layer,
             "reads": ", ".join(spec.topics or spec.upstream),
@@ -193,10 +195,9 @@ def _analyze_op(options: LoadOptions):
         """Run the declaration's query available-now on a bounded sample of its upstreams in a
         scratch location: output schema, sample rows, and the gate's checks on the sample."""
         from kappa.lifecycle import declare
-        from kappa.spec import parse_declaration
 
         settings = _settings(context, options)
-        spec = parse_declaration(checked["declaration"])
+        spec = checked["spec"]  # the validate step's
         with as_failure():
             try:
                 analysis = declare.analyze(settings, spec, context.resources.kappa.spark(settings))
@@ -239,15 +240,17 @@ def _record_op(options: LoadOptions, editing: bool):
         from kappa.lifecycle import declare
 
         config = (EditConfig if editing else DeclarationConfig)(
-            **{k: v for k, v in analyzed.items() if k not in ("asset", "fingerprint")})
+            **{k: v for k, v in analyzed.items() if k not in ("asset", "fingerprint", "spec")})
         settings = _settings(context, options)
         with as_failure():
             if editing:
                 change = declare.edit(settings, config.declaration, config.expected_fingerprint, apply=config.apply,
+                                      checked=analyzed["spec"],
                                       who=_who(config, context), reason=config.reason, run_id=context.run_id,
                                       spark=context.resources.kappa.spark(settings))
             else:
                 change = declare.add(settings, config.declaration, apply=config.apply, who=_who(config, context),
+                                     checked=analyzed["spec"],
                                      reason=config.reason, run_id=context.run_id,
                                      spark=context.resources.kappa.spark(settings))
         for line in change.notes:

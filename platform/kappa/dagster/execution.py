@@ -152,7 +152,7 @@ def materialize(
                 current = registry.latest(name)
                 rows_before = table_rows(current.table_path, settings)[0] if current else 0
                 [result] = run_until_caught_up(settings, [name], runner=runner, on_progress=ProgressLog(context),
-                                               timeout_s=kappa.catch_up_timeout_s, registry=registry)
+                                               timeout_s=kappa.catch_up_timeout_s, registry=registry, catalog=catalog)
                 version = registry.version(name, result.version)
                 metadata = {**result_metadata(result, version, rows_before), "mode": mode.value,
                             "runner": runner.kind}
@@ -188,7 +188,7 @@ def materialize(
                     metadata={"version": version.version},
                 )
         elif gated:
-            yield from gate_check_results(key, runner.gate(name, version.version, registry), wanted)
+            yield from gate_check_results(key, runner.gate(name, version.version, registry, catalog), wanted)
         elif (report := recorded_gate(version)) is not None:
             context.log.info(f"{name}: reporting the gate recorded for {version.name}")
             yield from gate_check_results(key, report, wanted)

@@ -155,10 +155,10 @@ def known_version(settings: Settings, registry: "Registry", asset: str, version:
         raise
 
 
-def catalog(settings: Settings, declared: dict[str, str] | None = None) -> Catalog:
+def catalog(settings: Settings, declared: "dict[str, str | AssetSpec] | None" = None) -> Catalog:
     """THE catalog: the files of ``settings.assets_dir`` plus the active declarations of the
-    warehouse (``declared``, name -> YAML text, replaces them when given: a candidate catalog),
-    validated together. Raises :class:`kappa.spec.SpecError` naming the file or
+    warehouse (``declared``, name -> YAML text or its parsed spec, replaces them when given: a
+    candidate catalog), validated together. Raises :class:`kappa.spec.SpecError` naming the file or
     ``declarations:<name>`` and the field."""
     if declared is None:
         declared = {} if settings.warehouse is None else {
@@ -199,7 +199,12 @@ def recorded_spec(settings: Settings, version: "Version", current: AssetSpec | N
             raise SpecError(f"{version.name} recorded no declaration and {version.asset} is not in the catalog")
         return current
     source = version.source or version.asset
-    if source.startswith("declarations:"):
+    path = None if source.startswith("declarations:") else (
+        Path(source) if Path(source).is_absolute() else Path(settings.assets_dir) / source)
+    if current is not None and current.text == version.declaration and (
+            current.origin == source if path is None else
+            current.path is not None and Path(current.path).resolve() == path.resolve()):
+        return current  # the same text from the same place: the catalog's parse of it, not another
+    if path is None:
         return parse_declaration(version.declaration, source)
-    path = Path(source) if Path(source).is_absolute() else Path(settings.assets_dir) / source
     return parse_declaration(version.declaration, f"{version.name} (recorded from {source})", path)

@@ -77,27 +77,34 @@ def validate(settings: Settings, text: str, *, replacing: bool = False) -> tuple
     or, on the ``kubernetes`` runner, a declaration reading a topic: no KafkaUser of the chart
     covers it (the chart makes one per asset of ``assets/``)."""
     spec = parse_declaration(text)
-    active = {n: d.yaml for n, d in Declarations(settings).active().items()}
-    label = declaration_label(spec.name)
-    if replacing and spec.name not in active:
-        files = catalog(settings, declared={})
-        where = files.assets[spec.name].where if spec.name in files.assets else None
-        raise DeclarationError(f"{label}: name: {spec.name!r} is not an active declaration"
-                               + (f" (it is declared in {where}: edit the file)" if where else
-                                  " (add it with `kappa declarations add`)"))
-    if not replacing and spec.name in active:
-        raise DeclarationError(f"{label}: name: {spec.name!r} is already declared in {label}; "
-                               "change it with `kappa declarations edit` (or Dagster's edit_asset)")
-    candidate = catalog(settings, declared={**active, spec.name: text})
+    active = _check_name(settings, spec.name, replacing)
+    candidate = catalog(settings, declared={**active, spec.name: spec})  # spec: not parsed again
     from kappa.runners import runner_class
 
     refused = runner_class(settings).refuses_source_topics(spec)
     if refused:
-        raise DeclarationError(f"{label}: source.kafka.topics: {refused}")
+        raise DeclarationError(f"{declaration_label(spec.name)}: source.kafka.topics: {refused}")
     from kappa.quality.gate import expectations
 
     expectations(candidate[spec.name])  # each a Great Expectations expectation with its arguments
     return candidate[spec.name], candidate
+
+
+def _check_name(settings: Settings, name: str, replacing: bool) -> dict[str, str]:
+    """The active declarations (name -> YAML text), after checking that ``name`` is one of them
+    when ``replacing`` (an edit) and is not when adding. Raises :class:`DeclarationError`."""
+    active = {n: d.yaml for n, d in Declarations(settings).active().items()}
+    label = declaration_label(name)
+    if replacing and name not in active:
+        files = catalog(settings, declared={})
+        where = files.assets[name].where if name in files.assets else None
+        raise DeclarationError(f"{label}: name: {name!r} is not an active declaration"
+                               + (f" (it is declared in {where}: edit the file)" if where else
+                                  " (add it with `kappa declarations add`)"))
+    if not replacing and name in active:
+        raise DeclarationError(f"{label}: name: {name!r} is already declared in {label}; "
+                               "change it with `kappa declarations edit` (or Dagster's edit_asset)")
+    return active
 
 
 def check_policy(settings: Settings, spec: AssetSpec, spark=None) -> None:
@@ -184,12 +191,14 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
         # its own active text when it is an edit.
         active = {n: d.yaml for n, d in Declarations(settings).active().items() if n != spec.name}
         Declarations(scratch).record_all({**active, spec.name: spec.text or ""}, "added", who="analyze")
-        # one registry for the command: the version the run creates is in its snapshot
-        run_until_caught_up(scratch, [spec.name], spark=spark, registry=scratch_registry)
+        # One registry and one catalog for the command: the version the run creates is in the
+        # registry's snapshot, and ``spec`` is not parsed again.
+        candidate = catalog(scratch, declared={**active, spec.name: spec})
+        run_until_caught_up(scratch, [spec.name], spark=spark, registry=scratch_registry, catalog=candidate)
         out = scratch_registry.latest(spec.name)
         assert out is not None
         table = spark.read.format("delta").load(str(out.table_path))
-        report = run_gate(scratch, spec.name, out.version, spark=spark, registry=scratch_registry)
+        report = run_gate(scratch, spec.name, out.version, spark=spark, registry=scratch_registry, catalog=candidate)
         analysis = Analysis(
             asset=spec.name, schema={f.name: f.dataType.simpleString() for f in table.schema.fields},
             rows=[r.asDict() for r in table.limit(shown_rows).collect()], row_count=table.count(), sample=sample,
@@ -201,13 +210,16 @@ def analyze(settings: Settings, spec: AssetSpec, spark, sample_rows: int = SAMPL
 
 
 def add(settings: Settings, text: str, *, apply: bool = False, who: str | None = None, reason: str = "",
-        run_id: str | None = None, spark=None, sample: bool = False) -> DeclarationChange:
+        run_id: str | None = None, spark=None, sample: bool = False,
+        checked: AssetSpec | None = None) -> DeclarationChange:
     """Validate ``text`` as a new asset (:func:`validate`, :func:`check_policy`), with ``sample``
     run it on a sample (:func:`analyze`, an asset reading an upstream asset); record it as
-    ``added`` when ``apply``, else as ``proposed``. Raises :class:`SpecError`,
-    :class:`DeclarationError`, the policy's error or the sample run's; nothing is recorded then."""
-    spec, _ = validate(settings, text)
-    check_policy(settings, spec, spark)
+    ``added`` when ``apply``, else as ``proposed``. ``checked``: the spec :func:`validate` and
+    :func:`check_policy` already made of ``text`` earlier in the same run (a Dagster job's first
+    step): it is not parsed or held to the policy again, only its name checked again (another run
+    may have taken it since). Raises :class:`SpecError`, :class:`DeclarationError`, the policy's
+    error or the sample run's; nothing is recorded then."""
+    spec, _ = _validated(settings, text, checked, spark=spark)
     analysis = _sample(settings, spec, spark) if sample else None
     event = "added" if apply else "proposed"
     rec = Declarations(settings).record(spec.name, event, text, who=who or default_who(), reason=reason,
@@ -219,17 +231,39 @@ def add(settings: Settings, text: str, *, apply: bool = False, who: str | None =
     return DeclarationChange(spec.name, event, rec, spec, rec.fingerprint, notes=notes, analysis=analysis)
 
 
+def _validated(settings: Settings, text: str, checked: AssetSpec | None, *, spark,
+               expected_fingerprint: str | None = None) -> tuple[AssetSpec, Declaration | None]:
+    """``text``'s spec, validated (:func:`validate`; an edit when ``expected_fingerprint`` is given,
+    then checked fresh, :func:`check_fresh`, before Spark starts) and held to the policy
+    (:func:`check_policy`), with the declaration an edit replaces. When ``checked`` (validated and
+    held to the policy earlier in the run), that spec with only its name and freshness checked
+    again (another run may have changed the declarations since)."""
+    editing = expected_fingerprint is not None
+    if checked is None:
+        spec, _ = validate(settings, text, replacing=editing)
+    elif checked.text != text:
+        raise DeclarationError(f"{declaration_label(checked.name)}: the text changed after it was validated")
+    else:
+        spec = checked
+        _check_name(settings, spec.name, editing)
+    current = check_fresh(settings, spec, expected_fingerprint) if editing else None
+    if checked is None:
+        check_policy(settings, spec, spark)
+    return spec, current
+
+
 def _sample(settings: Settings, spec: AssetSpec, spark) -> "Analysis | None":
     from kappa.streaming.session import spark_session
 
     return None if spec.topics else analyze(settings, spec, spark or spark_session(settings))
 
 
-def check_fresh(settings: Settings, text: str, expected_fingerprint: str) -> Declaration:
-    """The active declaration an edit to ``text`` replaces. Raises :class:`DeclarationError` when
-    ``expected_fingerprint`` is not its fingerprint (a stale edit: someone changed the text since
-    it was read; optimistic concurrency), when there is none, or when ``text`` is unchanged."""
-    name = parse_declaration(text).name
+def check_fresh(settings: Settings, spec: AssetSpec, expected_fingerprint: str) -> Declaration:
+    """The active declaration an edit to ``spec`` (:func:`validate`'s, with its text) replaces.
+    Raises :class:`DeclarationError` when ``expected_fingerprint`` is not its fingerprint (a stale
+    edit: someone changed the text since it was read; optimistic concurrency), when there is none,
+    or when the text is unchanged."""
+    name, text = spec.name, spec.text
     label = declaration_label(name)
     current = Declarations(settings).active().get(name)
     if current is None:
@@ -245,16 +279,15 @@ def check_fresh(settings: Settings, text: str, expected_fingerprint: str) -> Dec
 
 
 def edit(settings: Settings, text: str, expected_fingerprint: str, *, apply: bool = True, who: str | None = None,
-         reason: str = "", run_id: str | None = None, spark=None, sample: bool = False) -> DeclarationChange:
+         reason: str = "", run_id: str | None = None, spark=None, sample: bool = False,
+         checked: AssetSpec | None = None) -> DeclarationChange:
     """Replace an active declaration's text. Refused (:class:`DeclarationError`) when
     ``expected_fingerprint`` is not the active text's fingerprint (a stale edit) or the text is
     unchanged; validated, held to policy and sampled as :func:`add`. Recorded as ``edited`` when
     ``apply``, else as ``proposed`` (replacing nothing yet: the active text stays). The change says
-    whether the logic changed (a replay is then needed)."""
-    spec, _ = validate(settings, text, replacing=True)
-    current = check_fresh(settings, text, expected_fingerprint)
+    whether the logic changed (a replay is then needed). ``checked`` as for :func:`add`."""
+    spec, current = _validated(settings, text, checked, spark=spark, expected_fingerprint=expected_fingerprint)
     name, fingerprint = spec.name, text_fingerprint(text)
-    check_policy(settings, spec, spark)
     analysis = _sample(settings, spec, spark) if sample else None
     logic_changed = parse_declaration(current.yaml).fingerprint() != spec.fingerprint()
     event = "edited" if apply else "proposed"

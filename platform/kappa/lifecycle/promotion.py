@@ -28,7 +28,7 @@ from kappa.quality.gate import GateReport
 from kappa.runners.base import AssetRunResult
 from kappa.runners.versions import RetentionError, log_sources
 from kappa.delta.declarations import catalog as catalog_of, known_version, provenance
-from kappa.spec import upstream_first
+from kappa.spec import Catalog, upstream_first
 from kappa.streaming.kinds import kind_of
 
 if TYPE_CHECKING:
@@ -101,13 +101,14 @@ def create_chain_versions(settings: Settings, catalog, chain: list[str], registr
     return new
 
 
-def begin_replay(settings: Settings, asset: str, registry: Registry) -> tuple[list[str], dict[str, Version]]:
+def begin_replay(settings: Settings, asset: str, registry: Registry,
+                 catalog: Catalog | None = None) -> tuple[list[str], dict[str, Version]]:
     """The replay chain of ``asset`` (it and everything downstream that has run, i.e. has a
     version, topological order), checked for a complete log, with version N+1 of each created in
     ``registry``. A downstream asset that never ran has nothing to reprocess: its first run reads
-    the versions promoted then. Returns (chain, new versions).
-    Raises :class:`RetentionError` before creating anything if the log is incomplete."""
-    catalog = catalog_of(settings)
+    the versions promoted then. ``catalog``: the command's (default: loaded here). Returns (chain,
+    new versions). Raises :class:`RetentionError` before creating anything if the log is incomplete."""
+    catalog = catalog or catalog_of(settings)
     ran = [d for d in catalog.downstream(asset) if registry.latest(d) is not None]
     chain = catalog.topological([asset, *ran])
     check_history_complete(settings, catalog, chain)
@@ -150,9 +151,9 @@ def replay(
     say = on_step or (lambda _m: None)
     started = time.monotonic()
     registry = registry or Registry(settings)
-    chain, new = begin_replay(settings, asset, registry)
+    catalog = catalog_of(settings)  # the command's one catalog
+    chain, new = begin_replay(settings, asset, registry, catalog)
     runner = runner or pick_runner(settings, spark=spark)
-    catalog = catalog_of(settings)
     say(f"replaying {', '.join(v.name for v in new.values())} on the {runner.kind} runner")
     for v in new.values():
         for topic, entry in ((v.last("created") or {}).get("archive") or {}).items():
@@ -163,7 +164,8 @@ def replay(
                        timeout_s=timeout_s)
     previous = {name: (p.version if (p := registry.promoted(name)) else None) for name in chain}
     gates, promoted, stopped = gate_and_promote(settings, runner, {n: v.version for n, v in new.items()},
-                                                promote=promote, reason="replay", registry=registry, on_step=say)
+                                                promote=promote, reason="replay", registry=registry, on_step=say,
+                                                catalog=catalog)
     return ReplayReport(versions={n: v.version for n, v in new.items()}, results=results, gates=gates,
                         promoted=bool(promoted), seconds=round(time.monotonic() - started, 1), previous=previous,
                         stopped=stopped)
@@ -172,18 +174,20 @@ def replay(
 def gate_and_promote(
     settings: Settings, runner: "Runner", versions: dict[str, int], *, promote: bool, reason: str,
     registry: Registry, atomic: bool = True, on_step: Callable[[str], None] | None = None,
+    catalog: Catalog | None = None,
 ) -> tuple[dict[str, GateReport], dict[str, int], list[str]]:
     """Gate every version of ``versions`` (asset -> version, topological order) on ``runner``
     (recorded through ``registry``) and,
     with ``promote``, promote: ``atomic`` — the whole set in ONE registry commit if every blocking
     check of every version passed, else nothing (a chain); not ``atomic`` — each version that passed
     (``kappa demo``'s first versions). After the commit the runner stops every older version's query.
+    ``catalog``: the command's, for the gates (default: each gate loads it).
     Returns (gate reports, promoted asset -> version, stopped ``asset/vN``)."""
     say = on_step or (lambda _m: None)
     gates: dict[str, GateReport] = {}
     for name, version in versions.items():
         say(f"gate of {name}/v{version} on the {runner.kind} runner")
-        gates[name] = runner.gate(name, version, registry)
+        gates[name] = runner.gate(name, version, registry, catalog)
     passed = {n: v for n, v in versions.items() if gates[n].passed}
     targets = (dict(versions) if len(passed) == len(versions) else {}) if atomic else passed
     if not promote or not targets:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from kappa.config import Settings
 from kappa.delta.registry import Registry, late_events_path, quarantine_path
-from kappa.spec import AssetSpec, SpecError
+from kappa.spec import AssetSpec, Catalog, SpecError
 from kappa.delta.declarations import catalog as catalog_of, known_version, recorded_spec
 from kappa.streaming.kinds import kind_of
 from kappa.quality.shadow_cut import same_cut
@@ -524,9 +524,11 @@ def shadow_diff(spark, spec: AssetSpec, candidate_df, promoted_df, candidate: in
                        details=_jsonable(summary))
 
 
-def run_gate(settings: Settings, asset: str, version: int, spark=None, registry: Registry | None = None) -> GateReport:
+def run_gate(settings: Settings, asset: str, version: int, spark=None, registry: Registry | None = None,
+             catalog: Catalog | None = None) -> GateReport:
     """Run every check of ``asset`` version ``version`` and record ``gate_passed``/``gate_failed``
-    (through ``registry``, the command's snapshot; default: a new one, ``kappa gate``'s).
+    (through ``registry``, the command's snapshot; default: a new one, ``kappa gate``'s; with
+    ``catalog``, the command's, default: loaded here).
 
     Raises :class:`kappa.delta.registry.RegistryError` for an unknown version, :class:`SpecError`
     for a bad expectation declaration, and :class:`kappa.streaming.policy.PolicyError` for a
@@ -537,7 +539,7 @@ def run_gate(settings: Settings, asset: str, version: int, spark=None, registry:
 
     registry = registry or Registry(settings)
     ver = known_version(settings, registry, asset, version)
-    spec = recorded_spec(settings, ver, catalog_of(settings).assets.get(asset))  # the version's own checks
+    spec = recorded_spec(settings, ver, (catalog or catalog_of(settings)).assets.get(asset))  # the version's own checks
     spark = spark or spark_session(settings)
     check_before_running(spark, spec)
     df = spark.read.format("delta").load(ver.table_path)

@@ -18,6 +18,7 @@ from kappa.runners.base import AssetRunResult, Runner, RunError, catch_up
 if TYPE_CHECKING:
     from kappa.config import Settings
     from kappa.delta.registry import Registry, Version
+    from kappa.spec import Catalog
 
 
 def runner_class(settings: "Settings") -> type:
@@ -52,6 +53,7 @@ def run_until_caught_up(
     runner=None,
     timeout_s: float | None = None,
     registry: Registry | None = None,
+    catalog: Catalog | None = None,
 ) -> list[AssetRunResult]:
     """Run ``names`` (default: every asset) until each has caught up with the log as it is now,
     upstream levels before downstream levels (:func:`kappa.runners.base.catch_up`), on ``runner``
@@ -59,14 +61,14 @@ def run_until_caught_up(
 
     ``versions`` overrides which version of an asset runs (replay passes the new versions).
     ``registry``: the command's snapshot (default: a new one, ``kappa run``'s), which every event
-    the run records goes through.
+    the run records goes through. ``catalog``: the command's catalog (default: loaded here).
     Raises :class:`~kappa.runners.base.RunError` if a query fails, :class:`~kappa.runners.versions.LogicChangedError` if a declaration changed.
     """
     from kappa.delta.registry import Registry
     from kappa.runners.versions import ensure_source_topics, resolve_versions
     from kappa.delta.declarations import as_recorded, catalog as catalog_of
 
-    catalog = catalog_of(settings)
+    catalog = catalog or catalog_of(settings)
     names = catalog.topological(names or list(catalog.assets))
     ensure_source_topics(settings, catalog, names)
     registry = registry or Registry(settings)

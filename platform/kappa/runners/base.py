@@ -149,9 +149,10 @@ class Runner(Protocol):
         """Stop the version's query; False if none ran."""
         ...
 
-    def gate(self, asset: str, version: int, registry: "Registry") -> "GateReport":
+    def gate(self, asset: str, version: int, registry: "Registry", catalog: "Catalog | None" = None) -> "GateReport":
         """Run the gate of the version where this runner runs Spark; the report is recorded in the
-        registry (``gate_passed`` / ``gate_failed``) and is in ``registry``'s snapshot after."""
+        registry (``gate_passed`` / ``gate_failed``) and is in ``registry``'s snapshot after.
+        ``catalog``: the command's (default: loaded where the gate runs)."""
         ...
 
 
@@ -195,7 +196,7 @@ def catch_up(
         for name in level:
             spec, version = catalog[name], versions[name]
             up = spec.source.asset
-            up_path = registry.upstream_of(version, up).table_path if up in version.upstream else None
+            up_path = version.upstream_table(up) if up in version.upstream else None
             target = CatchUpTarget(end_offsets={t: ends.get(t, {}) for t in spec.topics},
                                    upstream_version=_table_version(up_path, settings))
             try:

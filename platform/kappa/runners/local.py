@@ -274,12 +274,12 @@ class LocalRunner:
         stop_between_batches([found[0].query])
         return True
 
-    def gate(self, asset: str, version: int, registry: Registry):
+    def gate(self, asset: str, version: int, registry: Registry, catalog: Catalog | None = None):
         """Run the version's gate in this process's Spark (:func:`kappa.quality.gate.run_gate`),
-        recorded through ``registry``."""
+        recorded through ``registry``, with the command's ``catalog``."""
         from kappa.quality.gate import run_gate
 
-        return run_gate(self.settings, asset, version, spark=self.spark, registry=registry)
+        return run_gate(self.settings, asset, version, spark=self.spark, registry=registry, catalog=catalog)
 
 
 def run_continuous(

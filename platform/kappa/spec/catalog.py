@@ -3,6 +3,7 @@ validated together (:func:`load_catalog`, :func:`load_asset`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -180,6 +181,11 @@ def _parse_yaml(text: str, where: str) -> dict:
     return doc
 
 
+#: How many times this process has parsed each declaration text (:func:`parse_declaration`, the one
+#: function that parses one): tests count a command's parses with it.
+PARSES: Counter[str] = Counter()
+
+
 def declaration_label(name: str) -> str:
     """How a declaration recorded in the warehouse is named in messages: ``declarations:<name>``."""
     return f"declarations:{name}"
@@ -199,6 +205,7 @@ def parse_declaration(text: str, where: str | None = None, path: Path | None = N
         except (yaml.YAMLError, AttributeError):
             name = None
         where = declaration_label(name if isinstance(name, str) and name else "(unnamed)")
+    PARSES[text] += 1
     doc = _parse_yaml(text, where)
     try:
         spec = AssetSpec.model_validate({**doc, "path": path, "origin": None if path else where, "text": text})
@@ -247,11 +254,12 @@ def nested_projects(assets_dir: Path) -> list[Path]:
     return sorted(p.parent for p in Path(assets_dir).rglob("topics.yaml") if p.parent != Path(assets_dir))
 
 
-def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) -> Catalog:
+def load_catalog(assets_dir: Path, declared: Mapping[str, "str | AssetSpec"] | None = None) -> Catalog:
     """Load ``assets_dir/topics.yaml`` and every other ``*.yaml`` below ``assets_dir`` (less the
     folders of :func:`nested_projects`: a sub-folder with its own ``topics.yaml``), plus the
     ``declared`` YAML texts (asset name -> text: the active declarations recorded in the
-    warehouse, :func:`kappa.delta.declarations.catalog`), validated together.
+    warehouse, :func:`kappa.delta.declarations.catalog`; or the spec :func:`parse_declaration`
+    already made of one, which is not parsed again), validated together.
 
     Raises :class:`SpecError` for the first invalid file or declaration, a name declared twice
     (naming both sources: ``assets/…yaml`` vs ``declarations:<name>``), an unknown upstream
@@ -286,7 +294,7 @@ def load_catalog(assets_dir: Path, declared: Mapping[str, str] | None = None) ->
         label = declaration_label(name)
         if name in assets:
             raise SpecError(f"{label}: name: {name!r} is already declared in {assets[name].where}")
-        assets[name] = parse_declaration(text, label)
+        assets[name] = text if isinstance(text, AssetSpec) else parse_declaration(text, label)
     for spec in assets.values():
         for up in spec.upstream:
             if up not in assets:

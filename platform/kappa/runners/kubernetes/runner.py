@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from kappa.config import Settings
     from kappa.delta.registry import Registry, Version
     from kappa.quality.gate import GateReport
-    from kappa.spec import AssetSpec
+    from kappa.spec import AssetSpec, Catalog
     from kappa.streaming.checkpoint import CatchUpTarget
 
 #: Kept for callers of the earlier name.
@@ -262,7 +262,8 @@ class KubernetesRunner:
             self._sleep(self.poll_s)
 
     # -- the gate ---------------------------------------------------------------------------------
-    def gate(self, asset: str, version: int, registry: "Registry", *, timeout_s: float = 1800.0) -> "GateReport":
+    def gate(self, asset: str, version: int, registry: "Registry", catalog: "Catalog | None" = None, *,
+             timeout_s: float = 1800.0) -> "GateReport":
         """Run the gate as a batch SparkApplication (``kappa gate ASSET VERSION`` in the image),
         wait until it ends, then return the report it recorded in the registry (``registry`` is
         refreshed once it ended: the job's events are another process's). A leftover gate
@@ -272,7 +273,7 @@ class KubernetesRunner:
         from kappa.delta.declarations import catalog as catalog_of, recorded_spec
 
         record = registry.version(asset, version)
-        spec = recorded_spec(self.settings, record, catalog_of(self.settings).assets.get(asset))
+        spec = recorded_spec(self.settings, record, (catalog or catalog_of(self.settings)).assets.get(asset))
         before = len([e for e in record.events if e["event"] in ("gate_passed", "gate_failed")])
         name = gate_application_name(asset, version)
         self.apps.delete(name)
