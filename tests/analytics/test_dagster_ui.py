@@ -22,6 +22,7 @@ from kappa.core import processes
 from ..cdp import Browser
 from ..graphql import post as _post
 from .conftest import SERVE_CA, SERVE_PASSWORD, SERVE_USER, kappa
+from ..integration.helpers import WINDOW, WINDOW_ASSET
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -139,36 +140,6 @@ def test_checks_tab_shows_the_promoted_versions_gate_passed(served, dagster_dev,
     print(f"\nchecks served {served_s:.1f} s after `dagster dev` started; the Checks tab rendered in "
           f"{time.monotonic() - started:.1f} s")
 
-
-WINDOW_ASSET = "delays_by_carrier_3h"
-WINDOW = f"""\
-name: {WINDOW_ASSET}
-layer: gold
-group: flights
-owner: team:data-eng
-description: Departures and delayed departures (over 15 minutes) per carrier in 3-hour windows.
-source:
-  asset: flights
-watermark:
-  column: event_time
-  delay: 2 hours
-transform:
-  window:
-    type: tumbling
-    time_column: event_time
-    size: 3 hours
-    group_by: [carrier]
-    aggregations:
-      flights: count(*)
-      delayed: count_if(dep_delay > 15)
-expectations:
-  - expect_column_values_to_not_be_null: {{column: window_start}}
-  - expect_column_pair_values_a_to_be_greater_than_b: {{column_A: flights, column_B: delayed, or_equal: true}}
-row_expectations:
-  - name: delayed_within_flights
-    expr: delayed <= flights
-    max_rate: 0
-"""
 
 LOCATION = """
 query {

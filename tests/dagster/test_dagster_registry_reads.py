@@ -22,7 +22,7 @@ from kappa.lifecycle.promotion import replay
 from kappa.spec import catalog as catalog_module
 from kappa.streaming import policy
 
-from tests.integration.helpers import ingest
+from tests.integration.helpers import WINDOW, WINDOW_ASSET, ingest
 
 pytestmark = pytest.mark.integration
 
@@ -43,23 +43,6 @@ def _parses_of(call, text: str) -> tuple[object, int]:
     return out, catalog_module.PARSES[text] - before
 
 
-WINDOW = """\
-name: delays_by_carrier_3h
-layer: gold
-source: {asset: flights}
-watermark: {column: event_time, delay: 2 hours}
-transform:
-  window:
-    type: tumbling
-    time_column: event_time
-    size: 3 hours
-    group_by: [carrier]
-    aggregations:
-      flights: count(*)
-      delayed: count_if(dep_delay > 15)
-expectations:
-  - expect_column_values_to_not_be_null: {column: window_start}
-"""
 
 
 def test_a_materialization_and_a_replay_each_read_the_registry_once(make_env, spark):
@@ -99,7 +82,7 @@ def test_a_materialization_and_a_replay_each_read_the_registry_once(make_env, sp
         instance=dg.DagsterInstance.ephemeral()), WINDOW)
     assert result.success
     analyzed = result.output_for_node("analyze_declaration", "analyzed")
-    assert analyzed["spec"].name == "delays_by_carrier_3h"
+    assert analyzed["spec"].name == WINDOW_ASSET
     sql_parses = policy.SQL_PARSES - sql_before
     print(f"add_asset: {parses} parses of the text, {sql_parses} hand-overs to Spark's parser")
     assert parses == 1 and sql_parses == 1

@@ -253,3 +253,35 @@ def object_store(home: Path, bucket: str):
         yield base, json.loads(status.stdout)
     finally:
         cli("stop")
+
+
+#: A window asset over ``flights`` as a data engineer adds it at run time (Dagster's ``add_asset``).
+WINDOW_ASSET = "delays_by_carrier_3h"
+WINDOW = f"""\
+name: {WINDOW_ASSET}
+layer: gold
+group: flights
+owner: team:data-eng
+description: Departures and delayed departures (over 15 minutes) per carrier in 3-hour windows.
+source:
+  asset: flights
+watermark:
+  column: event_time
+  delay: 2 hours
+transform:
+  window:
+    type: tumbling
+    time_column: event_time
+    size: 3 hours
+    group_by: [carrier]
+    aggregations:
+      flights: count(*)
+      delayed: count_if(dep_delay > 15)
+expectations:
+  - expect_column_values_to_not_be_null: {{column: window_start}}
+  - expect_column_pair_values_a_to_be_greater_than_b: {{column_A: flights, column_B: delayed, or_equal: true}}
+row_expectations:
+  - name: delayed_within_flights
+    expr: delayed <= flights
+    max_rate: 0
+"""
