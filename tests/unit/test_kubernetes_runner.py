@@ -735,3 +735,19 @@ def test_a_refused_rpc_key_secret_deletes_the_new_application_and_says_why(cfg):
                                        r"create on secrets.*the application was deleted"):
         runner.start(CATALOG["flights"], _v("flights", 1))
     assert api.names() == set()
+
+
+def test_checkpoint_result_reads_records_and_end_offsets_from_the_checkpoint(tmp_path):
+    """The result a detached run reports (no Spark): records read from the Kafka offsets less the
+    version's recorded log start, the end offsets as committed, and nothing for a table not written."""
+    from kappa.runners.kubernetes.runner import checkpoint_result
+    from kappa.streaming.checkpoint import CheckpointState
+
+    settings = load_settings(home=tmp_path / "home")
+    spec = CATALOG["weather"]
+    v = k8s.example_version(settings, spec, 2, {})  # local paths: no table there yet
+    v.events.append({"event": "created", "details": {"start_offsets": {"weather": {"0": 4}}}})
+    cp = CheckpointState(batch_id=1, offsets={"weather": {"0": 10, "1": 5}})
+    result = checkpoint_result(settings, spec, v, cp, seconds=2.0)
+    assert (result.input_rows, result.end_offsets, result.batches) == (11, {"weather": {"0": 10, "1": 5}}, 2)
+    assert (result.rows, result.delta_version, result.input_rows_per_s) == (0, None, 5.5)

@@ -303,6 +303,7 @@ def checkpoint_result(settings: "Settings", spec: "AssetSpec", version: "Version
 
     rows, delta_version = table_rows(version.table_path, settings)
     read = records_read_through(cp, version.last("created"))
+    kafka = {t: p for t, p in cp.offsets.items() if isinstance(p, dict)} if spec.topics else {}
     quarantined = late = 0
     from kappa.streaming.kinds import kind_of
 
