@@ -4,7 +4,6 @@ default values and every ci/*-values.yaml scenario."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import yaml
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from helmtools import CHART, KUBECONFORM, ROOT, SCHEMAS, TOOLS, ensure_tools, kinds, render
+from helmtools import CHART, KUBECONFORM, ROOT, SCHEMAS, TOOLS, ensure_tools, render
 from kappa.runners.kubernetes import render_chart_catalog
 
 

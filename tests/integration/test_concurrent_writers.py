@@ -35,7 +35,6 @@ exactly once, with one table version per commit:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

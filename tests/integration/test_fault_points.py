@@ -22,7 +22,6 @@ Like Kafka's TransactionsTest: unique ids in, kill while copying, output set = i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections import Counter

@@ -5,7 +5,6 @@ pyarrow and Spark's S3A connector through nothing but the `env` its status print
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import subprocess

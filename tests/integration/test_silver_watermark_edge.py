@@ -11,7 +11,7 @@ such a record is an ordinary flight."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 from deltalake import DeltaTable

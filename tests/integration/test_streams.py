@@ -36,7 +36,6 @@ from .streams_truth import (
     expected_flights_weather,
     expected_origin_load,
     expected_plane_sessions,
-    utc,
 )
 
 pytestmark = pytest.mark.integration

@@ -48,7 +48,7 @@ def run_sql(spark, settings: Settings, query: str):
     try:
         return spark.sql(query).toPandas()
     except PySparkException as exc:
-        message = getattr(exc, "getMessage", lambda: str(exc))()
+        message = exc.getMessage() if hasattr(exc, "getMessage") else str(exc)
         raise QueryError(user_message(str(message).split("\n\tat ")[0].strip())) from None
 
 

@@ -122,7 +122,7 @@ def demo(
     for report in gates.values():
         if not report.passed:
             console.print(gate_table(report))
-    console.print(f"[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
+    console.print("[bold]5/6[/] gate passed, promoted: " + (", ".join(f"{a} v{v}" for a, v in to_promote.items())
                                                              or "nothing new (already promoted)"))
     console.print(results_table(results))
     counts = run_sql(spark, settings, " UNION ALL ".join(
@@ -181,8 +181,8 @@ def _demo_analysts(settings):
     console.print(f"[bold]Connect a BI tool[/] (HiveServer2 / Spark Thrift protocol, {login}):")
     console.print(f"  JDBC URL  {endpoint.jdbc_url}   (Hive JDBC driver; ODBC: Spark/Hive driver, host "
                   f"{endpoint.host}, port {endpoint.port})")
-    console.print(f"  tables    the promoted streams by stable name and the dbt marts "
-                  f"analytics.carrier_daily_performance, analytics.origin_daily_weather_delays (dbt's schema)")
+    console.print("  tables    the promoted streams by stable name and the dbt marts "
+                  "analytics.carrier_daily_performance, analytics.origin_daily_weather_delays (dbt's schema)")
     console.print(f"  beeline   {beeline_path()} -u {endpoint.jdbc_url}")
     return endpoint
 

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import time
+from collections import Counter
 from datetime import timezone
 from pathlib import Path
 from typing import Callable
@@ -157,12 +158,11 @@ def read_delta(path: str, columns: list[str]):
     return dataset(path).to_table(columns=columns)
 
 
-def txn_commits(table: str | Path) -> "Counter[tuple[str, int]]":
+def txn_commits(table: str | Path) -> Counter[tuple[str, int]]:
     """(txnAppId, txnVersion) -> how many commits of the Delta table carry it, read from the ``txn``
     actions of the JSON commit files in ``_delta_log`` itself (a Delta reader's snapshot keeps only
     the newest version per app id, so it could not show a micro-batch committed twice)."""
     import json
-    from collections import Counter
 
     counts: Counter = Counter()
     for commit in sorted(Path(table, "_delta_log").glob("*.json")):
