@@ -273,17 +273,21 @@ class Registry:
         by_version: dict[int, Version] = {}
         promoted: int | None = None
         events = self.events() if events is None else events
-        tables = {(e["asset"], e["version"]): e["details"]["table_path"] for e in events if e["event"] == "created"}
+        tables: dict[tuple[str, int], str] | None = None  # (asset, version) -> table path, when needed
         for e in (e for e in events if e["asset"] == asset):
             v = e["version"]
             if e["event"] == "created":
                 d = e["details"]
                 upstream = d.get("upstream", {})
+                if upstream and tables is None:
+                    tables = {(c["asset"], c["version"]): c["details"]["table_path"]
+                              for c in events if c["event"] == "created"}
                 by_version[v] = Version(
                     asset=asset, version=v, table_path=d["table_path"], checkpoint_path=d["checkpoint_path"],
                     txn_app_id=d["txn_app_id"], fingerprint=d["fingerprint"], upstream=upstream,
                     created_at=e["at"], declaration=d.get("declaration"), source=d.get("source"),
-                    upstream_tables={a: tables[(a, n)] for a, n in upstream.items() if (a, n) in tables},
+                    upstream_tables={a: tables[(a, n)] for a, n in upstream.items() if (a, n) in tables}
+                    if tables else {},
                 )
             if v not in by_version:
                 continue

@@ -227,7 +227,7 @@ def _topic_records(spark, settings: Settings, topic: str, catalog=None, registry
     log = (spark.read.format("kafka").options(**kafka_options(settings)).option("subscribe", topic)
            .option("startingOffsets", "earliest").option("endingOffsets", "latest").load())
     spec = catalog.topics.get(topic) if catalog is not None else None
-    if spec is None or spec.archive is None or registry is None:
+    if spec is None or spec.archive is None:
         return log
     kept = registry.promoted(spec.archive) or registry.latest(spec.archive)
     below = {p: s for p, s in start_offsets(settings, [topic]).get(topic, {}).items() if s > 0}
