@@ -1,6 +1,6 @@
 """Fixtures of the tests against a real Kubernetes control plane (:mod:`kappa.services.cluster`).
 
-One plane per session: kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (one
+One plane for this package's tests: kine, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (one
 node) and the real Spark operator controller, started from the binaries `make cluster-tools` built
 (``make test`` builds them first; if they are missing the first test runs that target, which takes
 minutes once). Its state lives in a temporary KAPPA_HOME, so a plane a user started by hand with
@@ -32,9 +32,12 @@ def _all_established(plane: cluster.ClusterStatus, path: str) -> bool:
         for i in items)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def plane(tmp_path_factory) -> cluster.ClusterStatus:
-    """The running control plane (stopped at the end of the session), with Strimzi's CRDs applied."""
+    """The running control plane, with Strimzi's CRDs applied; stopped when this package's tests end,
+    not with the session: every test using it is here, and ``make test`` runs them on one worker in
+    a row (its ``xdist_group``, tests/conftest.py), so the plane does not idle through the rest of
+    the run (kine and kube-apiserver took ~110 s of CPU over a 48-minute run doing nothing)."""
     ensure_cluster_tools()
     settings = load_settings(project_dir=ROOT, home=tmp_path_factory.mktemp("cluster-home"))
     status = cluster.start(settings, timeout_s=180)
@@ -48,13 +51,13 @@ def plane(tmp_path_factory) -> cluster.ClusterStatus:
         cluster.stop(settings)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kubectl(plane):
     """``kubectl(*args, stdin=None, check=True)`` against the plane."""
     return lambda *args, **kw: kubectl_run(plane, *args, **kw)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def api_client(plane):
     """A ``kubernetes.client.ApiClient`` with the plane's admin token."""
     from kubernetes import config
