@@ -190,10 +190,10 @@ INFRA_FIXTURES = {
 
 
 #: Fixtures that build shared state (session-scoped; ``cdc_settings`` module-scoped, as one module
-#: uses it), in precedence order: with ``pytest -n 2 --dist loadgroup`` (``make test``), every test
-#: that uses one runs on the one worker that builds it, so each is built once per run (a test using
-#: two goes with the first). Tests using none are spread over the workers, each worker starting its
-#: own broker and Spark when a test asks.
+#: uses it; ``plane`` package-scoped, tests/kubernetes), in precedence order: with ``pytest -n 2
+#: --dist loadgroup`` (``make test``), every test that uses one runs on the one worker that builds
+#: it, in a row, so each is built once per run (a test using two goes with the first). Tests using
+#: none are spread over the workers, each worker starting its own broker and Spark when a test asks.
 SHARED_STATE_FIXTURES = ("analysts_state", "full_run", "cdc_settings", "plane")
 
 
