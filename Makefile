@@ -29,9 +29,14 @@ $(BIN)/python:
 # process ever writes a .pyc, so without it every `kappa`, Dagster run and code-server reload compiled
 # its imports from source (the code location took 17.6 s to load instead of 6.6 s; cProfile:
 # `compile` was 6.1 s of it, great_expectations the largest part).
+# uv tries its cache alone first (--offline), then the index: pyspark is an sdist only, and through
+# this machine's proxy every online install found its cached build stale and built the 450 MB sdist
+# again (a new revision in uv's cache per install); from the cache the step took 36 s instead of 78 s
+# in a fresh venv. Hashes are checked either way; a lock the cache cannot satisfy goes online.
+UV_INSTALL := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --require-hashes -r requirements.lock
 $(VENV)/.installed: requirements.lock pyproject.toml tools/uv.lock | $(BIN)/python
 	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r tools/uv.lock
-	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --require-hashes -r requirements.lock
+	$(UV_INSTALL) --offline 2>/dev/null || $(UV_INSTALL)
 	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps --no-build-isolation -e .
 	$(BIN)/python -m compileall -q platform/kappa
 	touch $@
