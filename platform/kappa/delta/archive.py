@@ -68,6 +68,15 @@ class Coverage:
         return end, min(to, offset - 1)
 
 
+def archive_version(registry, asset: str):
+    """The version of a topic's ``archive`` asset (``assets/topics.yaml``) that stands in for the log
+    below its start: the promoted one, else the latest; None before it has any. A new version reads
+    it (:func:`kappa.runners.versions.log_sources`), ``kappa forget`` deletes from it and ``kappa status`` checks
+    it (:func:`kappa.quality.archive.archive_health`). ``registry``: a
+    :class:`kappa.delta.registry.Registry`."""
+    return registry.promoted(asset) or registry.latest(asset)
+
+
 def coverage(settings: Settings, table_path: str, topic: str, version: int | None = None) -> dict[int, Coverage]:
     """partition -> :class:`Coverage` of ``topic``'s records in the archive table at ``table_path``
     (Delta version ``version``, default the latest), computed by DuckDB over the table's files

@@ -286,8 +286,7 @@ class Registry:
                     asset=asset, version=v, table_path=d["table_path"], checkpoint_path=d["checkpoint_path"],
                     txn_app_id=d["txn_app_id"], fingerprint=d["fingerprint"], upstream=upstream,
                     created_at=e["at"], declaration=d.get("declaration"), source=d.get("source"),
-                    upstream_tables={a: tables[(a, n)] for a, n in upstream.items() if (a, n) in tables}
-                    if tables else {},
+                    upstream_tables={a: tables[(a, n)] for a, n in upstream.items() if (a, n) in tables},
                 )
             if v not in by_version:
                 continue

@@ -221,6 +221,7 @@ def _topic_records(spark, settings: Settings, topic: str, catalog=None, registry
     of the whole log: below the log start, the records the topic's archive holds
     (:func:`kappa.streaming.sources.archived_log`)."""
     from kappa.kafka.topics import start_offsets
+    from kappa.delta.archive import archive_version
     from kappa.streaming.records import KAFKA_COLUMNS
     from kappa.streaming.sources import archived_log, kafka_options
 
@@ -229,7 +230,7 @@ def _topic_records(spark, settings: Settings, topic: str, catalog=None, registry
     spec = catalog.topics.get(topic) if catalog is not None else None
     if spec is None or spec.archive is None:
         return log
-    kept = registry.promoted(spec.archive) or registry.latest(spec.archive)
+    kept = archive_version(registry, spec.archive)
     below = {p: s for p, s in start_offsets(settings, [topic]).get(topic, {}).items() if s > 0}
     if kept is None or not below:
         return log.select(*KAFKA_COLUMNS)

@@ -51,7 +51,7 @@ def archive_health(settings: Settings, catalog: Catalog, registry: Registry | No
     """:class:`PartitionArchiveHealth` of every partition of every topic of ``catalog`` that declares
     an archive (its promoted version, else its latest), topics by name, partitions by number; a
     topic that does not exist yet has none."""
-    from kappa.delta.archive import coverage
+    from kappa.delta.archive import archive_version, coverage
     from kappa.delta.forgotten import forgotten_offsets
     from kappa.kafka.topics import TopicError, offsets, records_at
 
@@ -60,7 +60,7 @@ def archive_health(settings: Settings, catalog: Catalog, registry: Registry | No
     for topic, spec in sorted(catalog.topics.items()):
         if spec.archive is None:
             continue
-        kept = registry.promoted(spec.archive) or registry.latest(spec.archive)
+        kept = archive_version(registry, spec.archive)
         try:
             held = coverage(settings, kept.table_path, topic) if kept is not None else {}
         except Exception:  # TableNotFoundError: the archive has written nothing yet

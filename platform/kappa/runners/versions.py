@@ -81,7 +81,7 @@ def log_sources(settings: Settings, catalog: Catalog, spec: AssetSpec, registry:
     :class:`RetentionError` naming the topic, partition and missing range, or when a topic with
     deleted records has no archive (Kafka's log start offset moves only when records are deleted,
     by retention or DeleteRecords; compaction does not move it)."""
-    from kappa.delta.archive import coverage
+    from kappa.delta.archive import archive_version, coverage
     from kappa.delta.forgotten import forgotten_offsets
 
     starts = start_offsets(settings, spec.topics)
@@ -98,7 +98,7 @@ def log_sources(settings: Settings, catalog: Catalog, spec: AssetSpec, registry:
                 f"cannot read the whole log of {topic!r} for {spec.name}: retention has deleted its start ({where}) "
                 f"and it declares no archive; a new version would be partial. Keep retention_ms: -1 or declare "
                 f"`archive: <raw asset>` for it in {catalog.root / 'topics.yaml'}.")
-        kept = registry.promoted(name) or registry.latest(name)
+        kept = archive_version(registry, name)
         if kept is None:
             raise RetentionError(f"cannot read {topic!r} below its log start ({where}): its archive {name} has no "
                                  f"version yet")
