@@ -13,8 +13,9 @@ process                     what it does here
 ``kube-controller-manager`` each namespace's ``default`` service account, garbage collection,
                             the ``kube-root-ca.crt`` ConfigMap, node lifecycle
 ``kube-scheduler``          binds pods to nodes
-``kwok``                    keeps the node ``kwok-node-0`` Ready and reports the pods bound to it as
-                            Running (no container is started: nothing runs the pod's command)
+``kwok``                    keeps the node ``kwok-node-0`` Ready (renews its Lease) and reports the
+                            pods bound to it as Running (no container is started: nothing runs the
+                            pod's command)
 ``spark-operator``          the Kubeflow Spark operator's controller, out of cluster; it submits
                             SparkApplications with ``spark-submit`` from the pyspark package
 ==========================  =====================================================================
@@ -299,6 +300,11 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
             str(tools["kwok"]), f"--kubeconfig={kubeconfig}", *(f"--config={p}" for p in stages),
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION[0]}={KWOK_NODE_ANNOTATION[1]}",
             "--cidr=10.0.0.1/24", "--node-ip=10.0.0.1",
+            # The heartbeat stage updates the node's status only every ~10 min and expects the node's
+            # Lease to be renewed meanwhile; without a lease the node-lifecycle controller marks the
+            # node NotReady every grace period (~55 s) and with it every pod on it, which kwok does
+            # not mark Ready again (a Deployment then never becomes available).
+            "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{ports['kwok']}",
         ],
         "spark-operator": [
