@@ -29,6 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ["KAPPA_SPARK_DRIVER_JIT"] = "c1"
 
 
+def dagster_instance(home: Path) -> Path:
+    """Write ``home``/dagster.yaml: the instance `make dagster` uses (platform/kappa/dagster/dagster.yaml:
+    concurrency pools, run queue) with Dagster's "join the community" dialog (``nux``) off, which
+    would cover the page a test's browser reads. Returns ``home``."""
+    config = yaml.safe_load((REPO / "platform" / "kappa" / "dagster" / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text(yaml.safe_dump({**config, "nux": {"enabled": False}}))
+    return home
+
+
 @pytest.fixture(scope="session")
 def broker_settings(tmp_path_factory) -> Settings:
     """A real broker for the whole session, on free ports, with its state in a temporary dir."""

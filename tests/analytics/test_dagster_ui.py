@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from ..conftest import REPO, free_port
+from ..conftest import REPO, dagster_instance, free_port
 from kappa.core import processes
 from ..cdp import Browser
 from ..graphql import post as _post
@@ -57,8 +57,7 @@ def dagster_dev(served, tmp_path_factory):
     port = free_port()
     home = tmp_path / "dagster_home"
     home.mkdir()
-    # no "join the community" dialog over the page (Dagster instance setting `nux`)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
+    dagster_instance(home)
     log_path = tmp_path / "dagster.log"
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DAGSTER_HOME": str(home), "KAPPA_HOME": str(settings.home),

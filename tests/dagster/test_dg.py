@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kappa.harness.env import free_port
 from kappa.core import processes
+from tests.conftest import dagster_instance
 from tests.graphql import post as _post
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     # a private Dagster instance and Kappa state: the daemon's sensors must not read the repo's .kappa
     home = tmp_path / "dagster_home"
     home.mkdir(exist_ok=True)
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
+    dagster_instance(home)
     return {**os.environ, "DAGSTER_HOME": str(home), "KAPPA_HOME": str(tmp_path / "kappa_home"), "COLUMNS": "200"}
 
 
