@@ -174,15 +174,7 @@ def test_a_data_engineer_adds_a_window_asset_from_the_ui_and_analysts_read_it_by
 
     settings, _ = served
     base, log_path, proc = dagster_dev
-    deadline = time.monotonic() + 300
-    while True:  # the code location has loaded with the declarations jobs
-        assert proc.poll() is None, log_path.read_text()[-3000:]
-        data = _post(f"{base}/graphql", LOCATION).get("data") or {}
-        jobs = {j["name"] for n in (data.get("repositoriesOrError") or {}).get("nodes", []) for j in n["jobs"]}
-        if "add_asset" in jobs:
-            break
-        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
-        time.sleep(2)
+    data = _wait_for_declaration_jobs(base, log_path, proc)
     assert data["assetNodeOrError"]["__typename"] == "AssetNotFoundError"
 
     # a bad declaration fails its first step, and the error names the declaration and the field
@@ -304,14 +296,16 @@ query Run($runId: ID!) {
 """
 
 
-def _wait_for_declaration_jobs(base: str, log_path: Path, proc) -> None:
+def _wait_for_declaration_jobs(base: str, log_path: Path, proc) -> dict:
+    """The data of :data:`LOCATION` once the code location has loaded with the declarations jobs
+    (``add_asset`` among them); fails after 300 s, or if `dagster dev` exited, with its log's tail."""
     deadline = time.monotonic() + 300
     while True:
         assert proc.poll() is None, log_path.read_text()[-3000:]
         data = _post(f"{base}/graphql", LOCATION).get("data") or {}
         if "add_asset" in {j["name"] for n in (data.get("repositoriesOrError") or {}).get("nodes", [])
                            for j in n["jobs"]}:
-            return
+            return data
         assert time.monotonic() < deadline, log_path.read_text()[-3000:]
         time.sleep(2)
 
