@@ -23,7 +23,7 @@ from kappa.delta.registry import Registry, quarantine_path
 from kappa.ingest.events import Events
 from kappa.ingest.nycflights13 import load_events, publish
 
-from ..kappa_cli import run_kappa
+from ..kappa_cli import clean_env, run_kappa
 
 
 def renamed(events: list[Events], suffix: str) -> list[Events]:
@@ -231,14 +231,14 @@ def state_rows_holding(spark, root: Path, needles: list[str]) -> dict[str, list[
 def object_store(home: Path, bucket: str):
     """A private object store started with the CLI (``kappa objectstore start``, versitygw from
     ``make objectstore-tools``) on a free port, state under ``home``; yields (the base environment:
-    this process's without ``AWS_*``/``KAPPA_*`` plus the store's ``KAPPA_HOME``, port and bucket; its
-    status as JSON, whose ``env`` points every command at it). Stopped afterwards."""
+    :func:`tests.kappa_cli.clean_env` without ``AWS_*`` plus the store's ``KAPPA_HOME``, port and
+    bucket; its status as JSON, whose ``env`` points every command at it). Stopped afterwards."""
     from kappa.harness.env import free_port
 
     binary = Path(__file__).resolve().parents[2] / "build" / "tools" / "bin" / "versitygw"
     if not os.access(binary, os.X_OK):
         pytest.fail(f"{binary} is missing: run `make objectstore-tools`")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KAPPA_"))}
+    base = {k: v for k, v in clean_env().items() if not k.startswith("AWS_")}
     base.update(KAPPA_HOME=str(home), KAPPA_PROJECT_DIR=str(binary.parents[3]),
                 KAPPA_OBJECTSTORE_PORT=str(free_port()), KAPPA_OBJECTSTORE_BUCKET=bucket, COLUMNS="200")
 
