@@ -178,11 +178,14 @@ class Settings(BaseSettings):
     #: The driver JVM's JIT compilers. ``tiered`` (HotSpot's default) compiles hot methods with C1,
     #: then the hottest again with C2, whose optimised code pays back over a long-running query.
     #: ``c1`` (``-XX:TieredStopAtLevel=1``) stops at C1: for a process that lives a minute, C2's
-    #: compiling is most of its CPU. Measured on 2 cores, a ``kappa run flights departures_hourly
-    #: --until-caught-up`` of 2,400 flights (JVM CPU from process accounting; ``-XX:+CITime``:
-    #: 45 s of compiling, 34.5 s of it C2): 64 CPU-s tiered, 44 CPU-s c1, wall 37 s either way.
-    #: A longer Delta write/read/MERGE workload took more CPU with c1 (290 vs 219 CPU-s), hence
-    #: the default. ``kappa serve``'s endpoint, which runs for hours, is always ``tiered``.
+    #: compiling is most of its CPU. It keeps tiered's 240 MB code cache: a C1-only VM defaults to
+    #: 48 MB, which a driver running five assets for two minutes filled. Measured on 2 cores, a
+    #: ``kappa run flights departures_hourly --until-caught-up`` of 2,400 flights (JVM CPU from
+    #: process accounting; ``-XX:+CITime``: 45 s of compiling, 34.5 s of it C2): 64 CPU-s tiered,
+    #: 44 CPU-s c1, wall 37 s either way. A longer Delta write/read/MERGE workload took more CPU
+    #: with c1 (290 vs 219 CPU-s), and so did the tests' shared session, which lives the whole run
+    #: (six integration files, -n 2: 795 vs 728 CPU-s, 429 vs 378 s wall), hence the default.
+    #: ``kappa serve``'s endpoint, which runs for hours, is always ``tiered``.
     spark_driver_jit: Literal["tiered", "c1"] = "tiered"
     #: ``spark.sql.shuffle.partitions``: a laptop's cores. Each stateful operator keeps one state
     #: store per partition and every micro-batch runs one task per partition, so more partitions than
