@@ -43,6 +43,8 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
+from ..kappa_cli import clean_env
+
 ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
 #: The image's two shims (see the Dockerfile) and the module each runs.
 ENTRY_POINTS = {
@@ -183,7 +185,8 @@ class KubeletWatcher:
       ``skip``: its command (:func:`local_command`) starts as a local process in a new session, with
       the container's plain environment minus Spark's container-filesystem settings (``SPARK_*``:
       local dirs and conf dir inside the image) over ``base_env`` (what the image's own environment
-      gives: project and assets folders, a home), and without the test process's ``KAPPA_*``;
+      gives: project and assets folders, a home), and without the test process's ``KAPPA_*`` but
+      for the driver JIT every test process uses (:func:`tests.kappa_cli.clean_env`);
     * a started process that exited: the pod is reported ``Succeeded``/``Failed`` with its exit code,
       as :meth:`KubeletStandIn.run` does; the operator turns that into COMPLETED/FAILED;
     * a started pod that is gone or being deleted: its process group gets SIGTERM (the container
@@ -271,7 +274,7 @@ class KubeletWatcher:
             self._reported.discard(name)
         self._uids[name] = pod.metadata.uid
         command, pod_env = local_command(pod)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KAPPA_")}
+        env = clean_env()
         env.update({k: v for k, v in pod_env.items() if not k.startswith("SPARK_")})
         env.update(self.base_env)
         self.stand_in.workdir.mkdir(parents=True, exist_ok=True)
