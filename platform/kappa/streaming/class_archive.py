@@ -106,7 +106,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="kappa-class-archive-home-") as home:
         os.environ["KAPPA_HOME"] = home
-        settings = load_settings()
+        # one workload, then exit: the short-lived driver C1 is for (Settings.spark_driver_jit);
+        # the archive holds classes, not compiled code, and serves tiered drivers alike
+        settings = load_settings(spark_driver_jit="c1")
         path = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else class_archive_path(settings)
         write_archive(settings, path)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB)")
