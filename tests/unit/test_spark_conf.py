@@ -105,3 +105,27 @@ def test_spark_gets_hadoop_aws_but_keeps_pyspark_hadoop_client(tmp_path):
     (tmp_path / "spark" / "kappa-delta-logstore.jar").unlink()
     with pytest.raises(JvmError, match="kappa-delta-logstore.jar is missing: build it with `make install`"):
         spark_jars(load_settings(project_dir=ROOT, jars_dir=tmp_path))
+
+
+def _code_cache_bytes(options: list[str]) -> int:
+    """HotSpot's ReservedCodeCacheSize for these JVM options, as the JVM itself reports it."""
+    import re
+    import subprocess
+
+    from kappa.core.jvm import java_executable
+
+    out = subprocess.run([java_executable(), *options, "-XX:+PrintFlagsFinal", "-version"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return int(re.search(r"\bReservedCodeCacheSize\s+=\s+(\d+)", out).group(1))
+
+
+def test_a_c1_driver_has_the_code_cache_a_tiered_one_has(tmp_path):
+    # stopping at C1 alone shrinks HotSpot's code cache to 48 MB, which a two-minute driver filled
+    # (test_chaos: "Out of space in CodeCache"); the c1 driver's options must keep tiered's
+    def jvm_options(jit: str) -> list[str]:
+        options = spark_conf(load_settings(project_dir=ROOT, home=tmp_path, spark_driver_jit=jit))
+        return [o for o in options["spark.driver.extraJavaOptions"].split() if o.startswith("-XX:")]
+
+    c1, tiered = jvm_options("c1"), jvm_options("tiered")
+    assert "-XX:TieredStopAtLevel=1" in c1 and "-XX:TieredStopAtLevel=1" not in tiered
+    assert _code_cache_bytes(c1) >= _code_cache_bytes(tiered) >= 240 * 2**20

@@ -123,13 +123,8 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         # "Garbage Collection Tuning"; Java 17's GC Tuning Guide, "The Parallel Collector"). On
         # 2 cores: tests/integration/test_replay.py 316 -> 271 s, test_late_rows + test_exactly_once
         # 261 -> 251 s, same machine, back to back.
-        # C1 only for short-lived drivers when asked (Settings.spark_driver_jit), with the code
-        # cache tiered compilation reserves: stopping at C1 also shrinks HotSpot's default code
-        # cache from 240 MB to 48 MB (`java -XX:TieredStopAtLevel=1 -XX:+PrintFlagsFinal`:
-        # ReservedCodeCacheSize 50331648), which a driver running five assets' queries for two
-        # minutes filled ("java.lang.VirtualMachineError: Out of space in CodeCache for method
-        # handle intrinsic" in a MERGE, test_chaos). The size is reserved address space; only the
-        # compiled code is committed.
+        # C1 only for short-lived drivers when asked, with tiered's code cache (Settings.spark_driver_jit:
+        # a C1-only VM reserves 48 MB, which a two-minute driver filled; reserved, not committed).
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m -XX:+UseParallelGC"
                                          + (" -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
                                             if settings.spark_driver_jit == "c1" else ""),
