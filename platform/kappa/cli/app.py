@@ -117,7 +117,7 @@ def run(
 @app.command("sql")
 def sql(
     query: str = typer.Argument(..., help="A Spark SQL query; promoted assets are views by name."),
-    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table, csv or json"),
+    fmt: OutputFormat = format_option("table, csv or json", OutputFormat.table),
 ) -> None:
     """Query promoted tables by their stable names with Spark SQL."""
     from kappa.analytics.sql import run_sql
