@@ -175,8 +175,14 @@ class Settings(BaseSettings):
 
     spark_master: str = "local[*]"
     spark_driver_memory: str = "4g"
-    #: The driver JVM's JIT compilers. ``tiered`` (HotSpot's default) compiles hot methods with C1,
-    #: then the hottest again with C2, whose optimised code pays back over a long-running query.
+    #: The driver JVM's JIT compilers (the options: ``kappa.streaming.session.JIT_OPTIONS``).
+    #: ``tiered`` (HotSpot's default) compiles hot methods with C1, then the hottest again with C2,
+    #: whose optimised code pays back over a long-running query; its compile thresholds are scaled
+    #: ×4 (``-XX:CompileThresholdScaling=4``), so C2 compiles what stays hot, not all that gets warm:
+    #: the tests' shared session spent 152 s compiling in a 194 s stretch of the full-data run (JFR),
+    #: and six integration files on it (replay, streams, late_rows, exactly_once, pipeline,
+    #: delay_streaks_full; -n 2, 2 cores) took 782 and 790 CPU-s (418, 408 s wall) without the
+    #: scaling, 725 and 742 (377, 387 s) with it. A long-running query's hot loops still reach C2 in its first minutes.
     #: ``c1`` (``-XX:TieredStopAtLevel=1``) stops at C1: for a process that lives a minute, C2's
     #: compiling is most of its CPU. It keeps tiered's 240 MB code cache: a C1-only VM defaults to
     #: 48 MB, which a driver running five assets for two minutes filled. Measured on 2 cores, a
@@ -184,7 +190,7 @@ class Settings(BaseSettings):
     #: process accounting; ``-XX:+CITime``: 45 s of compiling, 34.5 s of it C2): 64 CPU-s tiered,
     #: 44 CPU-s c1, wall 37 s either way. A longer Delta write/read/MERGE workload took more CPU
     #: with c1 (290 vs 219 CPU-s), and so did the tests' shared session, which lives the whole run
-    #: (six integration files, -n 2: 795 vs 728 CPU-s, 429 vs 378 s wall), hence the default.
+    #: (the same six files: 795 vs 728 CPU-s, 429 vs 378 s wall), hence the default.
     #: ``kappa serve``'s endpoint, which runs for hours, is always ``tiered``.
     spark_driver_jit: Literal["tiered", "c1"] = "tiered"
     #: ``spark.sql.shuffle.partitions``: a laptop's cores. Each stateful operator keeps one state

@@ -107,8 +107,8 @@ def test_spark_gets_hadoop_aws_but_keeps_pyspark_hadoop_client(tmp_path):
         spark_jars(load_settings(project_dir=ROOT, jars_dir=tmp_path))
 
 
-def _code_cache_bytes(options: list[str]) -> int:
-    """HotSpot's ReservedCodeCacheSize for these JVM options, as the JVM itself reports it."""
+def _flags(options: list[str]) -> dict[str, float]:
+    """HotSpot's numeric flags for these JVM options, as the JVM itself reports them."""
     import re
     import subprocess
 
@@ -116,7 +116,7 @@ def _code_cache_bytes(options: list[str]) -> int:
 
     out = subprocess.run([java_executable(), *options, "-XX:+PrintFlagsFinal", "-version"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
-    return int(re.search(r"\bReservedCodeCacheSize\s+=\s+(\d+)", out).group(1))
+    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\s*\S+\s+(\w+)\s+=\s+([0-9.]+)\s", out, re.M)}
 
 
 def test_a_c1_driver_has_the_code_cache_a_tiered_one_has(tmp_path):
@@ -126,6 +126,8 @@ def test_a_c1_driver_has_the_code_cache_a_tiered_one_has(tmp_path):
         options = spark_conf(load_settings(project_dir=ROOT, home=tmp_path, spark_driver_jit=jit))
         return [o for o in options["spark.driver.extraJavaOptions"].split() if o.startswith("-XX:")]
 
-    c1, tiered = jvm_options("c1"), jvm_options("tiered")
-    assert "-XX:TieredStopAtLevel=1" in c1 and "-XX:TieredStopAtLevel=1" not in tiered
-    assert _code_cache_bytes(c1) >= _code_cache_bytes(tiered) >= 240 * 2**20
+    c1, tiered = _flags(jvm_options("c1")), _flags(jvm_options("tiered"))
+    assert c1["TieredStopAtLevel"] == 1 and tiered["TieredStopAtLevel"] == 4
+    assert c1["ReservedCodeCacheSize"] >= tiered["ReservedCodeCacheSize"] >= 240 * 2**20
+    # tiered compiles with C2 only what stays hot (Settings.spark_driver_jit): thresholds ×4
+    assert tiered["CompileThresholdScaling"] == 4 and c1["CompileThresholdScaling"] == 1

@@ -19,6 +19,10 @@ from kappa.core.jvm import java_executable, spark_jars
 
 _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 
+#: The driver JVM's options for each :attr:`kappa.config.Settings.spark_driver_jit` (why each, there).
+JIT_OPTIONS = {"tiered": "-XX:CompileThresholdScaling=4",
+               "c1": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"}
+
 
 #: Keys only one side can have. The local session names its master, its driver heap and the jars
 #: on this machine, on the driver's class path: in local mode the executor is the driver's JVM, so
@@ -123,11 +127,10 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         # "Garbage Collection Tuning"; Java 17's GC Tuning Guide, "The Parallel Collector"). On
         # 2 cores: tests/integration/test_replay.py 316 -> 271 s, test_late_rows + test_exactly_once
         # 261 -> 251 s, same machine, back to back.
-        # C1 only for short-lived drivers when asked, with tiered's code cache (Settings.spark_driver_jit:
-        # a C1-only VM reserves 48 MB, which a two-minute driver filled; reserved, not committed).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m -XX:+UseParallelGC"
-                                         + (" -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-                                            if settings.spark_driver_jit == "c1" else ""),
+        # The JIT compilers (Settings.spark_driver_jit): C1 only for short-lived drivers when asked,
+        # with tiered's code cache; tiered with its compile thresholds scaled ×4.
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={log4j} -Xss8m -XX:+UseParallelGC "
+                                         + JIT_OPTIONS[settings.spark_driver_jit],
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         # Spark keeps the classes it compiled for whole-stage code generation in a cache of 100 by
         # default (an internal static setting); one driver running several assets' queries, gates
