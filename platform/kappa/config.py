@@ -182,7 +182,8 @@ class Settings(BaseSettings):
     #: the tests' shared session spent 152 s compiling in a 194 s stretch of the full-data run (JFR),
     #: and six integration files on it (replay, streams, late_rows, exactly_once, pipeline,
     #: delay_streaks_full; -n 2, 2 cores) took 782 and 790 CPU-s (418, 408 s wall) without the
-    #: scaling, 725 and 742 (377, 387 s) with it. A long-running query's hot loops still reach C2 in its first minutes.
+    #: scaling, 725 and 742 (377, 387 s) with it. A long-running query's hot loops still reach C2
+    #: in its first minutes.
     #: ``c1`` (``-XX:TieredStopAtLevel=1``) stops at C1: for a process that lives a minute, C2's
     #: compiling is most of its CPU. It keeps tiered's 240 MB code cache: a C1-only VM defaults to
     #: 48 MB, which a driver running five assets for two minutes filled. Measured on 2 cores, a

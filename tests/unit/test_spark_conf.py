@@ -119,7 +119,7 @@ def _flags(options: list[str]) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\s*\S+\s+(\w+)\s+=\s+([0-9.]+)\s", out, re.M)}
 
 
-def test_a_c1_driver_has_the_code_cache_a_tiered_one_has(tmp_path):
+def test_the_jvm_runs_each_driver_jit_with_its_flags(tmp_path):
     # stopping at C1 alone shrinks HotSpot's code cache to 48 MB, which a two-minute driver filled
     # (test_chaos: "Out of space in CodeCache"); the c1 driver's options must keep tiered's
     def jvm_options(jit: str) -> list[str]:
