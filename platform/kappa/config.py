@@ -175,7 +175,7 @@ class Settings(BaseSettings):
 
     spark_master: str = "local[*]"
     spark_driver_memory: str = "4g"
-    #: The driver JVM's JIT compilers (the options: ``kappa.streaming.session.JIT_OPTIONS``).
+    #: The driver JVM's JIT compilers (the options: ``kappa.core.jvm.JIT_OPTIONS``).
     #: ``tiered`` (HotSpot's default) compiles hot methods with C1, then the hottest again with C2,
     #: whose optimised code pays back over a long-running query; its compile thresholds are scaled
     #: ×4 (``-XX:CompileThresholdScaling=4``), so C2 compiles what stays hot, not all that gets warm:

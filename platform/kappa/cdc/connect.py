@@ -25,7 +25,7 @@ from kappa.core import processes
 from kappa.cdc import CdcError
 from kappa.cdc.connectors import ConnectorSpec, load_connectors
 from kappa.config import Settings
-from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
+from kappa.core.jvm import JIT_OPTIONS, jar_dir, java_executable, log4j2_file_config, properties_text
 from kappa.core.service import LocalService, ServiceStatus
 
 if TYPE_CHECKING:
@@ -221,7 +221,8 @@ def start(settings: Settings, timeout_s: float = 120.0, register_connectors: boo
     paths["dir"].mkdir(parents=True, exist_ok=True)
     paths["config"].write_text(_worker_properties(settings))
     paths["log4j"].write_text(log4j2_file_config(paths["log"], _LOG_LEVELS))
-    jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms128m", "-Xmx768m", "-XX:+UseG1GC"]
+    jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms128m", "-Xmx768m", "-XX:+UseG1GC",
+                *JIT_OPTIONS["c1"].split()]  # C1 only: kappa.core.jvm.JIT_OPTIONS
     deadline = time.monotonic() + timeout_s
     proc = processes.spawn([java, *jvm_opts, "-cp", classpath, "org.apache.kafka.connect.cli.ConnectDistributed",
                             str(paths["config"])], paths["log"], paths["pid"])

@@ -18,7 +18,7 @@ from pathlib import Path
 from kappa.core import processes
 from kappa.config import Settings
 from kappa.errors import KappaError
-from kappa.core.jvm import jar_dir, java_executable, log4j2_file_config, properties_text
+from kappa.core.jvm import JIT_OPTIONS, jar_dir, java_executable, log4j2_file_config, properties_text
 from kappa.core.service import LocalService, ServiceStatus
 
 
@@ -162,7 +162,8 @@ def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
     paths["data"].mkdir(parents=True, exist_ok=True)
     paths["config"].write_text(_server_properties(settings, paths["data"]))
     paths["log4j"].write_text(log4j2_file_config(paths["log"], _LOG_LEVELS))
-    jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC"]
+    jvm_opts = [f"-Dlog4j2.configurationFile={paths['log4j']}", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC",
+                *JIT_OPTIONS["c1"].split()]  # C1 only: kappa.core.jvm.JIT_OPTIONS
 
     if not (paths["data"] / "meta.properties").exists():
         fmt = subprocess.run(

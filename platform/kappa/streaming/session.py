@@ -15,14 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kappa.config import Settings, aws_environment
-from kappa.core.jvm import java_executable, spark_jars
+from kappa.core.jvm import JIT_OPTIONS, java_executable, spark_jars
 
 _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
-
-#: The driver JVM's options for each :attr:`kappa.config.Settings.spark_driver_jit` (why each, there).
-JIT_OPTIONS = {"tiered": "-XX:CompileThresholdScaling=4",
-               "c1": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"}
-
 
 #: Keys only one side can have. The local session names its master, its driver heap and the jars
 #: on this machine, on the driver's class path: in local mode the executor is the driver's JVM, so
