@@ -42,6 +42,9 @@ $(VENV)/.installed: requirements.lock pyproject.toml tools/uv.lock | $(BIN)/pyth
 	touch $@
 
 # JVM dependencies are resolved by Maven into build/jars (never by Ivy at run time).
+# `make test` runs its set-up steps two at a time, but Maven's one after another (the order-only
+# prerequisites of each Maven step below and of the Strimzi CRDs' in tools/k8s.mk): Maven 3.8's local
+# repository has no locking, and two Maven processes downloading into it at once can corrupt it.
 build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml jvm/settings.xml
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	@# a pom change must not leave the jars it no longer names on the classpath (a stale
@@ -54,20 +57,20 @@ build/jars/.resolved: jvm/spark/pom.xml jvm/kafka/pom.xml jvm/connect/pom.xml jv
 
 # The SQL endpoint's password check (HiveServer2 CUSTOM authentication, `kappa serve --auth`).
 SERVE_AUTH_JAR := build/jars/serve/kappa-serve-auth.jar
-$(SERVE_AUTH_JAR): jvm/serve-auth/pom.xml $(shell find jvm/serve-auth/src -name '*.java') jvm/settings.xml
+$(SERVE_AUTH_JAR): jvm/serve-auth/pom.xml $(shell find jvm/serve-auth/src -name '*.java') jvm/settings.xml | build/jars/.resolved
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/serve-auth/pom.xml package
 
 # The SQL endpoint's statement policy (a Spark session extension, `kappa serve`).
 SQL_GUARD_JAR := build/jars/serve/kappa-sql-guard.jar
-$(SQL_GUARD_JAR): jvm/sql-guard/pom.xml $(shell find jvm/sql-guard/src -name '*.java') jvm/settings.xml
+$(SQL_GUARD_JAR): jvm/sql-guard/pom.xml $(shell find jvm/sql-guard/src -name '*.java') jvm/settings.xml | $(SERVE_AUTH_JAR)
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/sql-guard/pom.xml package
 
 # Delta's log store for s3a:// tables with many writers (conditional PutObject; see
 # kappa.streaming.session). Built into the spark jar set, which reaches every Spark driver.
 LOG_STORE_JAR := build/jars/spark/kappa-delta-logstore.jar
-$(LOG_STORE_JAR): jvm/delta-logstore/pom.xml $(shell find jvm/delta-logstore/src -name '*.java') jvm/settings.xml build/jars/.resolved
+$(LOG_STORE_JAR): jvm/delta-logstore/pom.xml $(shell find jvm/delta-logstore/src -name '*.java') jvm/settings.xml build/jars/.resolved | $(SQL_GUARD_JAR)
 	@command -v java >/dev/null || { echo "Java 17+ is required (java not on PATH)"; exit 1; }
 	$(MVN) -f jvm/delta-logstore/pom.xml package
 
@@ -107,7 +110,10 @@ TIMES = --durations=25 --junitxml=$(TEST_ARTIFACTS)/$(1).xml
 # Two pytest-xdist workers (the machine CI runs on has two cores); a session fixture's shared state
 # is built once, on the worker that runs every test using it (xdist_group, tests/conftest.py).
 TEST_WORKERS ?= 2
-test: install k8s-validate chromium cluster-tools objectstore-tools
+# The set-up steps run two at a time: the class archive's Spark run (~45 s, mostly one core) beside
+# the Go tools' builds and the chart validation (~40 s) instead of after them.
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target install k8s-validate chromium cluster-tools objectstore-tools
 	$(call KEEP_PREVIOUS,junit)
 	$(BIN)/pytest -m "not cluster" -n $(TEST_WORKERS) --dist loadgroup $(call TIMES,junit)
 
