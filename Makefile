@@ -131,10 +131,12 @@ test-fast: install tools
 image:
 	tools/container/image.sh
 
-# Kubernetes on a real node (issue 43), so far only its first step: build the image, then inspect it
-# (tests/cluster, marker `cluster`, which `make test` leaves out). Prints each step's time.
+# Kubernetes on a real node (issue 43), so far its first steps: build the image and inspect it, then
+# start the control plane with a real node (containerd, a kubelet; make node-tools) and run the image
+# in pods there (tests/cluster, marker `cluster`, which `make test` leaves out). Prints each step's time.
 test-cluster: install
 	@t0=$$SECONDS; $(MAKE) --no-print-directory image; echo "test-cluster: make image: $$((SECONDS - t0)) s"
+	@t0=$$SECONDS; $(MAKE) --no-print-directory node-tools; echo "test-cluster: make node-tools: $$((SECONDS - t0)) s"
 	@t0=$$SECONDS; $(BIN)/pytest -m cluster tests/cluster --durations=0; rc=$$?; \
 	  echo "test-cluster: tests/cluster: $$((SECONDS - t0)) s"; exit $$rc
 

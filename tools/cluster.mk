@@ -5,6 +5,7 @@
 #
 #   make cluster-tools   build the binaries (cold: ~15 min on 2 busy cores; then seconds)
 #   make cluster-up      kappa cluster start  (state under .kappa/cluster, kubeconfig .kappa/cluster/kubeconfig)
+#   make cluster-up NODE=real  the same with a real node: containerd and a kubelet (make node-tools)
 #   make cluster-down    kappa cluster stop
 
 CLUSTER_GO_ENV := GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0
@@ -68,8 +69,32 @@ cluster-tools: $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION) $(K8S_TOOLS)/.kine
 	$(K8S_TOOLS)/.kwok-$(KWOK_VERSION) $(K8S_TOOLS)/.spark-operator-v$(SPARK_OPERATOR_VERSION) \
 	$(STRIMZI_DIR)/.crds $(STRIMZI_DIR)/.crds-connect $(K8S_TOOLS)/.helm-$(HELM_VERSION)
 
-cluster-up: cluster-tools | $(VENV)/.installed
-	$(BIN)/kappa cluster start
+# The real node (`make cluster-up NODE=real`, kappa.services.node): Debian's containerd (runc and the
+# CNI plugins come with it), the kubelet and the pod sandbox's pause binary built from the wrapper
+# module's ./node (not ./cmd: `make test` needs neither), and the pause image saved as an archive
+# that `kappa cluster start` imports into containerd. The Kappa image itself is `make image`'s.
+PAUSE_IMAGE := localhost/kappa/pause:$(KUBERNETES_VERSION)
+NODE_TOOLS := $(K8S_TOOLS)/node
+.PHONY: node-tools node-packages
+node-packages:
+	@command -v containerd >/dev/null && command -v ctr >/dev/null && [ -x /usr/lib/cni/bridge ] || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd containernetworking-plugins; }
+
+$(K8S_TOOLS)/.kubelet-$(KUBERNETES_VERSION): tools/go/kubernetes/go.mod tools/go/kubernetes/go.sum $(wildcard tools/go/kubernetes/node/*/*.go)
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
+	cd tools/go/kubernetes && $(CLUSTER_GO_ENV) GOBIN=$(GO_BIN_CACHE) $(GO) install -ldflags '$(K8S_VERSION_LDFLAGS)' ./node/...
+	cd $(GO_BIN_CACHE) && cp -p $(notdir $(wildcard tools/go/kubernetes/node/*)) $(K8S_TOOLBIN)/
+	touch $@
+
+$(NODE_TOOLS)/pause.tar: $(K8S_TOOLS)/.kubelet-$(KUBERNETES_VERSION) tools/node/pause.Containerfile
+	rm -rf $(NODE_TOOLS)/context && mkdir -p $(NODE_TOOLS)/context && cp -p $(K8S_TOOLBIN)/pause $(NODE_TOOLS)/context/
+	tools/container/podman.sh build -q -t $(PAUSE_IMAGE) -f tools/node/pause.Containerfile $(NODE_TOOLS)/context
+	rm -f $@ && tools/container/podman.sh save -o $@ $(PAUSE_IMAGE)
+
+node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar
+
+cluster-up: cluster-tools $(if $(filter real,$(NODE)),node-tools) | $(VENV)/.installed
+	KAPPA_CLUSTER_NODE=$(or $(NODE),kwok) $(BIN)/kappa cluster start
 
 cluster-down: | $(VENV)/.installed
 	$(BIN)/kappa cluster stop

@@ -31,6 +31,9 @@ variable                       meaning                                         d
                                ``spark.executor.memory``, 1g by default)
 ``KAPPA_SHUFFLE_PARTITIONS``   ``spark.sql.shuffle.partitions``                 ``2``
 ``KAPPA_RUNNER``               where queries run: ``local`` or ``kubernetes``   ``local``
+``KAPPA_CLUSTER_NODE``         ``kappa cluster start``'s node: ``kwok`` (a fake  ``kwok``
+                               node, no containers) or ``real`` (containerd and
+                               a kubelet beside it: :mod:`kappa.services.node`)
 ``KAPPA_MAX_OFFSETS_PER_TRIGGER`` records per micro-batch of a continuous    ``500000``
                                query reading Kafka (``maxOffsetsPerTrigger``;
                                ``0``: no bound); not applied to available-now
@@ -215,6 +218,9 @@ class Settings(BaseSettings):
     spark_worker_memory: str = Field("1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
 
     runner: Literal["local", "kubernetes"] = "local"
+    #: ``kappa cluster start`` (:mod:`kappa.services.cluster`): ``kwok`` alone, or also a ``real``
+    #: node (:mod:`kappa.services.node`; ``make node-tools`` first).
+    cluster_node: Literal["kwok", "real"] = "kwok"
 
     #: ``KAPPA_VERBOSE``: the libraries' logs on the console instead of :attr:`logs_dir`.
     verbose: bool = False

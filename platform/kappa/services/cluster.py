@@ -1,4 +1,5 @@
-"""A local Kubernetes control plane for tests and trials: real control-plane processes, no containers.
+"""A local Kubernetes control plane for tests and trials: real control-plane processes, and a real
+node when asked (``KAPPA_CLUSTER_NODE=real``).
 
 ``kappa cluster start`` runs, each from a binary that ``make cluster-tools`` builds into
 ``build/tools/bin`` (versions in ``tools/versions.env``):
@@ -18,6 +19,8 @@ process                     what it does here
                             pod's command)
 ``spark-operator``          the Kubeflow Spark operator's controller, out of cluster; it submits
                             SparkApplications with ``spark-submit`` from the pyspark package
+``containerd``, ``kubelet`` only with ``KAPPA_CLUSTER_NODE=real``: the real node ``kappa-node-0``,
+                            whose pods run in containers (:mod:`kappa.services.node`)
 ==========================  =====================================================================
 
 Every port is a free loopback port chosen at start. State lives under ``<KAPPA_HOME>/cluster``
@@ -48,6 +51,7 @@ from pathlib import Path
 
 from kappa.core import processes
 from kappa.config import Settings
+from kappa.services import node as real_node
 from kappa.core.service import LocalService, ServiceStatus
 from kappa.errors import KappaError
 
@@ -77,12 +81,20 @@ class ClusterStatus(ServiceStatus):
     processes: dict[str, int | None] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     started_in_s: float | None = None
+    #: The real node (``KAPPA_CLUSTER_NODE=real``): ``name``, ``ready``, ``runtime``, ``kubelet``;
+    #: empty with kwok's node alone.
+    node: dict[str, str | bool] = field(default_factory=dict)
 
     def summary(self) -> list[str]:
         """The API server, how to use its kubeconfig, and each process's pid (plain text)."""
         took = f" (started in {self.started_in_s} s)" if self.started_in_s is not None else ""
-        return [f"at {self.server or '-'}{took}", f"export KUBECONFIG={self.kubeconfig}",
-                *(f"  {name:<24} {'pid ' + str(pid) if pid else 'not running'}" for name, pid in self.processes.items())]
+        lines = [f"at {self.server or '-'}{took}", f"export KUBECONFIG={self.kubeconfig}",
+                 *(f"  {name:<24} {'pid ' + str(pid) if pid else 'not running'}" for name, pid in self.processes.items())]
+        if self.node:
+            n = self.node
+            lines.append(f"  node {n['name']}: {'Ready' if n['ready'] else 'not Ready'}, runtime "
+                         f"{n['runtime'] or '-'}, kubelet {n['kubelet'] or '-'}")
+        return lines
 
 
 # ------------------------------------------------------------------------------------- paths
@@ -158,11 +170,23 @@ def _write_pki(pki: Path) -> None:
            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
            .sign(ca_key, hashes.SHA256()))
+    # The API server's client certificate for the kubelets' APIs (logs, exec): in system:masters, so
+    # the kubelet's webhook authorization (a SubjectAccessReview) allows it.
+    client_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    client = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                                       x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client")]))
+              .issuer_name(ca_name).public_key(client_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=365))
+              .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (pki / "ca.key").write_bytes(key_pem(ca_key))
     (pki / "apiserver.crt").write_bytes(srv.public_bytes(serialization.Encoding.PEM))
     (pki / "apiserver.key").write_bytes(key_pem(srv_key))
+    (pki / "apiserver-kubelet-client.crt").write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    (pki / "apiserver-kubelet-client.key").write_bytes(key_pem(client_key))
     (pki / "sa.key").write_bytes(key_pem(sa_key))
     (pki / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
@@ -193,6 +217,16 @@ def _get(url: str, ca: Path, token: str, timeout: float = 2.0) -> tuple[int, str
         return exc.code, exc.read().decode(errors="replace")
 
 
+def _delete(url: str, ca: Path, token: str, timeout: float = 10.0) -> int:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    req = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
 def _wait(what: str, check, timeout_s: float, procs: dict[str, subprocess.Popen], logs: Path) -> None:
     """Poll ``check()`` (every 0.2 s) until it is true; fail early, with the log's tail, if one of
     ``procs`` exited."""
@@ -219,6 +253,11 @@ def _load_state(d: Path) -> dict:
         return {}
 
 
+def _processes(state: dict) -> tuple[str, ...]:
+    """The processes of the plane as it was started: :data:`PROCESSES`, then the real node's."""
+    return PROCESSES + (real_node.PROCESSES if state.get("node") == "real" else ())
+
+
 # ------------------------------------------------------------------------------------- commands
 
 
@@ -229,22 +268,32 @@ def status(settings: Settings) -> ClusterStatus:
     state = _load_state(d)
     pids = {name: (pid if processes.pid_alive(pid) else None) for name, pid in (state.get("pids") or {}).items()}
     server = state.get("server", "")
-    up = bool(pids) and all(pids.get(n) for n in PROCESSES)
+    names = _processes(state)
+    up = bool(pids) and all(pids.get(n) for n in names)
+    node: dict[str, str | bool] = {}
     if up:
         try:
             up = _get(f"{server}/readyz", d / "pki" / "ca.crt", state["token"])[0] == 200
-        except (OSError, urllib.error.URLError, ssl.SSLError, KeyError):
+            if up and state.get("node") == "real":
+                code, body = _get(f"{server}/api/v1/nodes/{real_node.NODE_NAME}", d / "pki" / "ca.crt", state["token"])
+                node = {"name": real_node.NODE_NAME,
+                        **(real_node.node_status(json.loads(body)) if code == 200
+                           else {"ready": False, "runtime": "", "kubelet": ""})}
+                up = bool(node["ready"])
+        except (OSError, urllib.error.URLError, ssl.SSLError, KeyError, ValueError):
             up = False
     return ClusterStatus(up=up, server=server, kubeconfig=str(d / "kubeconfig"), state_dir=str(d),
-                         processes={n: pids.get(n) for n in PROCESSES}, ports=state.get("ports") or {},
-                         started_in_s=state.get("started_in_s"))
+                         processes={n: pids.get(n) for n in names}, ports=state.get("ports") or {},
+                         started_in_s=state.get("started_in_s"), node=node)
 
 
 def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     """Start the control plane (or return its status if it is already up) and wait until it serves:
     the API server is ready, the ``default`` namespace has its ``default`` service account, the kwok
     node is Ready and the Spark operator answers its readiness probe. The SparkApplication CRDs are
-    applied before the operator starts (it watches them).
+    applied before the operator starts (it watches them). With ``settings.cluster_node`` ``real``,
+    then containerd and a kubelet (:mod:`kappa.services.node`), the pause image and the Kappa image
+    (when podman holds it) imported, and the node ``kappa-node-0`` Ready.
 
     Raises :class:`ClusterError` naming the missing tool, the process that exited (with its log's
     tail) or the condition that timed out; whatever it started is stopped again then.
@@ -256,6 +305,8 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     t0 = time.monotonic()
     d = state_dir(settings)
     tools = {name: _tool(settings, name) for name in PROCESSES}
+    real = settings.cluster_node == "real"
+    node_tools = real_node.tools(settings, tools_dir(settings)) if real else {}
     crds = _spark_operator_dir(settings) / "crds"
     stages = sorted((settings.project_dir / "build" / "tools" / "kwok-stages").glob("*.yaml"))
     if not stages:
@@ -265,8 +316,11 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
         (d / old).unlink(missing_ok=True)
     pki = d / "pki"
     _write_pki(pki)
-    token = os.urandom(16).hex()
-    (d / "tokens.csv").write_text(f"{token},{ADMIN_USER},{ADMIN_USER},system:masters\n")
+    token, node_token = os.urandom(16).hex(), os.urandom(16).hex()
+    tokens = f"{token},{ADMIN_USER},{ADMIN_USER},system:masters\n"
+    if real:  # the kubelet's identity: the Node authorizer and NodeRestriction hold it to its node
+        tokens += f"{node_token},{real_node.NODE_USER},{real_node.NODE_USER},system:nodes\n"
+    (d / "tokens.csv").write_text(tokens)
     ports = {name: processes.free_port() for name in ("kine", "apiserver", "kwok", "operator-health")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     kubeconfig = d / "kubeconfig"
@@ -282,7 +336,13 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
             # The "kubernetes" Service's endpoints would be 127.0.0.1, which the API refuses as an endpoint.
             "--endpoint-reconciler-type=none",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--token-auth-file={d / 'tokens.csv'}", "--authorization-mode=RBAC", "--anonymous-auth=false",
+            f"--token-auth-file={d / 'tokens.csv'}", "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
+            "--enable-admission-plugins=NodeRestriction",
+            # to a kubelet's API (logs, exec) at its node's InternalIP (a node's Hostname address is
+            # its name, which nothing here resolves)
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--allow-privileged=false", "--profiling=false",
@@ -320,7 +380,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
         # The operator gives spark-submit `--master k8s://https://$KUBERNETES_SERVICE_HOST:$..._PORT`.
         "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(ports["apiserver"]),
     }
-    state = {"server": server, "token": token, "ports": ports, "pids": {}}
+    state = {"server": server, "token": token, "ports": ports, "pids": {}, "node": settings.cluster_node}
     procs: dict[str, subprocess.Popen] = {}
 
     def launch(name: str) -> None:
@@ -371,12 +431,37 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
         _wait("the Spark operator's readiness probe",
               lambda: urllib.request.urlopen(f"http://127.0.0.1:{ports['operator-health']}/readyz", timeout=1).status == 200,
               timeout_s, procs, d)
+        if real:
+            commands.update(real_node.prepare(settings, d, server=server, ca=pki / "ca.crt", token=node_token,
+                                              tools_=node_tools))
+            launch("containerd")
+            _wait("containerd", lambda: real_node.containerd_ready(node_tools, d), timeout_s, procs, d)
+            real_node.import_images(settings, d, node_tools, images=_kappa_images(settings))
+            real_node.save_kernel_settings(d)
+            launch("kubelet")
+            _wait(f"node {real_node.NODE_NAME} Ready (kubelet)",
+                  lambda: real_node.node_status(json.loads(_get(f"{server}/api/v1/nodes/{real_node.NODE_NAME}",
+                                                                pki / "ca.crt", token)[1]))["ready"],
+                  timeout_s, procs, d)
     except BaseException:
         stop(settings)
         raise
     state["started_in_s"] = round(time.monotonic() - t0, 1)
     (d / "cluster.json").write_text(json.dumps(state, indent=2))
     return status(settings)
+
+
+def _kappa_images(settings: Settings) -> tuple[str, ...]:
+    """The Kappa image as ``make image`` tags it by default (``localhost/kappa/kappa:<the chart's
+    appVersion>``), when podman holds it: the real node imports it."""
+    import re
+
+    chart = (settings.project_dir / "helm" / "kappa" / "Chart.yaml").read_text()
+    version = re.search(r'^appVersion: "?([^"\n]+)', chart, re.M)[1]
+    image = f"localhost/kappa/kappa:{version}"
+    podman = settings.project_dir / "tools" / "container" / "podman.sh"
+    held = subprocess.run([str(podman), "image", "exists", image], capture_output=True, timeout=60).returncode == 0
+    return (image,) if held else ()
 
 
 def _node_manifest() -> str:
@@ -414,13 +499,30 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
     state = _load_state(d)
     pids: dict[str, int] = state.get("pids") or {}
     stopped: dict[str, int] = {}
-    for name in reversed(PROCESSES):
+    if state.get("node") == "real" and processes.pid_alive(pids.get("kubelet")):
+        # the kubelet removes its pods' sandboxes, mounts and addresses; stopped, it would leave them
+        ca, server, token = d / "pki" / "ca.crt", state.get("server", ""), state.get("token", "")
+        try:
+            real_node.drain(lambda path: _get(f"{server}{path}", ca, token), lambda path: _delete(f"{server}{path}", ca, token))
+        except (OSError, urllib.error.URLError, ssl.SSLError, ValueError):
+            pass
+    for name in reversed(_processes(state)):
         pid = pids.get(name)
+        if name == "containerd" and processes.pid_alive(pid):
+            try:  # what the drain left: a shim outlives containerd
+                real_node.kill_leftovers(real_node.tools(settings, tools_dir(settings)), d)
+            except (KappaError, OSError, subprocess.SubprocessError):
+                pass
         if not processes.pid_alive(pid):
             continue
         # its own session: the operator's spark-submit children too
         processes.terminate(pid, timeout_s, group=True)
         stopped[name] = pid
+    if state.get("node") == "real":
+        try:
+            real_node.restore_kernel_settings(d)
+        except OSError:
+            pass
     if state:
         state["pids"] = {}
         (d / "cluster.json").write_text(json.dumps(state, indent=2))
@@ -431,9 +533,10 @@ class ClusterService(LocalService):
     """The test control plane as a local part (:class:`~kappa.core.service.LocalService`)."""
 
     name, title, start_timeout_s = "cluster", "control plane", 120.0
-    help = ("The local Kubernetes control plane for tests (no containers): kine, kube-apiserver, "
-            "kube-controller-manager, kube-scheduler, kwok and the Spark operator on free local ports "
-            "(binaries from `make cluster-tools`).")
+    help = ("The local Kubernetes control plane for tests: kine, kube-apiserver, kube-controller-manager, "
+            "kube-scheduler, kwok (a fake node, no containers) and the Spark operator on free local ports "
+            "(binaries from `make cluster-tools`); with KAPPA_CLUSTER_NODE=real also a real node, "
+            "containerd and a kubelet (`make node-tools`).")
     start, stop, status = staticmethod(start), staticmethod(stop), staticmethod(status)
 
 

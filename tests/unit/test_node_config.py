@@ -1,0 +1,66 @@
+"""The real node's config templates (tools/node, :mod:`kappa.services.node`): each renders with every
+placeholder filled and parses as its part reads it; the settings the machine needs are there."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from kappa.config import load_settings
+from kappa.services import node
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rendered(tmp_path: Path) -> Path:
+    tools_dir = tmp_path / "bin"
+    tools_dir.mkdir()
+    settings = load_settings(project_dir=ROOT, home=tmp_path / "home")
+    tools = {"containerd": "/usr/bin/containerd", "kubelet": str(tools_dir / "kubelet"), "ctr": "/usr/bin/ctr"}
+    cluster_dir = tmp_path / "cluster"
+    commands = node.prepare(settings, cluster_dir, server="https://127.0.0.1:6443", ca=tmp_path / "ca.crt",
+                            token="t0k3n", tools_=tools)
+    assert commands["kubelet"][0] == tools["kubelet"] and f"--hostname-override={node.NODE_NAME}" in commands["kubelet"]
+    return node.node_dir(cluster_dir)
+
+
+def test_each_template_renders_and_parses(tmp_path, monkeypatch):
+    # the pause image's name comes from its archive (make node-tools), which this test does without
+    monkeypatch.setattr(node, "_archive_image", lambda archive: "localhost/kappa/pause:test")
+    d = _rendered(tmp_path)
+    texts = {p.name: p.read_text() for p in (d / "containerd.toml", d / "kubelet.yaml",
+                                              d / "cni" / "net.d" / "10-kappa.conflist")}
+    assert not [name for name, text in texts.items() if "${" in text]
+
+    containerd = tomllib.loads(texts["containerd.toml"])
+    cri = containerd["plugins"]["io.containerd.grpc.v1.cri"]
+    assert containerd["grpc"]["address"] == str(node.socket(d.parent))
+    assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE here
+    assert cri["sandbox_image"] == "localhost/kappa/pause:test"
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+
+    kubelet = yaml.safe_load(texts["kubelet.yaml"])
+    assert kubelet["cgroupDriver"] == "cgroupfs" and kubelet["failCgroupV1"] is False
+    assert kubelet["containerRuntimeEndpoint"] == f"unix://{node.socket(d.parent)}"
+    assert kubelet["authentication"]["anonymous"]["enabled"] is False and kubelet["authorization"]["mode"] == "Webhook"
+    assert kubelet["readOnlyPort"] == 0 and kubelet["address"] == node.node_ip() != "127.0.0.1"
+
+    cni = json.loads(texts["10-kappa.conflist"])
+    assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": node.POD_CIDR}]]
+
+    kubeconfig = yaml.safe_load((d / "kubelet.kubeconfig").read_text())
+    assert kubeconfig["users"] == [{"name": node.NODE_USER, "user": {"token": "t0k3n"}}]
+    assert (d / "kubelet.kubeconfig").stat().st_mode & 0o077 == 0
+
+
+def test_a_missing_tool_names_make_node_tools(tmp_path):
+    settings = load_settings(project_dir=tmp_path, home=tmp_path / "home")
+    try:
+        node.tools(settings, tmp_path / "no-bin")
+    except node.NodeError as exc:
+        assert "make node-tools" in str(exc)
+    else:
+        raise AssertionError("no NodeError without the node's tools")
