@@ -34,8 +34,11 @@ def plane(tmp_path_factory):
         yield settings, st
     finally:
         cluster.stop(settings)
-    # the kubelet changed the machine's kernel settings; stopping the node puts them back
+    # the kubelet changed the machine's kernel settings; stopping the node puts them back, and
+    # leaves nothing mounted under its state
     assert _kernel_settings() == before
+    assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                if str(cluster.state_dir(settings)) in line]
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +95,7 @@ def test_a_pod_of_the_kappa_image_runs_in_a_container_as_uid_185_on_a_read_only_
     assert pod.status.phase == "Succeeded" and state.exit_code == 0, state
     assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(node.POD_CIDR)
     # the log through the API server, which reads it from the kubelet's API with its client certificate
-    log = core.read_namespaced_pod_log("kappa-help", "default").splitlines()
+    log = core.read_namespaced_pod_log("kappa-help", "default", _preload_content=False).data.decode().splitlines()
     assert log[:2] == ["185", "read-only"]
     assert any("replay-first streaming data platform" in line for line in log)
 

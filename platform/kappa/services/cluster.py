@@ -275,10 +275,7 @@ def status(settings: Settings) -> ClusterStatus:
         try:
             up = _get(f"{server}/readyz", d / "pki" / "ca.crt", state["token"])[0] == 200
             if up and state.get("node") == "real":
-                code, body = _get(f"{server}/api/v1/nodes/{real_node.NODE_NAME}", d / "pki" / "ca.crt", state["token"])
-                node = {"name": real_node.NODE_NAME,
-                        **(real_node.node_status(json.loads(body)) if code == 200
-                           else {"ready": False, "runtime": "", "kubelet": ""})}
+                node = _real_node(server, d / "pki" / "ca.crt", state["token"])
                 up = bool(node["ready"])
         except (OSError, urllib.error.URLError, ssl.SSLError, KeyError, ValueError):
             up = False
@@ -440,15 +437,21 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
             real_node.save_kernel_settings(d)
             launch("kubelet")
             _wait(f"node {real_node.NODE_NAME} Ready (kubelet)",
-                  lambda: real_node.node_status(json.loads(_get(f"{server}/api/v1/nodes/{real_node.NODE_NAME}",
-                                                                pki / "ca.crt", token)[1]))["ready"],
-                  timeout_s, procs, d)
+                  lambda: _real_node(server, pki / "ca.crt", token)["ready"], timeout_s, procs, d)
     except BaseException:
         stop(settings)
         raise
     state["started_in_s"] = round(time.monotonic() - t0, 1)
     (d / "cluster.json").write_text(json.dumps(state, indent=2))
     return status(settings)
+
+
+def _real_node(server: str, ca: Path, token: str) -> dict[str, str | bool]:
+    """The real node's ``name``, ``ready``, ``runtime`` and ``kubelet`` (not ready, empty, before it
+    has registered)."""
+    code, body = _get(f"{server}/api/v1/nodes/{real_node.NODE_NAME}", ca, token)
+    found = real_node.node_status(json.loads(body)) if code == 200 else {"ready": False, "runtime": "", "kubelet": ""}
+    return {"name": real_node.NODE_NAME, **found}
 
 
 def _kappa_images(settings: Settings) -> tuple[str, ...]:
@@ -521,7 +524,8 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
     if state.get("node") == "real":
         try:
             real_node.restore_kernel_settings(d)
-        except OSError:
+            real_node.release_mounts(d)
+        except (OSError, subprocess.SubprocessError):
             pass
     if state:
         state["pids"] = {}

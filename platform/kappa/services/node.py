@@ -275,6 +275,19 @@ def restore_kernel_settings(cluster_dir: Path) -> dict[str, str]:
     return changed
 
 
+def release_mounts(cluster_dir: Path) -> list[str]:
+    """Unmount what is still mounted under the node's state dir once the kubelet and containerd have
+    stopped: the kubelet bind-mounts its root dir onto itself (for mount propagation) and leaves it.
+    Deepest first; returns the mount points released."""
+    root = str(node_dir(cluster_dir).resolve())
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    inside = sorted({p for p in points if p == root or p.startswith(root + "/")}, key=len, reverse=True)
+    for point in inside:
+        subprocess.run(["umount", point], capture_output=True, timeout=30)
+    return inside
+
+
 def kill_leftovers(tools_: dict[str, str], cluster_dir: Path) -> None:
     """Kill and delete every task and container containerd still holds (a drain that timed out, a
     kubelet that died): their shims would outlive containerd."""

@@ -1,5 +1,6 @@
-// Wrapper module: builds kube-apiserver, kube-controller-manager and kube-scheduler from
-// k8s.io/kubernetes for the test control plane (tools/cluster.mk). k8s.io/kubernetes replaces its
+// Wrapper module: builds kube-apiserver, kube-controller-manager and kube-scheduler (./cmd) from
+// k8s.io/kubernetes for the test control plane, and the kubelet of its real node (./node)
+// (tools/cluster.mk). k8s.io/kubernetes replaces its
 // staging modules with local paths, so `go install k8s.io/kubernetes/cmd/...@v1.34.4` is refused;
 // here every staging module is pinned to the matching published v0.34.4 instead.
 module kappa.local/tools/kubernetes
@@ -18,8 +19,10 @@ require (
 	github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab // indirect
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
+	github.com/Microsoft/hnslib v0.1.1 // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.0 // indirect
+	github.com/armon/circbuf v0.0.0-20190214190532-5111143e8da2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
@@ -113,6 +116,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.6.4 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.1.0 // indirect
+	go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful v0.44.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.60.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.58.0 // indirect
 	go.opentelemetry.io/otel v1.35.0 // indirect
