@@ -70,8 +70,9 @@ cluster-tools: $(K8S_TOOLS)/.kubernetes-$(KUBERNETES_VERSION) $(K8S_TOOLS)/.kine
 	$(STRIMZI_DIR)/.crds $(STRIMZI_DIR)/.crds-connect $(K8S_TOOLS)/.helm-$(HELM_VERSION)
 
 # The real node (`make cluster-up NODE=real`, kappa.services.node): Debian's containerd (runc and the
-# CNI plugins come with it), the kubelet and the pod sandbox's pause binary built from the wrapper
-# module's ./node (not ./cmd: `make test` needs neither), and the pause image saved as an archive
+# CNI plugins come with it), the kubelet, kube-proxy and the pod sandbox's pause binary built from the
+# wrapper module's ./node (not ./cmd: `make test` needs none of them), CoreDNS from its own module,
+# and the pause image saved as an archive
 # that `kappa cluster start` imports into containerd. The Kappa image itself is `make image`'s.
 PAUSE_IMAGE := localhost/kappa/pause:$(KUBERNETES_VERSION)
 NODE_TOOLS := $(K8S_TOOLS)/node
@@ -91,7 +92,13 @@ $(NODE_TOOLS)/pause.tar: $(K8S_TOOLS)/.kubelet-$(KUBERNETES_VERSION) tools/node/
 	tools/container/podman.sh build -q -t $(PAUSE_IMAGE) -f tools/node/pause.Containerfile $(NODE_TOOLS)/context
 	rm -f $@ && tools/container/podman.sh save -o $@ $(PAUSE_IMAGE)
 
-node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar
+$(K8S_TOOLS)/.coredns-$(COREDNS_VERSION):
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
+	$(CLUSTER_GO_ENV) GOBIN=$(GO_BIN_CACHE) $(GO) install github.com/coredns/coredns@$(COREDNS_VERSION)
+	cp -p $(GO_BIN_CACHE)/coredns $(K8S_TOOLBIN)/
+	touch $@
+
+node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION)
 
 cluster-up: cluster-tools $(if $(filter real,$(NODE)),node-tools) | $(VENV)/.installed
 	KAPPA_CLUSTER_NODE=$(or $(NODE),kwok) $(BIN)/kappa cluster start

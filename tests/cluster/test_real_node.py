@@ -58,11 +58,11 @@ def test_the_node_is_ready_with_containerd_as_its_runtime(plane):
     assert any(line.startswith(f"  node {node.NODE_NAME}: Ready, runtime containerd://") for line in again.summary())
 
 
-def _pod(name: str, image: str, command: list[str]) -> dict:
+def _pod(name: str, image: str, command: list[str], token: bool = False, labels: dict | None = None) -> dict:
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
         "spec": {
-            "nodeName": node.NODE_NAME, "restartPolicy": "Never", "automountServiceAccountToken": False,
+            "nodeName": node.NODE_NAME, "restartPolicy": "Never", "automountServiceAccountToken": token,
             "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "main", "image": image, "imagePullPolicy": "Never", "command": command,
@@ -72,6 +72,10 @@ def _pod(name: str, image: str, command: list[str]) -> dict:
             }],
         },
     }
+
+
+def _log(core, name: str) -> list[str]:
+    return core.read_namespaced_pod_log(name, "default", _preload_content=False).data.decode().splitlines()
 
 
 def _finished(core, name: str, timeout_s: float = 240.0):
@@ -95,7 +99,7 @@ def test_a_pod_of_the_kappa_image_runs_in_a_container_as_uid_185_on_a_read_only_
     assert pod.status.phase == "Succeeded" and state.exit_code == 0, state
     assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(node.POD_CIDR)
     # the log through the API server, which reads it from the kubelet's API with its client certificate
-    log = core.read_namespaced_pod_log("kappa-help", "default", _preload_content=False).data.decode().splitlines()
+    log = _log(core, "kappa-help")
     assert log[:2] == ["185", "read-only"]
     assert any("replay-first streaming data platform" in line for line in log)
 
@@ -143,3 +147,66 @@ def test_the_kubelet_api_refuses_an_anonymous_request(plane):
     port = yaml.safe_load((node.node_dir(cluster.state_dir(settings)) / "kubelet.yaml").read_text())["port"]
     url = f"https://{node.node_ip()}:{port}/pods"
     assert _call("GET", url, cluster.state_dir(settings) / "pki" / "ca.crt", None) == 401
+
+
+#: Python in the Kappa image: GET ``sys.argv[1]`` and print the status and the body on one line; with
+#: ``token``, as the pod's service account (its projected token and the cluster's CA).
+FETCH = """
+import sys, ssl, time, urllib.request
+url, sa = sys.argv[1], "/var/run/secrets/kubernetes.io/serviceaccount"
+ctx, headers = None, {}
+if url.startswith("https"):
+    ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+    headers["Authorization"] = "Bearer " + open(sa + "/token").read()
+for attempt in range(30):  # kube-proxy writes a new Service's rules within its sync period
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), context=ctx, timeout=10) as r:
+            print(r.status, " ".join(r.read().decode().split())[:300])
+            break
+    except OSError as exc:
+        print("attempt", attempt, "failed:", exc, file=sys.stderr)
+        time.sleep(1)
+else:
+    sys.exit(1)
+"""
+
+
+def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(plane, core):
+    """kube-proxy leads 10.96.0.1:443 (the ``kubernetes`` Service, whose endpoint is the API server on
+    the machine's address) to the API server; the pod authenticates with its service account."""
+    image = cluster._kappa_images(plane[0])[0]
+    core.create_namespaced_pod("default", _pod("api-client", image, [
+        "python", "-c", FETCH, "https://10.96.0.1:443/version"], token=True))
+    pod = _finished(core, "api-client")
+    log = _log(core, "api-client")
+    assert pod.status.phase == "Succeeded", log
+    assert any(line.startswith("200 ") and '"gitVersion": "v1.34.4"' in line for line in log), log
+
+
+def test_a_service_ip_and_its_name_lead_to_its_pod_on_the_node(plane, core):
+    image = cluster._kappa_images(plane[0])[0]
+    core.create_namespaced_pod("default", _pod("web", image, [
+        "python", "-m", "http.server", "8080", "--directory", "/opt/kappa"], labels={"app": "web"}))
+    service = core.create_namespaced_service("default", {
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the pod Ready, so its address is in the Service's endpoints
+        web = core.read_namespaced_pod("web", "default")
+        if any(c.type == "Ready" and c.status == "True" for c in web.status.conditions or []):
+            break
+        time.sleep(1)
+    core.create_namespaced_pod("default", _pod("web-client", image, [
+        "python", "-c", FETCH, f"http://{service.spec.cluster_ip}:80/"]))
+    pod = _finished(core, "web-client")
+    log = _log(core, "web-client")
+    assert pod.status.phase == "Succeeded" and any(line.startswith("200 ") for line in log), log
+    # by name: CoreDNS on the node answers for web.default.svc.cluster.local (the pod's search path
+    # completes the short name) with the Service IP
+    core.create_namespaced_pod("default", _pod("web-by-name", image, [
+        "python", "-c", "import socket; print(socket.gethostbyname('web.default.svc.cluster.local'))\n" + FETCH,
+        "http://web/"]))
+    pod = _finished(core, "web-by-name")
+    log = _log(core, "web-by-name")
+    assert pod.status.phase == "Succeeded", log
+    assert log[0] == service.spec.cluster_ip and any(line.startswith("200 ") for line in log), log

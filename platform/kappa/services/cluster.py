@@ -136,9 +136,10 @@ def spark_home() -> Path:
 # ------------------------------------------------------------------------------------- helpers
 
 
-def _write_pki(pki: Path) -> None:
+def _write_pki(pki: Path, extra_ips: tuple[str, ...] = ()) -> None:
     """A CA, the API server's serving certificate (``127.0.0.1``, ``localhost``,
-    ``kubernetes.default.svc`` and the service IP) signed by it, and the service-account signing key."""
+    ``kubernetes.default.svc``, the service IP and ``extra_ips``) signed by it, the API server's
+    client certificate for kubelets, and the service-account signing key."""
     import ipaddress
 
     from cryptography import x509
@@ -162,7 +163,7 @@ def _write_pki(pki: Path) -> None:
           .sign(ca_key, hashes.SHA256()))
     srv_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     sans = [x509.DNSName(n) for n in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.96.0.1")]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "10.96.0.1", *extra_ips)]
     srv = (x509.CertificateBuilder()
            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
            .issuer_name(ca_name).public_key(srv_key.public_key()).serial_number(x509.random_serial_number())
@@ -312,11 +313,14 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     for old in ("state.db", "state.db-wal", "state.db-shm"):  # a fresh store each start
         (d / old).unlink(missing_ok=True)
     pki = d / "pki"
-    _write_pki(pki)
-    token, node_token = os.urandom(16).hex(), os.urandom(16).hex()
+    node_ip = real_node.node_ip() if real else None
+    _write_pki(pki, (node_ip,) if node_ip else ())
+    token, node_token, proxy_token, dns_token = (os.urandom(16).hex() for _ in range(4))
     tokens = f"{token},{ADMIN_USER},{ADMIN_USER},system:masters\n"
     if real:  # the kubelet's identity: the Node authorizer and NodeRestriction hold it to its node
         tokens += f"{node_token},{real_node.NODE_USER},{real_node.NODE_USER},system:nodes\n"
+        tokens += f"{proxy_token},{real_node.PROXY_USER},{real_node.PROXY_USER}\n"
+        tokens += f"{dns_token},{real_node.DNS_USER},{real_node.DNS_USER}\n"
     (d / "tokens.csv").write_text(tokens)
     ports = {name: processes.free_port() for name in ("kine", "apiserver", "kwok", "operator-health")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
@@ -329,9 +333,12 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
                  f"--listen-address=127.0.0.1:{ports['kine']}", "--metrics-bind-address=0"],
         "kube-apiserver": [
             str(tools["kube-apiserver"]), f"--etcd-servers=http://127.0.0.1:{ports['kine']}",
-            "--bind-address=127.0.0.1", f"--secure-port={ports['apiserver']}", "--advertise-address=127.0.0.1",
-            # The "kubernetes" Service's endpoints would be 127.0.0.1, which the API refuses as an endpoint.
-            "--endpoint-reconciler-type=none",
+            f"--secure-port={ports['apiserver']}",
+            # Loopback alone with kwok's node: the "kubernetes" Service's endpoint would be 127.0.0.1,
+            # which the API refuses, so there is none. With a real node, pods reach the API server
+            # through that Service (kube-proxy) at the machine's address, where it then listens too.
+            *(["--bind-address=0.0.0.0", f"--advertise-address={node_ip}"] if node_ip else
+              ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none"]),
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--token-auth-file={d / 'tokens.csv'}", "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
             "--enable-admission-plugins=NodeRestriction",
@@ -430,12 +437,15 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
               timeout_s, procs, d)
         if real:
             commands.update(real_node.prepare(settings, d, server=server, ca=pki / "ca.crt", token=node_token,
-                                              tools_=node_tools))
+                                              proxy_token=proxy_token, dns_token=dns_token, tools_=node_tools))
             launch("containerd")
             _wait("containerd", lambda: real_node.containerd_ready(node_tools, d), timeout_s, procs, d)
             real_node.import_images(settings, d, node_tools, images=_kappa_images(settings))
             real_node.save_kernel_settings(d)
             launch("kubelet")
+            launch("kube-proxy")
+            _apply_dns_rbac(kubeconfig)
+            launch("coredns")
             _wait(f"node {real_node.NODE_NAME} Ready (kubelet)",
                   lambda: _real_node(server, pki / "ca.crt", token)["ready"], timeout_s, procs, d)
     except BaseException:
@@ -444,6 +454,16 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     state["started_in_s"] = round(time.monotonic() - t0, 1)
     (d / "cluster.json").write_text(json.dumps(state, indent=2))
     return status(settings)
+
+
+def _apply_dns_rbac(kubeconfig: Path) -> None:
+    """CoreDNS's ClusterRole and its binding (:func:`kappa.services.node.dns_rbac`), as the admin."""
+    from kubernetes import client, config
+
+    rbac = client.RbacAuthorizationV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+    role, binding = real_node.dns_rbac()
+    rbac.create_cluster_role(role)
+    rbac.create_cluster_role_binding(binding)
 
 
 def _real_node(server: str, ca: Path, token: str) -> dict[str, str | bool]:
@@ -521,6 +541,11 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
         # its own session: the operator's spark-submit children too
         processes.terminate(pid, timeout_s, group=True)
         stopped[name] = pid
+        if name == "kube-proxy":  # its Service rules stay in the machine's iptables otherwise
+            try:
+                real_node.remove_proxy_rules(real_node.tools(settings, tools_dir(settings)))
+            except (KappaError, OSError, subprocess.SubprocessError):
+                pass
     if state.get("node") == "real":
         try:
             real_node.restore_kernel_settings(d)

@@ -13,6 +13,13 @@ process / part              what it is here
                             authenticated by a token of ``system:node:kappa-node-0``
                             (``system:nodes``: the API server's Node authorizer and
                             NodeRestriction admission hold it to its own node and pods)
+``kube-proxy``              from the same module (``tools/go/kubernetes/node/kube-proxy``),
+                            iptables mode: Service IPs, among them ``kubernetes`` (10.96.0.1),
+                            which leads pods to the API server on the machine's address
+                            (``tools/node/kube-proxy.yaml``; user ``system:kube-proxy``)
+``coredns``                 CoreDNS (``go install`` of its module): Service names, on the node's
+                            address (the kubelet's ``clusterDNS``), as user ``kappa:coredns``
+                            (``tools/node/Corefile``)
 pod network                 CNI bridge ``kappa0`` with host-local IPAM on :data:`POD_CIDR`
                             (``tools/node/cni-bridge.conflist``; Debian's plugins)
 images                      imported into containerd's ``k8s.io`` namespace, never pulled: the
@@ -21,8 +28,7 @@ images                      imported into containerd's ``k8s.io`` namespace, nev
 ==========================  =====================================================================
 
 What the machine needs that a cloud node would not is in ``tools/node`` (one file per part, each
-quirk with the reason). Not here yet (issue 43): kube-proxy (Service IPs), CoreDNS (Service names)
-and a NetworkPolicy firewall; the API server listens on loopback only, so a pod cannot reach it.
+quirk with the reason). Not here yet (issue 43): a NetworkPolicy firewall.
 
 State: ``<KAPPA_HOME>/cluster/node``. :func:`prepare` writes the configs and returns the commands
 :func:`kappa.services.cluster.start` runs; :func:`import_images` fills containerd; :func:`drain`
@@ -48,11 +54,16 @@ NODE_NAME = "kappa-node-0"
 #: The pods' addresses on the node's bridge.
 POD_CIDR = "10.244.0.0/24"
 #: Start order, after the control plane's (:data:`kappa.services.cluster.PROCESSES`).
-PROCESSES = ("containerd", "kubelet")
+PROCESSES = ("containerd", "kubelet", "kube-proxy", "coredns")
 RUNC = "/usr/sbin/runc"
 CNI_BIN = Path("/usr/lib/cni")
 #: The user the node's kubelet authenticates as (``tokens.csv`` of the API server).
 NODE_USER = f"system:node:{NODE_NAME}"
+#: kube-proxy's user: Kubernetes' default RBAC binds it to ``system:node-proxier`` (read Services and
+#: EndpointSlices, write Events), nothing else.
+PROXY_USER = "system:kube-proxy"
+#: CoreDNS's user, and what it may do (:func:`dns_rbac`): list and watch what Service names resolve to.
+DNS_USER = "kappa:coredns"
 
 
 class NodeError(KappaError):
@@ -84,7 +95,8 @@ def tools(settings: Settings, tools_dir: Path) -> dict[str, str]:
     """containerd, ctr, runc, the CNI bridge plugin and the kubelet, checked. Raises
     :class:`NodeError` naming the first missing one and ``make node-tools``."""
     found = {"containerd": shutil.which("containerd"), "ctr": shutil.which("ctr"),
-             "kubelet": str(tools_dir / "kubelet") if os.access(tools_dir / "kubelet", os.X_OK) else None,
+             **{name: str(tools_dir / name) if os.access(tools_dir / name, os.X_OK) else None
+                for name in ("kubelet", "kube-proxy", "coredns")},
              "runc": RUNC if os.access(RUNC, os.X_OK) else None,
              "bridge": str(CNI_BIN / "bridge") if os.access(CNI_BIN / "bridge", os.X_OK) else None}
     for name, path in found.items():
@@ -119,11 +131,12 @@ def _archive_image(archive: Path) -> str:
     return manifest[0]["RepoTags"][0]
 
 
-def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, token: str,
-            tools_: dict[str, str]) -> dict[str, list[str]]:
-    """Render ``tools/node``'s templates into the node's state dir, write the kubelet's kubeconfig
-    (``server``, ``ca``, the node's ``token``) and return the ``containerd`` and ``kubelet``
-    commands. The kubelet's ports are free loopback ports chosen now."""
+def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, token: str, proxy_token: str,
+            dns_token: str, tools_: dict[str, str]) -> dict[str, list[str]]:
+    """Render ``tools/node``'s templates into the node's state dir, write the kubeconfigs of the
+    kubelet (the node's ``token``), kube-proxy (``proxy_token``) and CoreDNS (``dns_token``) for
+    ``server`` (trusting ``ca``) and return the commands of :data:`PROCESSES`. Ports are free ports
+    chosen now (CoreDNS's is 53, on the node's address)."""
     from kappa.core import processes
 
     d = node_dir(cluster_dir)
@@ -131,30 +144,48 @@ def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, tok
         (d / sub).mkdir(parents=True, exist_ok=True)
     values = {"state": str(d), "sandbox_image": _archive_image(images_dir(settings) / "pause.tar"),
               "pod_cidr": POD_CIDR, "ca": str(ca), "node_ip": node_ip(), "port": str(processes.free_port()),
-              "healthz_port": str(processes.free_port())}
+              "healthz_port": str(processes.free_port()), "node_name": NODE_NAME,
+              "proxy_healthz_port": str(processes.free_port()), "proxy_metrics_port": str(processes.free_port())}
     templates = config_dir(settings)
     for name, target in (("containerd.toml", d / "containerd.toml"),
                          ("cni-bridge.conflist", d / "cni" / "net.d" / "10-kappa.conflist"),
-                         ("kubelet.yaml", d / "kubelet.yaml")):
+                         ("kubelet.yaml", d / "kubelet.yaml"), ("kube-proxy.yaml", d / "kube-proxy.yaml"),
+                         ("Corefile", d / "Corefile")):
         target.write_text(string.Template((templates / name).read_text()).substitute(values))
     (d / "healthz-port").write_text(values["healthz_port"])
-    kubeconfig = d / "kubelet.kubeconfig"
     import yaml
 
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "node",
-        "clusters": [{"name": "kappa-local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [{"name": NODE_USER, "user": {"token": token}}],
-        "contexts": [{"name": "node", "context": {"cluster": "kappa-local", "user": NODE_USER}}],
-    }, sort_keys=False))
-    kubeconfig.chmod(0o600)
+    for name, user, secret in (("kubelet", NODE_USER, token), ("kube-proxy", PROXY_USER, proxy_token),
+                               ("coredns", DNS_USER, dns_token)):
+        kubeconfig = d / f"{name}.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": name,
+            "clusters": [{"name": "kappa-local", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+            "users": [{"name": user, "user": {"token": secret}}],
+            "contexts": [{"name": name, "context": {"cluster": "kappa-local", "user": user}}],
+        }, sort_keys=False))
+        kubeconfig.chmod(0o600)
     return {
         "containerd": [tools_["containerd"], "--config", str(d / "containerd.toml"), "--log-level", "warn"],
-        "kubelet": [tools_["kubelet"], f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={kubeconfig}",
+        "kubelet": [tools_["kubelet"], f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
                     f"--hostname-override={NODE_NAME}", f"--node-ip={values['node_ip']}",
                     f"--root-dir={d / 'kubelet'}", f"--cert-dir={d / 'kubelet' / 'pki'}",
                     "--node-labels=kappa.io/node=real"],
+        "kube-proxy": [tools_["kube-proxy"], f"--config={d / 'kube-proxy.yaml'}"],
+        "coredns": [tools_["coredns"], "-conf", str(d / "Corefile")],
     }
+
+
+def dns_rbac() -> tuple[dict, dict]:
+    """The ClusterRole and ClusterRoleBinding of :data:`DNS_USER`: list and watch Services,
+    EndpointSlices and Namespaces (what CoreDNS's ``kubernetes`` plugin reads), nothing else."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": DNS_USER},
+            "rules": [{"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+                      {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": DNS_USER},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DNS_USER},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": DNS_USER}]}
+    return role, binding
 
 
 def ctr(tools_: dict[str, str], cluster_dir: Path, *args: str, stdin=None, timeout: float = 60.0,
@@ -286,6 +317,11 @@ def release_mounts(cluster_dir: Path) -> list[str]:
     for point in inside:
         subprocess.run(["umount", point], capture_output=True, timeout=30)
     return inside
+
+
+def remove_proxy_rules(tools_: dict[str, str]) -> None:
+    """Remove the iptables rules of Service IPs a stopped kube-proxy left (``kube-proxy --cleanup``)."""
+    subprocess.run([tools_["kube-proxy"], "--cleanup"], capture_output=True, timeout=60)
 
 
 def kill_leftovers(tools_: dict[str, str], cluster_dir: Path) -> None:
