@@ -8,6 +8,7 @@ Marked ``cluster`` (`make test-cluster`: it needs `make image` and `make node-to
 from __future__ import annotations
 
 import ipaddress
+import shutil
 import time
 from pathlib import Path
 
@@ -39,6 +40,15 @@ def plane(tmp_path_factory):
     assert _kernel_settings() == before
     assert not [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
                 if str(cluster.state_dir(settings)) in line]
+    # nor a pod's end of the node's bridge: each had its namespace removed (a leftover's address would
+    # answer for the next pod given it)
+    bridge, deadline = Path("/sys/class/net/kappa0/brif"), time.monotonic() + 10
+    while bridge.exists() and list(bridge.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not bridge.exists() or not list(bridge.iterdir())
+    # the node's containerd root holds the imported images unpacked (~6 GB): not left in pytest's
+    # kept temporary directories
+    shutil.rmtree(node.node_dir(cluster.state_dir(settings)), ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +85,14 @@ def _pod(name: str, image: str, command: list[str], token: bool = False, labels:
 
 
 def _log(core, name: str) -> list[str]:
-    return core.read_namespaced_pod_log(name, "default", _preload_content=False).data.decode().splitlines()
+    """The pod's log, or (when it has none: no container ran) its status and events, to fail with."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return core.read_namespaced_pod_log(name, "default", _preload_content=False).data.decode().splitlines()
+    except ApiException:
+        events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
+        return [str(core.read_namespaced_pod(name, "default").status), *(f"{e.reason}: {e.message}" for e in events)]
 
 
 def _finished(core, name: str, timeout_s: float = 240.0):
@@ -190,12 +207,16 @@ def test_a_service_ip_and_its_name_lead_to_its_pod_on_the_node(plane, core):
     service = core.create_namespaced_service("default", {
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
         "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # the pod Ready, so its address is in the Service's endpoints
-        web = core.read_namespaced_pod("web", "default")
-        if any(c.type == "Ready" and c.status == "True" for c in web.status.conditions or []):
-            break
-        time.sleep(1)
+    from kubernetes import client
+
+    slices = client.DiscoveryV1Api(core.api_client)
+    deadline, ready = time.monotonic() + 120, []
+    while time.monotonic() < deadline and not ready:  # the pod's address Ready in the Service's slice
+        ready = [a for e in slices.list_namespaced_endpoint_slice("default", label_selector="kubernetes.io/service-name=web").items
+                 for ep in e.endpoints or [] if ep.conditions.ready for a in ep.addresses]
+        time.sleep(0.5)
+    web = core.read_namespaced_pod("web", "default")
+    assert ready == [web.status.pod_ip], (ready, web.status)
     core.create_namespaced_pod("default", _pod("web-client", image, [
         "python", "-c", FETCH, f"http://{service.spec.cluster_ip}:80/"]))
     pod = _finished(core, "web-client")

@@ -253,8 +253,10 @@ def node_status(node: dict) -> dict[str, str | bool]:
 
 
 def drain(api_get, api_delete, timeout_s: float = 60.0) -> int:
-    """Delete every pod bound to the node (grace period 0) and wait until the kubelet has removed
-    them, so their sandboxes, mounts and bridge addresses are released before the node stops.
+    """Delete every pod bound to the node (a 1-second grace period: the API keeps the pod until its
+    kubelet confirms, whereas 0 removes it at once and the kubelet may never stop its sandbox) and
+    wait until they are gone, so their sandboxes, mounts and bridge addresses are released (the
+    kubelet's StopPodSandbox runs the CNI DEL) before the node stops.
     ``api_get(path) -> (status, body)`` and ``api_delete(path)`` reach the API server as its admin.
     Returns the number of pods deleted; pods left after ``timeout_s`` are left to the caller."""
     selector = f"spec.nodeName={NODE_NAME}"
@@ -263,7 +265,7 @@ def drain(api_get, api_delete, timeout_s: float = 60.0) -> int:
         return 0
     pods = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in json.loads(body)["items"]]
     for ns, name in pods:
-        api_delete(f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
+        api_delete(f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=1")
     deadline = time.monotonic() + timeout_s
     while pods and time.monotonic() < deadline:
         code, body = api_get(f"/api/v1/pods?fieldSelector={selector}")
@@ -324,11 +326,31 @@ def remove_proxy_rules(tools_: dict[str, str]) -> None:
     subprocess.run([tools_["kube-proxy"], "--cleanup"], capture_output=True, timeout=60)
 
 
-def kill_leftovers(tools_: dict[str, str], cluster_dir: Path) -> None:
-    """Kill and delete every task and container containerd still holds (a drain that timed out, a
-    kubelet that died): their shims would outlive containerd."""
+def running_tasks(tools_: dict[str, str], cluster_dir: Path) -> list[str]:
+    """The ids of containerd's tasks that still run (pod sandboxes and containers)."""
+    lines = ctr(tools_, cluster_dir, "tasks", "ls", check=False).stdout.splitlines()[1:]
+    return [cols[0] for line in lines if len(cols := line.split()) >= 3 and cols[2] == "RUNNING"]
+
+
+def kill_leftovers(tools_: dict[str, str], cluster_dir: Path, wait_s: float = 30.0) -> list[str]:
+    """Wait up to ``wait_s`` for the kubelet to stop the drained pods' sandboxes, then kill and delete
+    every task and container containerd still holds (a drain that timed out, a kubelet that died):
+    their shims would outlive containerd. A sandbox stopped this way never had its CNI DEL, so its
+    pinned network namespace is deleted too, which removes its end of the bridge (its address would
+    otherwise answer for the next pod given it). Returns the network namespaces deleted."""
     if not containerd_ready(tools_, cluster_dir):
-        return
+        return []
+    deadline = time.monotonic() + wait_s
+    while running_tasks(tools_, cluster_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    netns = []
+    for container in ctr(tools_, cluster_dir, "containers", "ls", "-q", check=False).stdout.split():
+        info = ctr(tools_, cluster_dir, "containers", "info", container, check=False).stdout
+        try:
+            spaces = json.loads(info)["Spec"]["linux"]["namespaces"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        netns += [n["path"] for n in spaces if n.get("type") == "network" and n.get("path", "").startswith("/var/run/netns/")]
     tasks = ctr(tools_, cluster_dir, "tasks", "ls", "-q", check=False).stdout.split()
     for task in tasks:
         ctr(tools_, cluster_dir, "tasks", "kill", "-s", "SIGKILL", task, check=False)
@@ -336,3 +358,9 @@ def kill_leftovers(tools_: dict[str, str], cluster_dir: Path) -> None:
         ctr(tools_, cluster_dir, "tasks", "delete", "-f", task, check=False)
     for container in ctr(tools_, cluster_dir, "containers", "ls", "-q", check=False).stdout.split():
         ctr(tools_, cluster_dir, "containers", "delete", container, check=False)
+    deleted = []
+    for path in sorted(set(netns)):
+        if Path(path).exists():
+            subprocess.run(["ip", "netns", "delete", Path(path).name], capture_output=True, timeout=30)
+            deleted.append(Path(path).name)
+    return deleted
