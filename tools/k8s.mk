@@ -76,7 +76,8 @@ $(STRIMZI_DIR)/.crds-connect: $(STRIMZI_DIR)/.crds
 # read the module's chart values.yaml and its application states (api/v1beta2).
 $(SPARK_OP_DIR)/.crds:
 	@command -v $(GO) >/dev/null || { echo "Go is required to download the spark-operator module (go not found)"; exit 1; }
-	rm -rf $(SPARK_OP_DIR) && mkdir -p $(SPARK_OP_DIR)
+	# only this rule's files: crds/ and chart/ beside them are cluster-tools' (tools/cluster.mk)
+	rm -rf $(SPARK_OP_DIR)/upstream $(SPARK_OP_DIR)/sparkoperator.k8s.io_sparkapplications.yaml && mkdir -p $(SPARK_OP_DIR)
 	dir=$$($(GO_ENV) $(GO) mod download -json github.com/kubeflow/spark-operator/v2@v$(SPARK_OPERATOR_VERSION) \
 		| python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') && \
 	cp $$dir/config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml $(SPARK_OP_DIR)/ && \
