@@ -78,8 +78,8 @@ PAUSE_IMAGE := localhost/kappa/pause:$(KUBERNETES_VERSION)
 NODE_TOOLS := $(K8S_TOOLS)/node
 .PHONY: node-tools node-packages
 node-packages:
-	@command -v containerd >/dev/null && command -v ctr >/dev/null && [ -x /usr/lib/cni/bridge ] || \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd containernetworking-plugins; }
+	@command -v containerd >/dev/null && command -v ctr >/dev/null && [ -x /usr/lib/cni/bridge ] && command -v ipset >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd containernetworking-plugins ipset; }
 
 $(K8S_TOOLS)/.kubelet-$(KUBERNETES_VERSION): tools/go/kubernetes/go.mod tools/go/kubernetes/go.sum $(wildcard tools/go/kubernetes/node/*/*.go)
 	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
@@ -98,7 +98,15 @@ $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION):
 	cp -p $(GO_BIN_CACHE)/coredns $(K8S_TOOLBIN)/
 	touch $@
 
-node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION)
+# kube-router's NetworkPolicy firewall, from its wrapper module (go.mod pins it and says why); it
+# runs Debian's ipset and iptables
+$(K8S_TOOLBIN)/kube-router: tools/go/kube-router/go.mod tools/go/kube-router/go.sum tools/go/kube-router/main.go
+	mkdir -p $(K8S_TOOLBIN)
+	cd tools/go/kube-router && $(CLUSTER_GO_ENV) $(GO) build -trimpath \
+	  -ldflags "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$$(sed -n 's|^\tgithub.com/cloudnativelabs/kube-router/v2 ||p' go.mod)" \
+	  -o $@ .
+
+node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION) $(K8S_TOOLBIN)/kube-router
 
 cluster-up: cluster-tools $(if $(filter real,$(NODE)),node-tools) | $(VENV)/.installed
 	KAPPA_CLUSTER_NODE=$(or $(NODE),kwok) $(BIN)/kappa cluster start

@@ -1,7 +1,9 @@
-"""The real node (issue 43, item 2 so far): ``kappa cluster start`` with ``KAPPA_CLUSTER_NODE=real``
+"""The real node (issue 43, item 2; item 5's NetworkPolicy and Pod Security): ``kappa cluster start`` with ``KAPPA_CLUSTER_NODE=real``
 starts containerd and a kubelet beside the control plane; the node registers Ready with containerd
 as its runtime, and a pod of the Kappa image runs in a container: as uid 185 on a read-only root
-filesystem, with an address on the node's bridge, its log read back through the API server.
+filesystem, with an address on the node's bridge, its log read back through the API server. The
+chart's namespace and NetworkPolicies, applied on it, are enforced: kube-router's firewall drops a
+connection from a pod without the SQL-client label and lets it through once the policies are gone.
 
 Marked ``cluster`` (`make test-cluster`: it needs `make image` and `make node-tools`)."""
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -46,6 +49,10 @@ def plane(tmp_path_factory):
     while bridge.exists() and list(bridge.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not bridge.exists() or not list(bridge.iterdir())
+    # nor kube-router's chains and sets (node.remove_firewall_rules at stop)
+    assert not _firewall_chains(prefixes=tuple(f"-N {p}" for p in node.FIREWALL_CHAINS))
+    assert not [s for s in subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=True).stdout.split()
+                if s.startswith(node.FIREWALL_SETS)]
     # the node's containerd root holds the imported images unpacked (~6 GB): not left in pytest's
     # kept temporary directories
     shutil.rmtree(node.node_dir(cluster.state_dir(settings)), ignore_errors=True)
@@ -78,27 +85,28 @@ def _pod(name: str, image: str, command: list[str], token: bool = False, labels:
                 "name": "main", "image": image, "imagePullPolicy": "Never", "command": command,
                 "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                     "capabilities": {"drop": ["ALL"]}},
-                "resources": {"limits": {"memory": "512Mi", "cpu": "1"}},
+                # requests well under the limits: the node has 2 CPUs and a test keeps pods running
+                "resources": {"limits": {"memory": "512Mi", "cpu": "1"}, "requests": {"memory": "128Mi", "cpu": "100m"}},
             }],
         },
     }
 
 
-def _log(core, name: str) -> list[str]:
+def _log(core, name: str, ns: str = "default") -> list[str]:
     """The pod's log, or (when it has none: no container ran) its status and events, to fail with."""
     from kubernetes.client.exceptions import ApiException
 
     try:
-        return core.read_namespaced_pod_log(name, "default", _preload_content=False).data.decode().splitlines()
+        return core.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode().splitlines()
     except ApiException:
-        events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={name}").items
-        return [str(core.read_namespaced_pod(name, "default").status), *(f"{e.reason}: {e.message}" for e in events)]
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+        return [str(core.read_namespaced_pod(name, ns).status), *(f"{e.reason}: {e.message}" for e in events)]
 
 
-def _finished(core, name: str, timeout_s: float = 240.0):
+def _finished(core, name: str, timeout_s: float = 240.0, ns: str = "default"):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        pod = core.read_namespaced_pod(name, "default")
+        pod = core.read_namespaced_pod(name, ns)
         if pod.status.phase in ("Succeeded", "Failed"):
             return pod
         time.sleep(1)
@@ -231,3 +239,90 @@ def test_a_service_ip_and_its_name_lead_to_its_pod_on_the_node(plane, core):
     log = _log(core, "web-by-name")
     assert pod.status.phase == "Succeeded", log
     assert log[0] == service.spec.cluster_ip and any(line.startswith("200 ") for line in log), log
+
+
+#: Python in the Kappa image: open a TCP connection to ``sys.argv[1]:sys.argv[2]``, at most
+#: ``sys.argv[3]`` attempts of 3 s each; prints each attempt's outcome, exits 0 once connected.
+CONNECT = """
+import socket, sys, time
+host, port, attempts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for attempt in range(attempts):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        print("connected"); sys.exit(0)
+    except OSError as exc:
+        print("attempt", attempt, "failed:", exc); time.sleep(1)
+sys.exit(1)
+"""
+
+
+def _firewall_chains(prefixes: tuple[str, ...] = ("-N KUBE-NWPLCY-",)) -> set[str]:
+    """kube-router's chains in the machine's filter table: by default its per-policy ones."""
+    out = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[1] for line in out.splitlines() if line.startswith(prefixes)}
+
+
+def test_the_charts_namespace_and_network_policies_are_enforced_on_the_node(plane, core):
+    """The chart's Namespace (Pod Security ``restricted``) refuses a root pod. A pod with the SQL
+    endpoint's labels serves on the endpoint's port (a stand-in: the chart's endpoint on this node is
+    item 3); without policies any pod connects; with the chart's ``kappa-default-deny-ingress`` and
+    ``kappa-serve`` a pod without the SQL-client label is refused, one with it connects; with them deleted the
+    unlabeled pod connects again."""
+    import json
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from tests.helm.helmtools import render
+
+    image = cluster._kappa_images(plane[0])[0]
+    objs = render()
+    (namespace,) = [o for o in objs if o["kind"] == "Namespace"]
+    ns = namespace["metadata"]["name"]
+    core.create_namespace(namespace)
+    root = _pod("as-root", image, ["id"])
+    root["spec"]["securityContext"] = {"runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}}
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod(ns, root)
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 403 and 'violates PodSecurity "restricted' in message and "runAsUser=0" in message
+
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+    serve = policies["kappa-serve"]
+    port = serve["spec"]["ingress"][0]["ports"][0]["port"]
+    client_labels = serve["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
+    core.create_namespaced_pod(ns, _pod("endpoint", image, ["python", "-m", "http.server", str(port)],
+                                        labels=serve["spec"]["podSelector"]["matchLabels"]))
+    deadline = time.monotonic() + 120
+    while not (server := core.read_namespaced_pod("endpoint", ns)).status.pod_ip or server.status.phase != "Running":
+        assert time.monotonic() < deadline, server.status
+        time.sleep(1)
+
+    def connects(name: str, labels: dict | None, attempts: int) -> bool:
+        core.create_namespaced_pod(ns, _pod(name, image, ["python", "-c", CONNECT, server.status.pod_ip, str(port),
+                                                          str(attempts)], labels=labels))
+        pod, log = _finished(core, name, ns=ns), _log(core, name, ns)
+        print(name, log)
+        assert log and (pod.status.phase == "Succeeded") == (log[-1] == "connected"), log
+        return pod.status.phase == "Succeeded"
+
+    assert connects("no-policy", None, 30)
+    net = client.NetworkingV1Api(core.api_client)
+    before = _firewall_chains()  # KUBE-NWPLCY-DEFAULT: kube-router's own
+    for name in ("kappa-default-deny-ingress", "kappa-serve"):
+        net.create_namespaced_network_policy(ns, policies[name])
+    deadline = time.monotonic() + 60  # kube-router writes a chain per policy once it sees it
+    while len(_firewall_chains() - before) < 2:
+        assert time.monotonic() < deadline, "kube-router wrote no chain for the policies in 60 s"
+        time.sleep(1)
+    # each attempt refused by the firewall (kube-router REJECTs with icmp-port-unreachable); the server
+    # listens, as the labeled pod shows next
+    assert not connects("unlabeled", None, 3)
+    assert connects("sql-client", client_labels, 30)
+    for name in ("kappa-default-deny-ingress", "kappa-serve"):
+        net.delete_namespaced_network_policy(name, ns)
+    deadline = time.monotonic() + 60
+    while _firewall_chains() - before:
+        assert time.monotonic() < deadline, "kube-router kept the deleted policies' chains for 60 s"
+        time.sleep(1)
+    assert connects("unlabeled-again", None, 30)

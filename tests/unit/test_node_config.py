@@ -20,12 +20,17 @@ def _rendered(tmp_path: Path) -> Path:
     tools_dir.mkdir()
     settings = load_settings(project_dir=ROOT, home=tmp_path / "home")
     tools = {"containerd": "/usr/bin/containerd", "kubelet": str(tools_dir / "kubelet"),
-             "kube-proxy": str(tools_dir / "kube-proxy"), "coredns": str(tools_dir / "coredns"), "ctr": "/usr/bin/ctr"}
+             "kube-proxy": str(tools_dir / "kube-proxy"), "coredns": str(tools_dir / "coredns"), "ctr": "/usr/bin/ctr",
+             "kube-router": str(tools_dir / "kube-router")}
     cluster_dir = tmp_path / "cluster"
     commands = node.prepare(settings, cluster_dir, server="https://127.0.0.1:6443", ca=tmp_path / "ca.crt",
                             token="t0k3n", proxy_token="pr0xy", dns_token="dn5",
-                            tools_=tools)
+                            firewall_token="f1rewa11", tools_=tools)
     assert commands["kubelet"][0] == tools["kubelet"] and f"--hostname-override={node.NODE_NAME}" in commands["kubelet"]
+    # kube-router runs its NetworkPolicy firewall only: kube-proxy serves Services, one bridge needs no routes
+    firewall = commands["kube-router"]
+    assert firewall[0] == tools["kube-router"] and {"--run-firewall=true", "--run-router=false",
+                                                     "--run-service-proxy=false", "--metrics-port=0"} <= set(firewall)
     return node.node_dir(cluster_dir)
 
 
@@ -60,7 +65,7 @@ def test_each_template_renders_and_parses(tmp_path, monkeypatch):
     assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": node.POD_CIDR}]]
 
     for name, user, token in (("kubelet", node.NODE_USER, "t0k3n"), ("kube-proxy", node.PROXY_USER, "pr0xy"),
-                              ("coredns", node.DNS_USER, "dn5")):
+                              ("coredns", node.DNS_USER, "dn5"), ("kube-router", node.FIREWALL_USER, "f1rewa11")):
         kubeconfig = yaml.safe_load((d / f"{name}.kubeconfig").read_text())
         assert kubeconfig["users"] == [{"name": user, "user": {"token": token}}]
         assert (d / f"{name}.kubeconfig").stat().st_mode & 0o077 == 0

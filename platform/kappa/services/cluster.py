@@ -315,12 +315,13 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     pki = d / "pki"
     node_ip = real_node.node_ip() if real else None
     _write_pki(pki, (node_ip,) if node_ip else ())
-    token, node_token, proxy_token, dns_token = (os.urandom(16).hex() for _ in range(4))
+    token, node_token, proxy_token, dns_token, firewall_token = (os.urandom(16).hex() for _ in range(5))
     tokens = f"{token},{ADMIN_USER},{ADMIN_USER},system:masters\n"
     if real:  # the kubelet's identity: the Node authorizer and NodeRestriction hold it to its node
         tokens += f"{node_token},{real_node.NODE_USER},{real_node.NODE_USER},system:nodes\n"
         tokens += f"{proxy_token},{real_node.PROXY_USER},{real_node.PROXY_USER}\n"
         tokens += f"{dns_token},{real_node.DNS_USER},{real_node.DNS_USER}\n"
+        tokens += f"{firewall_token},{real_node.FIREWALL_USER},{real_node.FIREWALL_USER}\n"
     (d / "tokens.csv").write_text(tokens)
     ports = {name: processes.free_port() for name in ("kine", "apiserver", "kwok", "operator-health")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
@@ -437,17 +438,19 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
               timeout_s, procs, d)
         if real:
             commands.update(real_node.prepare(settings, d, server=server, ca=pki / "ca.crt", token=node_token,
-                                              proxy_token=proxy_token, dns_token=dns_token, tools_=node_tools))
+                                              proxy_token=proxy_token, dns_token=dns_token,
+                                              firewall_token=firewall_token, tools_=node_tools))
             launch("containerd")
             _wait("containerd", lambda: real_node.containerd_ready(node_tools, d), timeout_s, procs, d)
             real_node.import_images(settings, d, node_tools, images=_kappa_images(settings))
             real_node.save_kernel_settings(d)
             launch("kubelet")
             launch("kube-proxy")
-            _apply_dns_rbac(kubeconfig)
+            _apply_rbac(kubeconfig, real_node.dns_rbac(), real_node.firewall_rbac())
             launch("coredns")
             _wait(f"node {real_node.NODE_NAME} Ready (kubelet)",
                   lambda: _real_node(server, pki / "ca.crt", token)["ready"], timeout_s, procs, d)
+            launch("kube-router")  # it looks its node up once, at start: after the kubelet registered it
     except BaseException:
         stop(settings)
         raise
@@ -456,14 +459,15 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
     return status(settings)
 
 
-def _apply_dns_rbac(kubeconfig: Path) -> None:
-    """CoreDNS's ClusterRole and its binding (:func:`kappa.services.node.dns_rbac`), as the admin."""
+def _apply_rbac(kubeconfig: Path, *roles: tuple[dict, dict]) -> None:
+    """ClusterRoles and their bindings (CoreDNS's and kube-router's: :func:`kappa.services.node.dns_rbac`,
+    :func:`~kappa.services.node.firewall_rbac`), as the admin."""
     from kubernetes import client, config
 
     rbac = client.RbacAuthorizationV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
-    role, binding = real_node.dns_rbac()
-    rbac.create_cluster_role(role)
-    rbac.create_cluster_role_binding(binding)
+    for role, binding in roles:
+        rbac.create_cluster_role(role)
+        rbac.create_cluster_role_binding(binding)
 
 
 def _real_node(server: str, ca: Path, token: str) -> dict[str, str | bool]:
@@ -541,9 +545,11 @@ def stop(settings: Settings, timeout_s: float = 20.0) -> dict[str, int]:
         # its own session: the operator's spark-submit children too
         processes.terminate(pid, timeout_s, group=True)
         stopped[name] = pid
-        if name == "kube-proxy":  # its Service rules stay in the machine's iptables otherwise
+        # their Service rules and firewall chains stay in the machine's iptables otherwise
+        cleanup = {"kube-proxy": real_node.remove_proxy_rules, "kube-router": real_node.remove_firewall_rules}
+        if name in cleanup:
             try:
-                real_node.remove_proxy_rules(real_node.tools(settings, tools_dir(settings)))
+                cleanup[name](real_node.tools(settings, tools_dir(settings)))
             except (KappaError, OSError, subprocess.SubprocessError):
                 pass
     if state.get("node") == "real":

@@ -20,6 +20,10 @@ process / part              what it is here
 ``coredns``                 CoreDNS (``go install`` of its module): Service names, on the node's
                             address (the kubelet's ``clusterDNS``), as user ``kappa:coredns``
                             (``tools/node/Corefile``)
+``kube-router``             kube-router's NetworkPolicy firewall only (``tools/go/kube-router``;
+                            iptables + ipset on the bridged pod traffic), as user
+                            ``kappa:kube-router`` (:func:`firewall_rbac`); its chains and sets
+                            removed at stop (:func:`remove_firewall_rules`)
 pod network                 CNI bridge ``kappa0`` with host-local IPAM on :data:`POD_CIDR`
                             (``tools/node/cni-bridge.conflist``; Debian's plugins)
 images                      imported into containerd's ``k8s.io`` namespace, never pulled: the
@@ -28,7 +32,7 @@ images                      imported into containerd's ``k8s.io`` namespace, nev
 ==========================  =====================================================================
 
 What the machine needs that a cloud node would not is in ``tools/node`` (one file per part, each
-quirk with the reason). Not here yet (issue 43): a NetworkPolicy firewall.
+quirk with the reason).
 
 State: ``<KAPPA_HOME>/cluster/node``. :func:`prepare` writes the configs and returns the commands
 :func:`kappa.services.cluster.start` runs; :func:`import_images` fills containerd; :func:`drain`
@@ -54,7 +58,7 @@ NODE_NAME = "kappa-node-0"
 #: The pods' addresses on the node's bridge.
 POD_CIDR = "10.244.0.0/24"
 #: Start order, after the control plane's (:data:`kappa.services.cluster.PROCESSES`).
-PROCESSES = ("containerd", "kubelet", "kube-proxy", "coredns")
+PROCESSES = ("containerd", "kubelet", "kube-proxy", "coredns", "kube-router")
 RUNC = "/usr/sbin/runc"
 CNI_BIN = Path("/usr/lib/cni")
 #: The user the node's kubelet authenticates as (``tokens.csv`` of the API server).
@@ -64,6 +68,8 @@ NODE_USER = f"system:node:{NODE_NAME}"
 PROXY_USER = "system:kube-proxy"
 #: CoreDNS's user, and what it may do (:func:`dns_rbac`): list and watch what Service names resolve to.
 DNS_USER = "kappa:coredns"
+#: kube-router's user, and what it may do (:func:`firewall_rbac`): read what NetworkPolicies select.
+FIREWALL_USER = "kappa:kube-router"
 
 
 class NodeError(KappaError):
@@ -92,11 +98,12 @@ def socket(cluster_dir: Path) -> Path:
 
 
 def tools(settings: Settings, tools_dir: Path) -> dict[str, str]:
-    """containerd, ctr, runc, the CNI bridge plugin and the kubelet, checked. Raises
+    """containerd, ctr, ipset, runc, the CNI bridge plugin, the kubelet, kube-proxy, CoreDNS and
+    kube-router, checked. Raises
     :class:`NodeError` naming the first missing one and ``make node-tools``."""
-    found = {"containerd": shutil.which("containerd"), "ctr": shutil.which("ctr"),
+    found = {"containerd": shutil.which("containerd"), "ctr": shutil.which("ctr"), "ipset": shutil.which("ipset"),
              **{name: str(tools_dir / name) if os.access(tools_dir / name, os.X_OK) else None
-                for name in ("kubelet", "kube-proxy", "coredns")},
+                for name in ("kubelet", "kube-proxy", "coredns", "kube-router")},
              "runc": RUNC if os.access(RUNC, os.X_OK) else None,
              "bridge": str(CNI_BIN / "bridge") if os.access(CNI_BIN / "bridge", os.X_OK) else None}
     for name, path in found.items():
@@ -132,11 +139,11 @@ def _archive_image(archive: Path) -> str:
 
 
 def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, token: str, proxy_token: str,
-            dns_token: str, tools_: dict[str, str]) -> dict[str, list[str]]:
+            dns_token: str, firewall_token: str, tools_: dict[str, str]) -> dict[str, list[str]]:
     """Render ``tools/node``'s templates into the node's state dir, write the kubeconfigs of the
-    kubelet (the node's ``token``), kube-proxy (``proxy_token``) and CoreDNS (``dns_token``) for
-    ``server`` (trusting ``ca``) and return the commands of :data:`PROCESSES`. Ports are free ports
-    chosen now (CoreDNS's is 53, on the node's address)."""
+    kubelet (the node's ``token``), kube-proxy (``proxy_token``), CoreDNS (``dns_token``) and
+    kube-router (``firewall_token``) for ``server`` (trusting ``ca``) and return the commands of
+    :data:`PROCESSES`. Ports are free ports chosen now (CoreDNS's is 53, on the node's address)."""
     from kappa.core import processes
 
     d = node_dir(cluster_dir)
@@ -156,7 +163,7 @@ def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, tok
     import yaml
 
     for name, user, secret in (("kubelet", NODE_USER, token), ("kube-proxy", PROXY_USER, proxy_token),
-                               ("coredns", DNS_USER, dns_token)):
+                               ("coredns", DNS_USER, dns_token), ("kube-router", FIREWALL_USER, firewall_token)):
         kubeconfig = d / f"{name}.kubeconfig"
         kubeconfig.write_text(yaml.safe_dump({
             "apiVersion": "v1", "kind": "Config", "current-context": name,
@@ -173,19 +180,81 @@ def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, tok
                     "--node-labels=kappa.io/node=real"],
         "kube-proxy": [tools_["kube-proxy"], f"--config={d / 'kube-proxy.yaml'}"],
         "coredns": [tools_["coredns"], "-conf", str(d / "Corefile")],
+        "kube-router": firewall_command(tools_, d, values["node_ip"]),
     }
+
+
+def firewall_command(tools_: dict[str, str], d: Path, node_address: str) -> list[str]:
+    """kube-router with its NetworkPolicy firewall only: no BGP routes (one node, one bridge) and no
+    service proxy (kube-proxy's). It filters the bridged traffic of the pods whose node address is
+    ``node_address`` (iptables chains and ipsets, re-synced every 30 s and on each change)."""
+    from kappa.core import processes
+    from kappa.services.cluster import SERVICE_CIDR
+
+    return [tools_["kube-router"], f"--kubeconfig={d / 'kube-router.kubeconfig'}", f"--hostname-override={NODE_NAME}",
+            "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+            f"--health-port={processes.free_port()}", "--metrics-port=0", "--iptables-sync-period=30s",
+            f"--service-cluster-ip-range={SERVICE_CIDR}"]
+
+
+def firewall_rbac() -> tuple[dict, dict]:
+    """The ClusterRole and ClusterRoleBinding of :data:`FIREWALL_USER`: get/list/watch of what a
+    NetworkPolicy selects and is (pods, namespaces, nodes, NetworkPolicies) and of the Services,
+    Endpoints and EndpointSlices kube-router's informers start with even with its firewall alone;
+    no write of anything."""
+    return _user_role(FIREWALL_USER, [
+        {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes", "services", "endpoints"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["get", "list", "watch"]}])
+
+
+#: The prefixes of kube-router's iptables chains and ipsets (its firewall's, v2.1.0).
+FIREWALL_CHAINS = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
+FIREWALL_SETS = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
+
+
+def remove_firewall_rules(tools_: dict[str, str] | None = None) -> list[str]:
+    """Remove what a stopped kube-router's firewall left in the machine's filter table and ipsets:
+    the jumps to its chains, the chains (:data:`FIREWALL_CHAINS`), then its sets
+    (:data:`FIREWALL_SETS`). Written here because ``kube-router --cleanup-config`` (v2.1.0) reports
+    success and leaves the chains, then panics in its service proxy's clean-up. Returns the chains
+    removed."""
+    import shlex
+
+    def iptables(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["iptables", *args], capture_output=True, text=True, timeout=60)
+
+    rules = iptables("-t", "filter", "-S").stdout.splitlines()
+    chains = [line.split()[1] for line in rules if line.startswith("-N ") and line.split()[1].startswith(FIREWALL_CHAINS)]
+    for line in rules:  # the jumps into its chains from the built-in ones and from each other
+        words = shlex.split(line)
+        if words[:1] == ["-A"] and "-j" in words and words[words.index("-j") + 1] in chains:
+            iptables("-t", "filter", "-D", *words[1:])
+    for chain in chains:
+        iptables("-t", "filter", "-F", chain)
+    for chain in chains:
+        iptables("-t", "filter", "-X", chain)
+    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, timeout=60).stdout.split()
+    for name in (n for n in sets if n.startswith(FIREWALL_SETS)):
+        subprocess.run(["ipset", "destroy", name], capture_output=True, timeout=60)
+    return chains
+def _user_role(user: str, rules: list[dict]) -> tuple[dict, dict]:
+    """A ClusterRole named ``user`` with ``rules`` and its ClusterRoleBinding to the User ``user``."""
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
+            "rules": rules}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}
+    return role, binding
 
 
 def dns_rbac() -> tuple[dict, dict]:
     """The ClusterRole and ClusterRoleBinding of :data:`DNS_USER`: list and watch Services,
     EndpointSlices and Namespaces (what CoreDNS's ``kubernetes`` plugin reads), nothing else."""
-    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": DNS_USER},
-            "rules": [{"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
-                      {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]}
-    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": DNS_USER},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DNS_USER},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": DNS_USER}]}
-    return role, binding
+    return _user_role(DNS_USER, [
+        {"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}])
 
 
 def ctr(tools_: dict[str, str], cluster_dir: Path, *args: str, stdin=None, timeout: float = 60.0,
