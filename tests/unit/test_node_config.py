@@ -25,12 +25,13 @@ def _rendered(tmp_path: Path) -> Path:
     cluster_dir = tmp_path / "cluster"
     commands = node.prepare(settings, cluster_dir, server="https://127.0.0.1:6443", ca=tmp_path / "ca.crt",
                             token="t0k3n", proxy_token="pr0xy", dns_token="dn5",
-                            firewall_token="f1rewa11", tools_=tools)
+                            firewall_token="f1rewa11", service_cidr="10.96.0.0/16", tools_=tools)
     assert commands["kubelet"][0] == tools["kubelet"] and f"--hostname-override={node.NODE_NAME}" in commands["kubelet"]
     # kube-router runs its NetworkPolicy firewall only: kube-proxy serves Services, one bridge needs no routes
     firewall = commands["kube-router"]
     assert firewall[0] == tools["kube-router"] and {"--run-firewall=true", "--run-router=false",
-                                                     "--run-service-proxy=false", "--metrics-port=0"} <= set(firewall)
+                                                     "--run-service-proxy=false", "--metrics-port=0",
+                                                     "--service-cluster-ip-range=10.96.0.0/16"} <= set(firewall)
     return node.node_dir(cluster_dir)
 
 

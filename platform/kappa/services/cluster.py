@@ -439,7 +439,8 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
         if real:
             commands.update(real_node.prepare(settings, d, server=server, ca=pki / "ca.crt", token=node_token,
                                               proxy_token=proxy_token, dns_token=dns_token,
-                                              firewall_token=firewall_token, tools_=node_tools))
+                                              firewall_token=firewall_token, service_cidr=SERVICE_CIDR,
+                                              tools_=node_tools))
             launch("containerd")
             _wait("containerd", lambda: real_node.containerd_ready(node_tools, d), timeout_s, procs, d)
             real_node.import_images(settings, d, node_tools, images=_kappa_images(settings))

@@ -139,11 +139,12 @@ def _archive_image(archive: Path) -> str:
 
 
 def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, token: str, proxy_token: str,
-            dns_token: str, firewall_token: str, tools_: dict[str, str]) -> dict[str, list[str]]:
+            dns_token: str, firewall_token: str, service_cidr: str, tools_: dict[str, str]) -> dict[str, list[str]]:
     """Render ``tools/node``'s templates into the node's state dir, write the kubeconfigs of the
     kubelet (the node's ``token``), kube-proxy (``proxy_token``), CoreDNS (``dns_token``) and
     kube-router (``firewall_token``) for ``server`` (trusting ``ca``) and return the commands of
-    :data:`PROCESSES`. Ports are free ports chosen now (CoreDNS's is 53, on the node's address)."""
+    :data:`PROCESSES`; ``service_cidr`` is the API server's Service IP range. Ports are free ports
+    chosen now (CoreDNS's is 53, on the node's address)."""
     from kappa.core import processes
 
     d = node_dir(cluster_dir)
@@ -180,21 +181,21 @@ def prepare(settings: Settings, cluster_dir: Path, *, server: str, ca: Path, tok
                     "--node-labels=kappa.io/node=real"],
         "kube-proxy": [tools_["kube-proxy"], f"--config={d / 'kube-proxy.yaml'}"],
         "coredns": [tools_["coredns"], "-conf", str(d / "Corefile")],
-        "kube-router": firewall_command(tools_, d, values["node_ip"]),
+        "kube-router": firewall_command(tools_, d, service_cidr),
     }
 
 
-def firewall_command(tools_: dict[str, str], d: Path, node_address: str) -> list[str]:
+def firewall_command(tools_: dict[str, str], d: Path, service_cidr: str) -> list[str]:
     """kube-router with its NetworkPolicy firewall only: no BGP routes (one node, one bridge) and no
-    service proxy (kube-proxy's). It filters the bridged traffic of the pods whose node address is
-    ``node_address`` (iptables chains and ipsets, re-synced every 30 s and on each change)."""
+    service proxy (kube-proxy's). It filters the bridged traffic of its node's pods (iptables chains
+    and ipsets, re-synced every 30 s and on each change); traffic to ``service_cidr`` is left to
+    kube-proxy."""
     from kappa.core import processes
-    from kappa.services.cluster import SERVICE_CIDR
 
     return [tools_["kube-router"], f"--kubeconfig={d / 'kube-router.kubeconfig'}", f"--hostname-override={NODE_NAME}",
             "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
             f"--health-port={processes.free_port()}", "--metrics-port=0", "--iptables-sync-period=30s",
-            f"--service-cluster-ip-range={SERVICE_CIDR}"]
+            f"--service-cluster-ip-range={service_cidr}"]
 
 
 def firewall_rbac() -> tuple[dict, dict]:
