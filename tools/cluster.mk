@@ -98,15 +98,22 @@ $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION):
 	cp -p $(GO_BIN_CACHE)/coredns $(K8S_TOOLBIN)/
 	touch $@
 
-# kube-router's NetworkPolicy firewall, from its wrapper module (go.mod pins it and says why); it
-# runs Debian's ipset and iptables
-$(K8S_TOOLBIN)/kube-router: tools/go/kube-router/go.mod tools/go/kube-router/go.sum tools/go/kube-router/main.go
-	mkdir -p $(K8S_TOOLBIN)
+# kube-router's NetworkPolicy firewall, from its wrapper module (go.mod pins it and says which
+# dependencies it raises and why); it runs Debian's ipset and iptables (node-packages). -X sets the
+# version `kube-router --version` prints, as upstream's Makefile does.
+$(K8S_TOOLS)/.kube-router-$(KUBE_ROUTER_VERSION): tools/go/kube-router/go.mod tools/go/kube-router/go.sum tools/go/kube-router/main.go
+	@command -v $(GO) >/dev/null || { echo "Go is required to build kube-router (go not found)"; exit 1; }
+	@grep -q 'github.com/cloudnativelabs/kube-router/v2 $(KUBE_ROUTER_VERSION)$$' tools/go/kube-router/go.mod || \
+		{ echo "tools/go/kube-router/go.mod does not require kube-router $(KUBE_ROUTER_VERSION) (tools/versions.env)"; exit 1; }
+	mkdir -p $(K8S_TOOLBIN) $(GO_BIN_CACHE)
 	cd tools/go/kube-router && $(CLUSTER_GO_ENV) $(GO) build -trimpath \
-	  -ldflags "-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$$(sed -n 's|^\tgithub.com/cloudnativelabs/kube-router/v2 ||p' go.mod)" \
-	  -o $@ .
+		-ldflags '-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$(KUBE_ROUTER_VERSION)' \
+		-o $(GO_BIN_CACHE)/kube-router .
+	cp -p $(GO_BIN_CACHE)/kube-router $(K8S_TOOLBIN)/
+	touch $@
 
-node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION) $(K8S_TOOLBIN)/kube-router
+node-tools: cluster-tools node-packages $(NODE_TOOLS)/pause.tar $(K8S_TOOLS)/.coredns-$(COREDNS_VERSION) \
+	$(K8S_TOOLS)/.kube-router-$(KUBE_ROUTER_VERSION)
 
 cluster-up: cluster-tools $(if $(filter real,$(NODE)),node-tools) | $(VENV)/.installed
 	KAPPA_CLUSTER_NODE=$(or $(NODE),kwok) $(BIN)/kappa cluster start
