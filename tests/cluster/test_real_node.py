@@ -50,7 +50,7 @@ def plane(tmp_path_factory):
         time.sleep(0.5)
     assert not bridge.exists() or not list(bridge.iterdir())
     # nor kube-router's chains and sets (node.remove_firewall_rules at stop)
-    assert not _firewall_chains(prefixes=tuple(f"-N {p}" for p in node.FIREWALL_CHAINS))
+    assert not node.firewall_chains()
     assert not [s for s in subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=True).stdout.split()
                 if s.startswith(node.FIREWALL_SETS)]
     # the node's containerd root holds the imported images unpacked (~6 GB): not left in pytest's
@@ -256,10 +256,9 @@ sys.exit(1)
 """
 
 
-def _firewall_chains(prefixes: tuple[str, ...] = ("-N KUBE-NWPLCY-",)) -> set[str]:
-    """kube-router's chains in the machine's filter table: by default its per-policy ones."""
-    out = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
-    return {line.split()[1] for line in out.splitlines() if line.startswith(prefixes)}
+def _policy_chains() -> set[str]:
+    """kube-router's per-policy chains in the machine's filter table (``KUBE-NWPLCY-*``)."""
+    return {c for c in node.firewall_chains() if c.startswith("KUBE-NWPLCY-")}
 
 
 def test_the_charts_namespace_and_network_policies_are_enforced_on_the_node(plane, core):
@@ -308,11 +307,11 @@ def test_the_charts_namespace_and_network_policies_are_enforced_on_the_node(plan
 
     assert connects("no-policy", None, 30)
     net = client.NetworkingV1Api(core.api_client)
-    before = _firewall_chains()  # KUBE-NWPLCY-DEFAULT: kube-router's own
+    before = _policy_chains()  # KUBE-NWPLCY-DEFAULT: kube-router's own
     for name in ("kappa-default-deny-ingress", "kappa-serve"):
         net.create_namespaced_network_policy(ns, policies[name])
     deadline = time.monotonic() + 60  # kube-router writes a chain per policy once it sees it
-    while len(_firewall_chains() - before) < 2:
+    while len(_policy_chains() - before) < 2:
         assert time.monotonic() < deadline, "kube-router wrote no chain for the policies in 60 s"
         time.sleep(1)
     # each attempt refused by the firewall (kube-router REJECTs with icmp-port-unreachable); the server
@@ -322,7 +321,7 @@ def test_the_charts_namespace_and_network_policies_are_enforced_on_the_node(plan
     for name in ("kappa-default-deny-ingress", "kappa-serve"):
         net.delete_namespaced_network_policy(name, ns)
     deadline = time.monotonic() + 60
-    while _firewall_chains() - before:
+    while _policy_chains() - before:
         assert time.monotonic() < deadline, "kube-router kept the deleted policies' chains for 60 s"
         time.sleep(1)
     assert connects("unlabeled-again", None, 30)

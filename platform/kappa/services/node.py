@@ -215,6 +215,15 @@ FIREWALL_CHAINS = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
 FIREWALL_SETS = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
 
 
+def firewall_chains(rules: list[str] | None = None) -> list[str]:
+    """kube-router's chains (:data:`FIREWALL_CHAINS`) among ``rules`` (``iptables -S`` lines; by
+    default the machine's filter table now)."""
+    if rules is None:
+        rules = subprocess.run(["iptables", "-t", "filter", "-S"], capture_output=True, text=True,
+                               timeout=60, check=True).stdout.splitlines()
+    return [line.split()[1] for line in rules if line.startswith("-N ") and line.split()[1].startswith(FIREWALL_CHAINS)]
+
+
 def remove_firewall_rules(tools_: dict[str, str] | None = None) -> list[str]:
     """Remove what a stopped kube-router's firewall left in the machine's filter table and ipsets:
     the jumps to its chains, the chains (:data:`FIREWALL_CHAINS`), then its sets
@@ -227,7 +236,7 @@ def remove_firewall_rules(tools_: dict[str, str] | None = None) -> list[str]:
         return subprocess.run(["iptables", *args], capture_output=True, text=True, timeout=60)
 
     rules = iptables("-t", "filter", "-S").stdout.splitlines()
-    chains = [line.split()[1] for line in rules if line.startswith("-N ") and line.split()[1].startswith(FIREWALL_CHAINS)]
+    chains = firewall_chains(rules)
     for line in rules:  # the jumps into its chains from the built-in ones and from each other
         words = shlex.split(line)
         if words[:1] == ["-A"] and "-j" in words and words[words.index("-j") + 1] in chains:
