@@ -165,6 +165,22 @@ def test_the_node_s_identity_reaches_its_own_node_and_nothing_else(plane):
                  {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}) == 403  # NodeRestriction
 
 
+def test_the_firewall_s_identity_reads_policies_and_nothing_else(plane):
+    """kube-router's token (kappa:kube-router): reads NetworkPolicies and pods; Secrets, and any write
+    (a policy's deletion, a node's labels), are refused."""
+    settings, st = plane
+    d = cluster.state_dir(settings)
+    ca = d / "pki" / "ca.crt"
+    token = next(line.split(",")[0] for line in (d / "tokens.csv").read_text().splitlines()
+                 if line.split(",")[1] == node.FIREWALL_USER)
+    assert _call("GET", f"{st.server}/apis/networking.k8s.io/v1/networkpolicies", ca, token) == 200
+    assert _call("GET", f"{st.server}/api/v1/pods", ca, token) == 200
+    assert _call("GET", f"{st.server}/api/v1/namespaces/default/secrets", ca, token) == 403
+    assert _call("DELETE", f"{st.server}/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/any", ca, token) == 403
+    assert _call("PATCH", f"{st.server}/api/v1/nodes/{node.NODE_NAME}", ca, token,
+                 {"metadata": {"labels": {"taken": "over"}}}) == 403
+
+
 def test_the_kubelet_api_refuses_an_anonymous_request(plane):
     import yaml
 
