@@ -358,6 +358,10 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
             "--leader-elect=false", f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}", "--use-service-account-credentials=false",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+            # A node whose Lease was not renewed for this long is marked NotReady (default 50 s).
+            # On two loaded cores a renewal through kine's SQLite store once came late enough to
+            # flip kwok's node, and every pod on it, for 5 s; a slower verdict suits a test plane.
+            "--node-monitor-grace-period=2m",
         ],
         "kube-scheduler": [str(tools["kube-scheduler"]), f"--kubeconfig={kubeconfig}", "--secure-port=0",
                            "--leader-elect=false", "--profiling=false"],
