@@ -17,8 +17,8 @@ from ..kappa_cli import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
-KEYS = ("u1_events_per_s", "u2_events_per_s", "replay_events_per_s", "replay_over_u2", "replay_over_u1",
-        "sustained_events_per_s", "latency_ms", "cores")
+KEYS = ("u1_events_per_s", "u2_events_per_s", "u3_events_per_s", "replay_events_per_s", "replay_over_u2",
+        "replay_over_u3", "replay_over_u1", "sustained_events_per_s", "latency_ms", "cores")
 
 
 @pytest.mark.timeout(600)
@@ -43,6 +43,9 @@ def test_bench_quick_writes_every_measure_as_json(tmp_path):
     assert result["cores"] == os.cpu_count()
     assert result["u1_events_per_s"] > 0 and result["u2_events_per_s"] > 0 and result["replay_events_per_s"] > 0
     assert result["replay"]["rows"] == result["input"]["events"]  # the replay read every event once
+    # U3 does silver's work as a batch job: the same rows as the replay, one per event id
+    assert result["u3"]["rows_written"] == result["replay"]["rows"] and result["u3"]["events_per_s"] > 0
+    assert result["replay_over_u3"] == pytest.approx(result["replay_events_per_s"] / result["u3_events_per_s"], rel=1e-2)
     cep = result["replay_delay_streaks"]  # the CEP asset replayed over the silver table just built
     assert cep["events"] == result["replay"]["rows"] and cep["events_per_s"] > 0
     assert cep["state"]["rows"] > 0 and cep["state"]["sst_bytes"] >= 0

@@ -20,7 +20,9 @@ ports (the user's ``.kappa`` and broker are never touched):
    ``startingOffsets``/``endingOffsets`` JSON -> ``from_json`` with the asset's schema -> Delta
    append. ``u2_validating`` is the same job with the asset's validating parse
    (:func:`kappa.streaming.kinds.parse.parse_columns`: reasons for bad records, good rows appended): what
-   the validation costs, apart from streaming, dedup and exactly-once.
+   the validation costs, apart from streaming, dedup and exactly-once. **U3** is the batch bound
+   doing silver's work: the validating parse, then one row per ``event_id`` (the earliest copy in
+   the log, silver's rule) appended; the replay is reported against both (``replay_over_u3``).
 4. **replay**: the silver ``flights`` asset's streaming query (a new version, available-now
    trigger: quarantine, dedup by ``event_id`` in the state store and, for events behind the
    watermark, an anti-join against the table, late-event routing, one transactional append) over

@@ -45,18 +45,30 @@ def consume_rate(settings: Settings, topic: str, start: dict[int, int], end: dic
     return {"events": n, "bytes": nbytes, "seconds": round(seconds, 3), "events_per_s": round(n / seconds, 1)}
 
 
+#: What a batch bound does over the same offsets (:func:`spark_batch_rate`): ``u2`` from_json with
+#: the asset's schema and appends every row; ``validating`` parses as the asset does (reasons for bad
+#: records) and appends the good rows; ``u3`` is silver's work as a batch job: the validating parse,
+#: then one row per event id (the earliest copy in the log, silver's rule), appended.
+BOUNDS = ("u2", "validating", "u3")
+
+
 def spark_batch_rate(spark, settings: Settings, spec, topic: str, start: dict[int, int], end: dict[int, int],
-                     out: str, plain: bool = True) -> dict:
-    """U2: a Spark batch job over ``[start, end)``: Kafka -> ``from_json`` with the asset's schema
-    -> Delta append to ``out``. ``plain=False``: the asset's validating parse (its kind's
-    ``parse_records``, :class:`~kappa.streaming.kinds.base.Kind`; persisted once as the streaming
-    writer does, then the good rows appended)."""
+                     out: str, work: str = "u2") -> dict:
+    """A Spark batch job over ``[start, end)`` of ``topic`` into a Delta append to ``out``, doing
+    ``work`` (one of :data:`BOUNDS`): U2 (Kafka -> ``from_json`` -> Delta), U2 with the asset's
+    validating parse (its kind's ``parse_records``, :class:`~kappa.streaming.kinds.base.Kind`;
+    persisted once as the streaming writer does, then the good rows appended), or U3 (that, with the
+    good rows deduplicated by the asset's ``event_id``, earliest Kafka coordinates first).
+    Returns events read, rows written, seconds and events/s."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from kappa.streaming.kinds import kind_of
     from kappa.streaming.records import KAFKA_COLUMNS, row_schema
     from kappa.streaming.sources import kafka_options
 
+    if work not in BOUNDS:
+        raise ValueError(f"unknown bound {work!r}: one of {', '.join(BOUNDS)}")
     t = time.monotonic()
     df = (spark.read.format("kafka")
           .options(**kafka_options(settings))  # the options the product's queries read with
@@ -68,16 +80,22 @@ def spark_batch_rate(spark, settings: Settings, spec, topic: str, start: dict[in
     declared = kind.declared_columns(spec)
     assert declared is not None and kind.parse_records is not None, f"{spec.name} does not parse records"
     fields = list(declared)
-    if plain:
+    parsed = None
+    if work == "u2":
         parsed = df.select(F.from_json(F.col("value").cast("string"), row_schema(declared)).alias("r"))
         rows = parsed.select(*[F.col(f"r.{f}").alias(f) for f in fields])
+        parsed = None
     else:
         # persisted like ParseWriter does: without it the optimizer pushes `reason IS NULL` below the
         # projection and evaluates the whole-record from_json once per reference (~8x slower).
         parsed = kind.parse_records(df.select(*KAFKA_COLUMNS), spec).persist()
-        rows = parsed.where(F.col("reason").isNull()).select(*[F.col(f"r.{f}").alias(f) for f in fields])
+        good = parsed.where(F.col("reason").isNull())
+        if work == "u3":
+            first = Window.partitionBy(F.col(f"r.{kind.event_id(spec)}")).orderBy("topic", "partition", "offset")
+            good = good.withColumn("_n", F.row_number().over(first)).where("_n = 1")
+        rows = good.select(*[F.col(f"r.{f}").alias(f) for f in fields])
     rows.write.format("delta").mode("append").save(out)
-    if not plain:
+    if parsed is not None:
         parsed.unpersist()
     seconds = time.monotonic() - t
     n = sum(end[p] - start[p] for p in end)

@@ -45,8 +45,12 @@ def bench_table(r: dict):
     if "u2_validating" in r:
         t.add_row("  same, with the asset's validating parse", f"{r['u2_validating']['events_per_s']:,.0f}",
                   f"{r['u2_validating']['events_per_s'] / r['u2_events_per_s']:.2f} x U2", "")
+    if r.get("u3_events_per_s"):
+        t.add_row("U3 Spark batch: silver's work (parse, dedup) -> Delta", f"{r['u3_events_per_s']:,.0f}",
+                  f"{r['u3_events_per_s'] / r['u2_events_per_s']:.2f} x U2", "")
     t.add_row("replay (available-now, new version)", f"{r['replay_events_per_s']:,.0f}",
-              f"{r['replay_over_u2']:.2f} x U2, {r['replay_over_u1']:.3f} x U1",
+              f"{r['replay_over_u2']:.2f} x U2, " + (f"{r['replay_over_u3']:.2f} x U3, " if r.get("replay_over_u3") else "")
+              + f"{r['replay_over_u1']:.3f} x U1",
               f">= {REPLAY_OVER_U2} x U2 {ok(r['replay_over_u2'] is not None and r['replay_over_u2'] >= REPLAY_OVER_U2)}")
     cep = r.get("replay_delay_streaks")
     if cep:

@@ -157,16 +157,20 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
         # class loading and JIT compilation, which would otherwise be charged to U2 alone.
         t = time.monotonic()
         tiny = {p: min(end[p], start[p] + 500) for p in end}
-        for plain in (True, False) if opts.u2_validating else (True,):
-            spark_batch_rate(spark, settings, asset_spec, TOPIC, start, tiny, str(out / f"warmup-{plain}"), plain=plain)
+        bounds = ("u2", "validating", "u3") if opts.u2_validating else ("u2", "u3")
+        for work in bounds:
+            spark_batch_rate(spark, settings, asset_spec, TOPIC, start, tiny, str(out / f"warmup-{work}"), work=work)
         result["warmup_s"] = round(time.monotonic() - t, 1)
         u2 = spark_batch_rate(spark, settings, asset_spec, TOPIC, start, end, str(out / "plain"))
         result["u2"] = u2
         say(f"U2 Spark batch (from_json -> Delta): {u2['events_per_s']:,.0f} ev/s")
         if opts.u2_validating:
             result["u2_validating"] = spark_batch_rate(spark, settings, asset_spec, TOPIC, start, end,
-                                                       str(out / "validating"), plain=False)
+                                                       str(out / "validating"), work="validating")
             say(f"U2 with the asset's validating parse: {result['u2_validating']['events_per_s']:,.0f} ev/s")
+        result["u3"] = spark_batch_rate(spark, settings, asset_spec, TOPIC, start, end, str(out / "u3"), work="u3")
+        say(f"U3 Spark batch doing silver's work (validating parse, earliest copy per event id -> Delta): "
+            f"{result['u3']['events_per_s']:,.0f} ev/s")
 
         # 4. replay
         replay = replay_rate(spark, settings, catalog, TOPIC, total_in)
@@ -251,6 +255,8 @@ def run_bench(base: Settings, opts: BenchOptions, say: Callable[[str], None] = l
     result.update({
         "u1_events_per_s": u1r, "u2_events_per_s": u2r, "replay_events_per_s": rr,
         "replay_over_u2": round(rr / u2r, 3) if u2r else None, "replay_over_u1": round(rr / u1r, 3) if u1r else None,
+        "u3_events_per_s": result["u3"]["events_per_s"],
+        "replay_over_u3": round(rr / result["u3"]["events_per_s"], 3) if result["u3"]["events_per_s"] else None,
         "sustained_events_per_s": result["sustained"]["events_per_s"],
         "latency_ms": {"p50": lat["p50"], "p95": lat["p95"], "p99": lat["p99"]},
         "targets": {"replay_over_u2": f">= {REPLAY_OVER_U2}", "sustained_over_u2": f">= {SUSTAINED_OVER_U2}",
