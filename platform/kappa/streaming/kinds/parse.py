@@ -18,8 +18,9 @@ is Spark's: the latest event time of the good records of the batches before it m
   "Streaming Deduplication"). It keeps an event until the watermark passes its event time + delay,
   so every copy above W' meets its first copy there: an on-time batch never reads the table. Of the
   rows it passes, those behind W are new late events (late-events table); the rest are new rows.
-* Behind W' (Spark's state store drops such rows as late, so they are read again from the same
-  micro-batch by a second, stateless branch of the query): the earliest copy in the log per
+* Behind W' (Spark's state store drops such rows as late, so a second, stateless branch of the
+  query passes every record too, from the same shuffle: the log is read and parsed once): the
+  earliest copy in the log per
   ``event_id`` wins, and a copy of an event already in the table is a duplicate, dropped (a left
   anti-join on ``event_id``, bounded by the earliest such event time so Delta's data skipping reads
   only recent files: Delta docs, "Data skipping"). The other ones are new late events. A re-ingest
@@ -200,41 +201,42 @@ def silver_frame(source: DataFrame, spec: AssetSpec) -> DataFrame:
     """The query of a ``parse`` asset before its writer. In: Kafka records (:data:`KAFKA_COLUMNS`).
     Out: ``_path`` (:data:`STATE` or :data:`BEHIND`), ``topic``, ``partition``, ``offset``,
     ``timestamp``, ``key`` and ``value`` (binary; on the state path only for bad records), ``r``
-    (the parsed struct, state path), ``reason`` (null: good), ``_et`` (the good record's event time).
+    (the parsed struct), ``reason`` (null: good), ``_rescued`` (undeclared fields as JSON; good
+    records only), ``_et`` (the good record's event time).
 
     With a watermark, the state path deduplicates by ``event_id`` in the state store within the
     watermark; bad records pass it under a key of their own and a null event time (Spark neither
-    drops nor keeps them: a null is never behind the watermark and expires at once). Without one,
-    every record takes the state path with no state."""
+    drops nor keeps them: a null is never behind the watermark and expires at once). The records
+    are parsed once and hash-partitioned by that key once; the behind path reads the same shuffle
+    output (Spark reuses an exchange two branches compute alike: ``ReusedExchange`` in the plan),
+    so the micro-batch reads each Kafka record once. Without a watermark, every record takes the
+    state path with no state."""
     t = ParseTransform.of(spec)
-    raw = source.select(*KAFKA_COLUMNS)
-    parsed = parse_columns(raw, t)
+    parsed = parse_columns(source.select(*KAFKA_COLUMNS), t)
     good = F.col("reason").isNull()
-    state = parsed.select(
-        "topic", "partition", "offset", "timestamp",
-        F.when(~good, F.col("key")).alias("key"), F.when(~good, F.col("value")).alias("value"),
+    rows = parsed.select(
+        "topic", "partition", "offset", "timestamp", "key", "value",
         "r", "reason", F.when(good, F.col(RESCUED)).alias(RESCUED), F.when(good, F.col(f"r.{t.event_time}")).alias(EVENT_TIME),
         F.when(good, F.col(f"r.{t.event_id}").cast("string"))
         .otherwise(F.concat_ws(":", F.lit("\u0000bad"), "topic", "partition", "offset")).alias("_id"))
     if spec.watermark is None:
-        return state.drop("_id").withColumn(PATH, F.lit(STATE))
-    state = (state.withWatermark(EVENT_TIME, spec.watermark.delay)
-             .dropDuplicatesWithinWatermark(["_id"]).drop("_id").withColumn(PATH, F.lit(STATE)))
-    behind = raw.select(
-        "topic", "partition", "offset", "timestamp", "key", "value",
-        F.lit(None).cast(parsed.schema["r"].dataType).alias("r"), F.lit(None).cast("string").alias("reason"),
-        F.lit(None).cast("string").alias(RESCUED),
-        _probe_event_time(t).alias(EVENT_TIME), F.lit(BEHIND).alias(PATH))
-    return state.unionByName(behind)
+        return rows.select(*_state_columns(good))
+    # One read of the log: the records are hash-partitioned by event id once, as the state store
+    # needs them, and both branches read that one shuffle, the behind branch without passing the
+    # state store. The watermark goes below the shuffle: above it, the state store would not
+    # recognise the partitioning and would shuffle again. (Replay of 636,776 events, one
+    # micro-batch: 30.0 / 30.4 s reading the log twice, 25.1 / 28.5 s once.)
+    rows = rows.withWatermark(EVENT_TIME, spec.watermark.delay).repartition("_id")
+    state = rows.dropDuplicatesWithinWatermark(["_id"])
+    behind = rows.drop("_id").withColumn(PATH, F.lit(BEHIND))
+    return state.select(*_state_columns(good)).unionByName(behind)
 
 
-def _probe_event_time(t: ParseTransform) -> Column:
-    """The event time alone, parsed as :func:`parse_columns` parses it (for a
-    good record the same value): cheap enough to read every record twice."""
-    schema = T.StructType([T.StructField(t.event_time, T.TimestampType(), True),
-                           T.StructField(CORRUPT, T.StringType(), True)])
-    return F.from_json(F.col("value").cast("string"), schema,
-                       {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})[t.event_time]
+def _state_columns(good: Column) -> list[Column]:
+    """The state path's columns: a good record's raw bytes are dropped (its parsed row is kept)."""
+    return [F.col(c) for c in ("topic", "partition", "offset", "timestamp")] + [
+        F.when(~good, F.col("key")).alias("key"), F.when(~good, F.col("value")).alias("value"),
+        F.col("r"), F.col("reason"), F.col(RESCUED), F.col(EVENT_TIME), F.lit(STATE).alias(PATH)]
 
 
 class ParseWriter(MicroBatchWriter):
@@ -363,14 +365,7 @@ class ParseWriter(MicroBatchWriter):
         unpersists it): its late and on-time rows are read apart. Same columns as ``checked``."""
         t = self.transform
         eid, et = t.event_id, t.event_time
-        if self.stateful:
-            # The behind branch parsed only the event time: validate these records in full (a bad
-            # one came through the state path already, and is quarantined from there).
-            checked = parse_columns(checked.select(*KAFKA_COLUMNS), t).where(F.col("reason").isNull()).select(
-                F.lit(BEHIND).alias(PATH), "topic", "partition", "offset", "timestamp", "key", "value", "r", "reason",
-                RESCUED, F.col(f"r.{et}").alias(EVENT_TIME))
-        else:
-            checked = checked.where(F.col("reason").isNull())
+        checked = checked.where(F.col("reason").isNull())
         # One row per event_id: the earliest copy in the log wins, so every version (and a replay
         # of the whole log in one batch) keeps the same copy.
         first = Window.partitionBy(F.col(f"r.{eid}")).orderBy("topic", "partition", "offset")
