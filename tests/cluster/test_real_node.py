@@ -148,14 +148,19 @@ def _call(method: str, url: str, ca: Path, token: str | None, body: dict | None 
         return exc.code
 
 
+def _identity(settings, user: str) -> tuple[Path, str]:
+    """The plane's CA certificate and ``user``'s token (from the API server's token file)."""
+    d = cluster.state_dir(settings)
+    token = next(line.split(",")[0] for line in (d / "tokens.csv").read_text().splitlines()
+                 if line.split(",")[1] == user)
+    return d / "pki" / "ca.crt", token
+
+
 def test_the_node_s_identity_reaches_its_own_node_and_nothing_else(plane):
     """The kubelet's token (system:node:kappa-node-0): the Node authorizer and NodeRestriction admit
     its own Node and refuse Secrets it has no pod for and another node's object."""
     settings, st = plane
-    d = cluster.state_dir(settings)
-    ca = d / "pki" / "ca.crt"
-    token = next(line.split(",")[0] for line in (d / "tokens.csv").read_text().splitlines()
-                 if line.split(",")[1] == node.NODE_USER)
+    ca, token = _identity(settings, node.NODE_USER)
     assert _call("GET", f"{st.server}/api/v1/nodes/{node.NODE_NAME}", ca, token) == 200
     assert _call("GET", f"{st.server}/api/v1/namespaces/default/secrets", ca, token) == 403
     assert _call("GET", f"{st.server}/api/v1/namespaces/kube-system/secrets", ca, token) == 403
@@ -169,10 +174,7 @@ def test_the_firewall_s_identity_reads_policies_and_nothing_else(plane):
     """kube-router's token (kappa:kube-router): reads NetworkPolicies and pods; Secrets, and any write
     (a policy's deletion, a node's labels), are refused."""
     settings, st = plane
-    d = cluster.state_dir(settings)
-    ca = d / "pki" / "ca.crt"
-    token = next(line.split(",")[0] for line in (d / "tokens.csv").read_text().splitlines()
-                 if line.split(",")[1] == node.FIREWALL_USER)
+    ca, token = _identity(settings, node.FIREWALL_USER)
     assert _call("GET", f"{st.server}/apis/networking.k8s.io/v1/networkpolicies", ca, token) == 200
     assert _call("GET", f"{st.server}/api/v1/pods", ca, token) == 200
     assert _call("GET", f"{st.server}/api/v1/namespaces/default/secrets", ca, token) == 403

@@ -224,10 +224,10 @@ def firewall_chains(rules: list[str] | None = None) -> list[str]:
     return [line.split()[1] for line in rules if line.startswith("-N ") and line.split()[1].startswith(FIREWALL_CHAINS)]
 
 
-def remove_firewall_rules(tools_: dict[str, str] | None = None) -> list[str]:
+def remove_firewall_rules(tools_: dict[str, str]) -> list[str]:
     """Remove what a stopped kube-router's firewall left in the machine's filter table and ipsets:
     the jumps to its chains, the chains (:data:`FIREWALL_CHAINS`), then its sets
-    (:data:`FIREWALL_SETS`). Written here because ``kube-router --cleanup-config`` (v2.1.0) reports
+    (:data:`FIREWALL_SETS`, with ``tools_``'s ``ipset``). Written here because ``kube-router --cleanup-config`` (v2.1.0) reports
     success and leaves the chains, then panics in its service proxy's clean-up. Returns the chains
     removed."""
     import shlex
@@ -245,10 +245,13 @@ def remove_firewall_rules(tools_: dict[str, str] | None = None) -> list[str]:
         iptables("-t", "filter", "-F", chain)
     for chain in chains:
         iptables("-t", "filter", "-X", chain)
-    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, timeout=60).stdout.split()
+    ipset = tools_["ipset"]
+    sets = subprocess.run([ipset, "list", "-n"], capture_output=True, text=True, timeout=60).stdout.split()
     for name in (n for n in sets if n.startswith(FIREWALL_SETS)):
-        subprocess.run(["ipset", "destroy", name], capture_output=True, timeout=60)
+        subprocess.run([ipset, "destroy", name], capture_output=True, timeout=60)
     return chains
+
+
 def _user_role(user: str, rules: list[dict]) -> tuple[dict, dict]:
     """A ClusterRole named ``user`` with ``rules`` and its ClusterRoleBinding to the User ``user``."""
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},

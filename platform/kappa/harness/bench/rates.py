@@ -60,10 +60,10 @@ def spark_batch_rate(spark, settings: Settings, spec, topic: str, start: dict[in
     persisted once as the streaming writer does, then the good rows appended), or U3 (that, with the
     good rows deduplicated by the asset's ``event_id``, earliest Kafka coordinates first).
     Returns events read, rows written, seconds and events/s."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from kappa.streaming.kinds import kind_of
+    from kappa.streaming.kinds.parse import earliest_copies
     from kappa.streaming.records import KAFKA_COLUMNS, row_schema
     from kappa.streaming.sources import kafka_options
 
@@ -80,21 +80,17 @@ def spark_batch_rate(spark, settings: Settings, spec, topic: str, start: dict[in
     declared = kind.declared_columns(spec)
     assert declared is not None and kind.parse_records is not None, f"{spec.name} does not parse records"
     fields = list(declared)
-    parsed = None
+    parsed = None  # the persisted validating parse, released after the write
     if work == "u2":
-        parsed = df.select(F.from_json(F.col("value").cast("string"), row_schema(declared)).alias("r"))
-        rows = parsed.select(*[F.col(f"r.{f}").alias(f) for f in fields])
-        parsed = None
+        good = df.select(F.from_json(F.col("value").cast("string"), row_schema(declared)).alias("r"))
     else:
         # persisted like ParseWriter does: without it the optimizer pushes `reason IS NULL` below the
         # projection and evaluates the whole-record from_json once per reference (~8x slower).
         parsed = kind.parse_records(df.select(*KAFKA_COLUMNS), spec).persist()
         good = parsed.where(F.col("reason").isNull())
         if work == "u3":
-            first = Window.partitionBy(F.col(f"r.{kind.event_id(spec)}")).orderBy("topic", "partition", "offset")
-            good = good.withColumn("_n", F.row_number().over(first)).where("_n = 1")
-        rows = good.select(*[F.col(f"r.{f}").alias(f) for f in fields])
-    rows.write.format("delta").mode("append").save(out)
+            good = earliest_copies(good, kind.event_id(spec))
+    good.select(*[F.col(f"r.{f}").alias(f) for f in fields]).write.format("delta").mode("append").save(out)
     if parsed is not None:
         parsed.unpersist()
     seconds = time.monotonic() - t

@@ -366,10 +366,7 @@ class ParseWriter(MicroBatchWriter):
         t = self.transform
         eid, et = t.event_id, t.event_time
         checked = checked.where(F.col("reason").isNull())
-        # One row per event_id: the earliest copy in the log wins, so every version (and a replay
-        # of the whole log in one batch) keeps the same copy.
-        first = Window.partitionBy(F.col(f"r.{eid}")).orderBy("topic", "partition", "offset")
-        new = checked.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+        new = earliest_copies(checked, eid)
         if self.anti_join:
             # A copy of an event can only match a row at or after the earliest event time checked
             # (an event's time is part of the event): Delta skips every older file by its min/max
@@ -378,6 +375,14 @@ class ParseWriter(MicroBatchWriter):
                     .where(F.col(et) >= F.lit(earliest)).select(F.col(eid).alias("_seen")))
             new = new.join(seen, F.col(f"r.{eid}") == F.col("_seen"), "left_anti")
         return new.persist()
+
+
+def earliest_copies(rows: DataFrame, event_id: str) -> DataFrame:
+    """One row per ``r.<event_id>`` of ``rows`` (parsed records with their ``topic``, ``partition``
+    and ``offset``): the earliest copy in the log wins, so every version (and a replay of the whole
+    log in one batch, and the bench's U3) keeps the same copy. Same columns as ``rows``."""
+    first = Window.partitionBy(F.col(f"r.{event_id}")).orderBy("topic", "partition", "offset")
+    return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
 
 
 def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
