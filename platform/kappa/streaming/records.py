@@ -24,7 +24,7 @@ first bad one; such a record alone is parsed again field by field.
 
 from __future__ import annotations
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -176,3 +176,12 @@ def quarantine_schema() -> T.StructType:
         T.StructField("reason", T.StringType(), False),
         T.StructField("quarantined_at", T.TimestampType(), False),
     ])
+
+
+def earliest_copies(rows: DataFrame, event_id: str) -> DataFrame:
+    """One row per ``r.<event_id>`` of ``rows`` (parsed records with their ``topic``, ``partition``
+    and ``offset``): the earliest copy in the log wins, so every version (and a replay of the whole
+    log in one batch, and the bench's U3) keeps the same copy: silver's rule (``parse``). Same
+    columns as ``rows``."""
+    first = Window.partitionBy(F.col(f"r.{event_id}")).orderBy("topic", "partition", "offset")
+    return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")

@@ -63,8 +63,7 @@ def spark_batch_rate(spark, settings: Settings, spec, topic: str, start: dict[in
     from pyspark.sql import functions as F
 
     from kappa.streaming.kinds import kind_of
-    from kappa.streaming.kinds.parse import earliest_copies
-    from kappa.streaming.records import KAFKA_COLUMNS, row_schema
+    from kappa.streaming.records import KAFKA_COLUMNS, earliest_copies, row_schema
     from kappa.streaming.sources import kafka_options
 
     if work not in BOUNDS:

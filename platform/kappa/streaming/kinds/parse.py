@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
@@ -58,6 +58,7 @@ from kappa.streaming.records import (
     PERMISSIVE,
     RESCUED,
     SPARK_TYPES,
+    earliest_copies,
     field_alone,
     rescued_column,
     row_schema,
@@ -375,14 +376,6 @@ class ParseWriter(MicroBatchWriter):
                     .where(F.col(et) >= F.lit(earliest)).select(F.col(eid).alias("_seen")))
             new = new.join(seen, F.col(f"r.{eid}") == F.col("_seen"), "left_anti")
         return new.persist()
-
-
-def earliest_copies(rows: DataFrame, event_id: str) -> DataFrame:
-    """One row per ``r.<event_id>`` of ``rows`` (parsed records with their ``topic``, ``partition``
-    and ``offset``): the earliest copy in the log wins, so every version (and a replay of the whole
-    log in one batch, and the bench's U3) keeps the same copy. Same columns as ``rows``."""
-    first = Window.partitionBy(F.col(f"r.{event_id}")).orderBy("topic", "partition", "offset")
-    return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
 
 
 def start(spark: SparkSession, spec: AssetSpec, version: Version, settings: Settings,
