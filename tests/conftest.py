@@ -270,18 +270,23 @@ def cdc_settings(broker_settings):
 
 
 
-#: Where each pytest process writes its timeline, ``timeline-<worker>.tsv`` (``main`` without
-#: xdist): a line per test, its start and end (seconds since the epoch) and node id. The JUnit file
-#: of ``make test`` says how long each test took; the timelines say which worker ran it and when, so
-#: a run's tail (one worker busy, the other done) shows (:func:`pytest_terminal_summary`).
-TIMELINES = REPO / ".kappa" / "test-artifacts"
+#: Each pytest process writes its timeline to ``timeline-<worker>.tsv`` (``main`` without xdist)
+#: in :data:`tests.times.ARTIFACTS`: a line per test, its start and end (seconds since the epoch) and
+#: node id. The JUnit file says how long each test took; the timelines say which worker ran it and
+#: when, so a run's tail (one worker busy, the other done) shows (:func:`tests.times.worker_lines`).
 _TEST_STARTS: dict[str, float] = {}
 _SESSION_START = time.time()
-_WRITTEN: list[Path] = []  # this process's timeline, once started afresh
 
 
 def _timeline() -> Path:
-    return TIMELINES / f"timeline-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.tsv"
+    from tests.times import ARTIFACTS
+
+    return ARTIFACTS / f"timeline-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.tsv"
+
+
+def pytest_sessionstart(session):
+    _timeline().parent.mkdir(parents=True, exist_ok=True)
+    _timeline().write_text("")  # this process's timeline, afresh
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -290,29 +295,17 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_runtest_logfinish(nodeid, location):
     started = _TEST_STARTS.pop(nodeid, None)
-    if started is None:
-        return
-    if not _WRITTEN:  # this process's first test: a fresh file
-        _WRITTEN.append(_timeline())
-        _WRITTEN[0].parent.mkdir(parents=True, exist_ok=True)
-        _WRITTEN[0].write_text("")
-    with _WRITTEN[0].open("a") as out:
-        out.write(f"{started:.1f}\t{time.time():.1f}\t{nodeid}\n")
+    if started is not None:
+        with _timeline().open("a") as out:
+            out.write(f"{started:.1f}\t{time.time():.1f}\t{nodeid}\n")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Under xdist, one line per worker from this run's timelines: its tests, the seconds it spent
-    in them and when it finished its last, counted from the session's start."""
+    """Under xdist, one line per worker from this run's timelines (:func:`tests.times.worker_lines`)."""
+    from tests.times import worker_lines
+
     if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None):
-        lines = []
-        for path in sorted(TIMELINES.glob("timeline-gw*.tsv")):
-            if path.stat().st_mtime < _SESSION_START:
-                continue
-            rows = [line.split("\t") for line in path.read_text().splitlines() if line]
-            busy = sum(float(end) - float(start) for start, end, _ in rows)
-            last = max(float(end) for _, end, _ in rows) - _SESSION_START
-            lines.append(f"{path.stem.removeprefix('timeline-')}: {len(rows)} tests, {busy:.0f} s in them, "
-                         f"its last done at {last:.0f} s")
+        lines = worker_lines(_SESSION_START)
         if lines:
             terminalreporter.write_sep("=", "workers (.kappa/test-artifacts/timeline-*.tsv)")
             for line in lines:

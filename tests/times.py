@@ -16,6 +16,22 @@ from pathlib import Path
 ARTIFACTS = Path(__file__).resolve().parents[1] / ".kappa" / "test-artifacts"
 
 
+def worker_lines(since: float) -> list[str]:
+    """One line per xdist worker whose timeline (``timeline-gw<n>.tsv``, tests/conftest.py) was
+    written after ``since`` (seconds since the epoch, the session's start): its tests, the seconds
+    spent in them, and when its last one finished, counted from ``since``."""
+    lines = []
+    for path in sorted(ARTIFACTS.glob("timeline-gw*.tsv")):
+        rows = [line.split("\t") for line in path.read_text().splitlines() if line]
+        if not rows or path.stat().st_mtime < since:
+            continue
+        busy = sum(float(end) - float(start) for start, end, _ in rows)
+        last = max(float(end) for _, end, _ in rows) - since
+        lines.append(f"{path.stem.removeprefix('timeline-')}: {len(rows)} tests, {busy:.0f} s in them, "
+                     f"its last done at {last:.0f} s")
+    return lines
+
+
 def file_times(junit: Path) -> dict[str, tuple[float, int]]:
     """{test file path (``tests/unit/test_x.py``): (seconds, tests)} from one JUnit XML file."""
     times: dict[str, list] = defaultdict(lambda: [0.0, 0])

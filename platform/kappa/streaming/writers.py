@@ -398,13 +398,14 @@ class MicroBatchWriter:
                 # (read once per query start), so Delta's own look-up of the pair is not needed.
                 if append_with_txn(df, path, self.writer_id(), batch_id, metadata):
                     return
-            self._table_seen = side is None or self._table_seen
             writer = df.write.format("delta").mode("append")
             if partition_by:
                 writer = writer.partitionBy(*partition_by)
             (writer.option("txnAppId", self.writer_id(side)).option("txnVersion", batch_id)
              .option("userMetadata", metadata)
              .save(path))
+            if side is None:
+                self._table_seen = True
 
     def transaction(self, spark: SparkSession, batch_id: int, side: str | None = None):
         """A block whose Delta DML carries this writer's transaction id (:func:`delta_txn`)."""
