@@ -226,12 +226,16 @@ def test_stream_assets_survive_a_stop_mid_stream_and_replay_into_v2_equals_v1(ma
 
 
 def _differ(asset: str, v1: pd.DataFrame, v2: pd.DataFrame, run1, run2) -> str:
-    """Why v2 is not v1: the rows only in each (by every column, a few shown) and each version's
-    final watermark (a window or session closes only once a micro-batch runs past it)."""
+    """Why v2 is not v1: their columns when they differ, else the rows only in each (by every
+    column, a few shown); and each version's final watermark (a window or session closes only once a
+    micro-batch runs past it). ``run1``/``run2``: the versions' last run results (``run2`` None when
+    the replay report lacks it)."""
+    runs = (f"final watermark v1 {run1.watermark}, v2 {run2 and run2.watermark} (micro-batches of the "
+            f"last run: v1 {run1.batches}, v2 {run2 and run2.batches})")
     cols = list(v1.columns)
+    if sorted(cols) != sorted(v2.columns):
+        return f"{asset}: columns v1 {cols}, v2 {list(v2.columns)}; {runs}"
     both = v1.astype(str).merge(v2[cols].astype(str), how="outer", on=cols, indicator=True)
     only1, only2 = both[both["_merge"] == "left_only"], both[both["_merge"] == "right_only"]
     return (f"{asset}: {len(v1)} rows in v1, {len(v2)} in v2; {len(only1)} only in v1, {len(only2)} only in v2; "
-            f"final watermark v1 {getattr(run1, 'watermark', None)}, v2 {getattr(run2, 'watermark', None)} "
-            f"(micro-batches of the last run: v1 {getattr(run1, 'batches', None)}, v2 {getattr(run2, 'batches', None)})\n"
-            f"only in v1:\n{only1.head(5).to_string()}\nonly in v2:\n{only2.head(5).to_string()}")
+            f"{runs}\nonly in v1:\n{only1.head(5).to_string()}\nonly in v2:\n{only2.head(5).to_string()}")
