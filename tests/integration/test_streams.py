@@ -24,6 +24,9 @@ from kappa.quality.gate import run_gate
 from kappa.runners import run_until_caught_up
 from kappa.runners.versions import resolve_versions
 from kappa.spec import load_catalog
+from kappa.streaming import query as query_module
+from kappa.streaming.checkpoint import batch_watermark_ms, next_batch_watermark_ms, read_checkpoint
+from kappa.streaming.kinds import kind_of
 from kappa.streaming.query import start_query
 
 from kappa.harness.truth import frame_hash
@@ -223,6 +226,47 @@ def test_stream_assets_survive_a_stop_mid_stream_and_replay_into_v2_equals_v1(ma
     for asset in STREAMS:
         v1, v2 = table(settings, asset, 1), table(settings, asset, 2)
         assert frame_hash(v2) == frame_hash(v1), _differ(asset, v1, v2, results[asset], replayed.get(asset))
+
+
+def test_a_restart_runs_the_no_data_micro_batch_a_stop_cut_off(make_env, spark, monkeypatch):
+    """A stop between a micro-batch that raises the watermark and the no-data micro-batch that emits
+    what it closes (made here by running the four stateful queries once with Spark's no-data
+    batches off): the restart, with nothing new to read, must still emit it, each row once. Spark
+    alone runs no batch then (a restarted query has no previous execution to ask), and the version
+    would wait for more input with its sessions, windows and unmatched rows held
+    (kappa.streaming.checkpoint.reopen_cut_off_batch)."""
+    settings, suffix = make_env()
+    flights, weather = _slice()
+    publish(settings, renamed([build_events("flights", flights), build_events("weather", weather)], suffix))
+    run_until_caught_up(settings, ["flights", "weather"], spark=spark)
+    versions = resolve_versions(load_catalog(settings.assets_dir), STREAMS, Registry(settings))
+
+    def without_no_data_batches(spec):
+        return dataclasses.replace(kind_of(spec), no_data_batches=lambda spec: False)
+
+    monkeypatch.setattr(query_module, "kind_of", without_no_data_batches)
+    cut = {r.asset: r for r in run_until_caught_up(settings, STREAMS, spark=spark, versions=versions)}
+    monkeypatch.undo()
+    last, raised, rows = {}, {}, {}
+    for asset in STREAMS:
+        cp = versions[asset].checkpoint_path
+        last[asset] = read_checkpoint(cp, settings).batch_id
+        planned, raised[asset] = (f(cp, last[asset], settings) for f in (batch_watermark_ms, next_batch_watermark_ms))
+        assert cut[asset].batches >= 1 and raised[asset] > planned, (asset, cut[asset].batches, planned, raised[asset])
+        rows[asset] = len(table(settings, asset))
+
+    restarted = {r.asset: r for r in run_until_caught_up(settings, STREAMS, spark=spark, versions=versions)}
+    for asset in STREAMS:
+        wm = _watermark(restarted, asset)
+        assert wm == pd.Timestamp(raised[asset], unit="ms", tz="UTC"), (asset, restarted[asset].watermark)
+        assert read_checkpoint(versions[asset].checkpoint_path, settings).batch_id == last[asset] + 1, asset
+    # every row the final watermarks closed, once (the re-run batch's writes were skipped)
+    check_flights_weather(table(settings, "flights_weather"), flights, weather, _watermark(restarted, "flights_weather"))
+    check_sessions(table(settings, "plane_sessions"), flights, _watermark(restarted, "plane_sessions"))
+    check_origin_load(table(settings, "origin_load"), flights, _watermark(restarted, "origin_load"))
+    check_departures_3h(table(settings, "departures_3h"), flights)
+    grew = [a for a in STREAMS if len(table(settings, a)) > rows[a]]
+    assert {"plane_sessions", "origin_load", "flights_weather"} <= set(grew), grew
 
 
 def _differ(asset: str, v1: pd.DataFrame, v2: pd.DataFrame, run1, run2) -> str:

@@ -137,6 +137,16 @@ def delete_tree(location: str | Path, settings: Settings | None = None) -> int:
     return len(files)
 
 
+def delete_file(location: str | Path, settings: Settings | None = None) -> bool:
+    """Delete the one file at ``location`` (a path or URI, as :func:`filesystem` takes it); False,
+    and nothing done, when there is none."""
+    fs, path = filesystem(location, settings)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return False
+    fs.delete_file(path)
+    return True
+
+
 def join(location: str | Path, *parts: str) -> str:
     """``location/part/…`` as a string, for a path or a URI."""
     return "/".join([str(location).rstrip("/"), *parts])

@@ -26,7 +26,7 @@ from kappa.config import Settings
 from kappa.delta.registry import Registry, Version
 from kappa.kafka.topics import TopicError
 from kappa.spec import AssetSpec, Catalog
-from kappa.core.storage import join, list_names, mtime, read_text
+from kappa.core.storage import delete_file, join, list_names, mtime, read_text
 
 
 @dataclass
@@ -126,6 +126,51 @@ def checkpoint_watermark(checkpoint: str | Path, settings: Settings | None = Non
         return None
     at = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
     return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def next_batch_watermark_ms(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> int | None:
+    """The event-time watermark (epoch ms) committed micro-batch ``batch_id`` raised the query's to:
+    the ``nextBatchWatermarkMs`` of ``<checkpoint>/commits/<batch_id>`` (Spark's ``CommitMetadata``:
+    the watermark the next micro-batch is planned with). None when the commit is missing or unreadable."""
+    path = join(join(str(checkpoint), "commits"), str(batch_id))
+    try:
+        lines = [ln for ln in read_text(path, settings).splitlines() if ln.strip()]
+        return int(json.loads(lines[1]).get("nextBatchWatermarkMs", 0))
+    except (OSError, FileNotFoundError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def reopen_cut_off_batch(checkpoint: str | Path, settings: Settings | None = None) -> int | None:
+    """Make a restart run the no-data micro-batch a stop cut off; returns the batch re-opened, or None.
+
+    A micro-batch that raises the watermark is followed by a no-data micro-batch planned with the
+    new watermark, which emits what it closes (append-mode windows and sessions, an outer join's
+    unmatched rows). Spark decides to run that batch from the last batch's executed plan, which a
+    restarted query does not have (``MicroBatchExecution.constructNextBatch``:
+    ``lastExecutionRequiresAnotherBatch`` reads the previous execution): if the query stopped
+    between the two, a restart with nothing new to read runs no batch, and what the watermark
+    closed stays in the state store until more input comes. A replay of the same log, run without
+    the stop, emits it: the two versions differ.
+
+    The checkpoint says it: the newest batch is committed (``commits/<N>``) and its commit's
+    ``nextBatchWatermarkMs`` is above the ``batchWatermarkMs`` it was planned with
+    (``offsets/<N>``). Then ``commits/<N>`` (and its checksum file) is deleted: the checkpoint is
+    as after a crash just before that commit, which Spark recovers from by running batch N again
+    from its write-ahead log entry and state. Its writes are skipped by their transaction ids
+    (:class:`kappa.streaming.writers.MicroBatchWriter`), and having run it, Spark plans the no-data
+    batch. Nothing is done when the newest planned batch is not committed (Spark re-runs it
+    anyway) or the watermark did not move."""
+    offsets = _batch_files(join(str(checkpoint), "offsets"), settings)
+    commits = _batch_files(join(str(checkpoint), "commits"), settings)
+    if not offsets or max(offsets) not in commits:
+        return None
+    batch = max(offsets)
+    planned, raised = batch_watermark_ms(checkpoint, batch, settings), next_batch_watermark_ms(checkpoint, batch, settings)
+    if planned is None or raised is None or raised <= planned:
+        return None
+    delete_file(join(join(str(checkpoint), "commits"), f".{batch}.crc"), settings)
+    delete_file(commits[batch], settings)
+    return batch
 
 
 def batch_sources(checkpoint: str | Path, batch_id: int, settings: Settings | None = None) -> list[dict]:

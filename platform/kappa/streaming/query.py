@@ -14,6 +14,7 @@ of the foreachBatch writers; the fault-point tests use it to prove the above at 
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 from kappa.config import Settings
 from kappa.delta.registry import Version
 from kappa.spec import AssetSpec
+from kappa.streaming.checkpoint import reopen_cut_off_batch
 from kappa.streaming.kinds import kind_of
 from kappa.streaming.policy import check_before_running
 from kappa.streaming.sources import TriggerMode, read_source
@@ -35,6 +37,7 @@ NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 #: Pools"; pools not declared in an allocation file are made on first use, weight 1).
 POOL = "spark.scheduler.pool"
 _starting = threading.Lock()  # one query's start at a time may change the session's setting
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -61,13 +64,21 @@ def start_query(
     until stopped; a continuous query reading Kafka is bounded by ``KAPPA_MAX_OFFSETS_PER_TRIGGER``
     records per micro-batch unless the asset declares its own bound (:mod:`kappa.streaming.sources`).
     The checkpoint is the version's own (never shared between versions). No-data micro-batches run
-    only for a kind that emits on the watermark (:attr:`kappa.streaming.kinds.base.Kind.no_data_batches`).
+    only for a kind that emits on the watermark (:attr:`kappa.streaming.kinds.base.Kind.no_data_batches`);
+    for such a stateful kind, a no-data micro-batch a stop cut off runs first
+    (:func:`kappa.streaming.checkpoint.reopen_cut_off_batch`).
 
     A declaration recorded at run time is held to the policy again first
     (:func:`kappa.streaming.policy.check_before_running`): one that breaks it raises
     :class:`~kappa.streaming.policy.PolicyError` and nothing starts."""
     check_before_running(spark, spec)
     kind = kind_of(spec)
+    if kind.stateful(spec) and kind.no_data_batches(spec):
+        reopened = reopen_cut_off_batch(version.checkpoint_path, settings)
+        if reopened is not None:
+            _log.info("%s: micro-batch %d raised the watermark and the query stopped before the no-data "
+                      "micro-batch that emits on it; running batch %d again (its writes are skipped by "
+                      "their transaction ids) so that batch follows", version.name, reopened, reopened)
     source = read_source(spark, spec, version, settings, mode)
     writer = kind.start(spark, spec, version, settings, source)
     writer = writer.queryName(query_name(spec.name, version.version)).option(
