@@ -343,3 +343,79 @@ def test_the_charts_namespace_and_network_policies_are_enforced_on_the_node(plan
         assert time.monotonic() < deadline, "kube-router kept the deleted policies' chains for 60 s"
         time.sleep(1)
     assert connects("unlabeled-again", None, 30)
+
+
+#: Run in place of Spark's entrypoint in a pod made from the runner's template: the uid, where the
+#: container can write, whether a service-account token is mounted, and whether the RPC key is readable.
+SPARK_POD_PROBE = """
+id -u
+for d in / /opt/kappa /etc/kappa "$0" /tmp; do
+  if touch "$d/.probe" 2>/dev/null; then echo "$d writable"; else echo "$d read-only"; fi
+done
+if [ -e /var/run/secrets/kubernetes.io/serviceaccount/token ]; then echo token; else echo no-token; fi
+if [ -r "$1" ]; then echo key-readable; else echo key-unreadable; fi
+"""
+
+
+def test_the_runners_spark_pods_write_only_to_their_emptydirs_and_executors_carry_no_token(plane, core):
+    """Item 5: the driver and executor pods of the SparkApplication the Kubernetes runner builds for
+    silver (``flights``), made from the application's own pod templates (what the operator hands
+    spark-submit), run in containers on the node in the chart's Pod Security ``restricted``
+    namespace, with a probe in place of Spark's entrypoint. Both run as uid 185 on a read-only root
+    and can write only to ``/tmp`` and the work directory (the templates' emptyDirs); both read the
+    application's RPC key from its Secret; the driver has a service-account token (it creates its
+    executors), the executor none."""
+    import copy
+
+    from kubernetes.client.exceptions import ApiException
+
+    from kappa.runners.kubernetes import KubernetesRunnerConfig, build_spark_application
+    from kappa.runners.kubernetes.application import build_auth_secret
+    from kappa.runners.kubernetes.catalog import example_version
+    from kappa.spec import load_catalog
+    from kappa.streaming.session import AUTH_SECRET_FILE
+    from tests.helm.helmtools import render
+
+    image = cluster._kappa_images(plane[0])[0]
+    (namespace,) = [o for o in render() if o["kind"] == "Namespace"]
+    ns = namespace["metadata"]["name"]
+    try:
+        core.create_namespace(namespace)
+    except ApiException as exc:  # the policy test made it
+        assert exc.status == 409, exc
+    cfg = KubernetesRunnerConfig(namespace=ns, image=image, image_pull_policy="Never")
+    settings = load_settings(project_dir=ROOT, home=plane[0].home, runner="kubernetes",
+                             warehouse="s3a://lake/warehouse/", checkpoints="s3a://lake/checkpoints")
+    spec = load_catalog(ROOT / "assets")["flights"]
+    app = build_spark_application(spec, example_version(settings, spec, 1), cfg, settings)
+    core.create_namespaced_service_account(ns, {"metadata": {"name": cfg.service_account}})
+    core.create_namespaced_secret(ns, {"metadata": {"name": cfg.object_store_secret}, "stringData": {
+        cfg.object_store_access_key_key: "probe", cfg.object_store_secret_key_key: "probe"}})
+    # the RPC key Secret as the runner makes it, without its owner (no SparkApplication here: the
+    # garbage collector would delete a Secret whose owner does not exist)
+    key = build_auth_secret({**app, "metadata": {**app["metadata"], "uid": "none"}})
+    key["metadata"].pop("ownerReferences")
+    core.create_namespaced_secret(ns, key)
+
+    logs = {}
+    for role in ("driver", "executor"):
+        pod_spec = copy.deepcopy(app["spec"][role]["template"]["spec"])
+        (container,) = pod_spec["containers"]
+        container.update(image=image, imagePullPolicy="Never",
+                         command=["/bin/sh", "-c", SPARK_POD_PROBE, cfg.work_dir, AUTH_SECRET_FILE])
+        # Spark adds the role's cores and memory to the template; the probe asks for little (2 CPUs here)
+        container["resources"]["requests"].update(cpu="100m", memory="128Mi")
+        container["resources"]["limits"].update(cpu="1", memory="512Mi")
+        pod_spec.update(nodeName=node.NODE_NAME, restartPolicy="Never")
+        if role == "driver":
+            pod_spec["serviceAccountName"] = app["spec"]["driver"]["serviceAccount"]
+        name = f"probe-{role}"
+        core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "spec": pod_spec, "metadata": {
+            "name": name, "labels": app["spec"][role]["template"]["metadata"]["labels"]}})
+        pod = _finished(core, name, ns=ns)
+        logs[role] = _log(core, name, ns)
+        assert pod.status.phase == "Succeeded", logs[role]
+        print(role, logs[role])
+    for role, token in (("driver", "token"), ("executor", "no-token")):
+        assert logs[role] == ["185", "/ read-only", "/opt/kappa read-only", "/etc/kappa read-only",
+                              f"{cfg.work_dir} writable", "/tmp writable", token, "key-readable"], (role, logs[role])
