@@ -36,6 +36,7 @@ def plane(tmp_path_factory):
     try:
         st = cluster.start(settings, timeout_s=300)
         yield settings, st
+        _write_pods(settings, st)
     finally:
         cluster.stop(settings)
     # the kubelet changed the machine's kernel settings; stopping the node puts them back, and
@@ -56,6 +57,32 @@ def plane(tmp_path_factory):
     # the node's containerd root holds the imported images unpacked (~6 GB): not left in pytest's
     # kept temporary directories
     shutil.rmtree(node.node_dir(cluster.state_dir(settings)), ignore_errors=True)
+
+
+#: Where the plane leaves its closing view of the pods; `make test-cluster` prints it last.
+PODS = ROOT / ".kappa" / "test-artifacts" / "cluster-pods.txt"
+
+
+def _write_pods(settings, st) -> None:
+    """The pods the tests left, as ``kubectl get pods -A -o wide`` lists them plus each one's
+    images and container ids (``containerd://…``), and the runtime's own view (``ctr containers
+    list`` in containerd's ``k8s.io`` namespace), into :data:`PODS`."""
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=st.kubeconfig))
+    rows = [("NAMESPACE", "NAME", "STATUS", "IP", "NODE", "RUNTIME", "IMAGES")]
+    for pod in sorted(core.list_pod_for_all_namespaces().items, key=lambda p: (p.metadata.namespace, p.metadata.name)):
+        statuses = pod.status.container_statuses or []
+        runtime = ",".join(sorted({(c.container_id or "-").split("://")[0] for c in statuses})) or "-"
+        rows.append((pod.metadata.namespace, pod.metadata.name, pod.status.phase, pod.status.pod_ip or "-",
+                     pod.spec.node_name or "-", runtime, ",".join(c.image for c in pod.spec.containers)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[-1] for r in rows]
+    view = node.ctr(node.tools(settings, cluster.tools_dir(settings)), cluster.state_dir(settings),
+                    "containers", "list", check=False).stdout
+    PODS.parent.mkdir(parents=True, exist_ok=True)
+    PODS.write_text("pods at the end of tests/cluster (kubectl get pods -A -o wide):\n" + "\n".join(lines)
+                    + "\n\ncontainerd's view (ctr --namespace k8s.io containers list):\n" + view)
 
 
 @pytest.fixture(scope="module")
