@@ -4,8 +4,11 @@ as its runtime, and a pod of the Kappa image runs in a container: as uid 185 on 
 filesystem, with an address on the node's bridge, its log read back through the API server. The
 chart's namespace and NetworkPolicies, applied on it, are enforced: kube-router's firewall drops a
 connection from a pod without the SQL-client label and lets it through once the policies are gone.
+The runner's Spark pod templates keep their pods to their emptyDirs (item 5), and the chart's SQL
+endpoint, installed with helm, serves a promoted table to an analyst pod over TLS (item 3).
 
-Marked ``cluster`` (`make test-cluster`: it needs `make image` and `make node-tools`)."""
+Marked ``cluster`` (`make test-cluster`: it needs `make image`, `make node-tools` and `make
+objectstore-tools`)."""
 
 from __future__ import annotations
 
