@@ -105,10 +105,16 @@ def batch_watermark_ms(checkpoint: str | Path, batch_id: int, settings: Settings
     operators of batch N evict state with it and drop input rows at or behind the one of batch
     N - 1 (Spark 4.1 ``PropagateWatermarkSimulator.getInputWatermarkForLateEvents``). None when the
     entry is missing or unreadable."""
-    path = join(join(str(checkpoint), "offsets"), str(batch_id))
+    return _metadata_ms(checkpoint, "offsets", batch_id, "batchWatermarkMs", settings)
+
+
+def _metadata_ms(checkpoint: str | Path, log: str, batch_id: int, key: str, settings: Settings | None) -> int | None:
+    """``key`` (epoch ms; 0 when absent) of the metadata line (the second) of ``<checkpoint>/<log>/<batch_id>``,
+    None when that file is missing or unreadable."""
+    path = join(join(str(checkpoint), log), str(batch_id))
     try:
         lines = [ln for ln in read_text(path, settings).splitlines() if ln.strip()]
-        return int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+        return int(json.loads(lines[1]).get(key, 0))
     except (OSError, FileNotFoundError, ValueError, IndexError, AttributeError):
         return None
 
@@ -132,12 +138,7 @@ def next_batch_watermark_ms(checkpoint: str | Path, batch_id: int, settings: Set
     """The event-time watermark (epoch ms) committed micro-batch ``batch_id`` raised the query's to:
     the ``nextBatchWatermarkMs`` of ``<checkpoint>/commits/<batch_id>`` (Spark's ``CommitMetadata``:
     the watermark the next micro-batch is planned with). None when the commit is missing or unreadable."""
-    path = join(join(str(checkpoint), "commits"), str(batch_id))
-    try:
-        lines = [ln for ln in read_text(path, settings).splitlines() if ln.strip()]
-        return int(json.loads(lines[1]).get("nextBatchWatermarkMs", 0))
-    except (OSError, FileNotFoundError, ValueError, IndexError, AttributeError):
-        return None
+    return _metadata_ms(checkpoint, "commits", batch_id, "nextBatchWatermarkMs", settings)
 
 
 def reopen_cut_off_batch(checkpoint: str | Path, settings: Settings | None = None) -> int | None:
