@@ -14,7 +14,11 @@ variable                       meaning                                         d
 ``KAPPA_CHECKPOINTS``          root of the streaming checkpoints                ``<home>/checkpoints``
 ``KAPPA_KAFKA_PORT``           local broker's client port                       ``9092``
 ``KAPPA_KAFKA_CONTROLLER_PORT`` local broker's KRaft controller port            ``9093``
-``KAPPA_BOOTSTRAP_SERVERS``    Kafka bootstrap servers                          ``127.0.0.1:<port>``
+``KAPPA_KAFKA_HOST``           the address the local broker's client listener   ``127.0.0.1``
+                               binds and advertises (the machine's own address
+                               lets pods on a real node reach it; the
+                               controller stays on loopback)
+``KAPPA_BOOTSTRAP_SERVERS``    Kafka bootstrap servers                          ``<host>:<port>``
 ``KAPPA_SPARK_MASTER``         Spark master URL                                 ``local[*]``
 ``KAPPA_SPARK_DRIVER_MEMORY``  driver heap, Spark size string                   ``4g``
 ``KAPPA_SPARK_DRIVER_JIT``     the driver JVM's JIT compilers: ``tiered`` (C1   ``tiered``
@@ -178,6 +182,9 @@ class Settings(BaseSettings):
 
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
+    #: The one address the local broker's client listener binds and advertises (loopback by
+    #: default; the machine's own for pods on a real node, ``kappa.services.node.node_ip``).
+    kafka_host: ipaddress.IPv4Address = ipaddress.IPv4Address("127.0.0.1")
     bootstrap_servers: str | None = None
     topic_partitions: int = Field(3, ge=1)
 
@@ -382,7 +389,7 @@ class Settings(BaseSettings):
         self.assets_dir = (self.assets_dir or self.project_dir / "assets").resolve()
         self.jars_dir = (self.jars_dir or self.project_dir / "build" / "jars").resolve()
         if self.bootstrap_servers is None:
-            self.bootstrap_servers = f"127.0.0.1:{self.kafka_port}"
+            self.bootstrap_servers = f"{self.kafka_host}:{self.kafka_port}"
         return self
 
     @property

@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("variable, value, expected", [
     ("KAPPA_RUNNER", "foo", "expected one of local, kubernetes"),
     ("KAPPA_KAFKA_PORT", "abc", "expected an integer"),
+    ("KAPPA_KAFKA_HOST", "kafka.example", "expected input is not a valid IPv4 address"),
+    ("KAPPA_OBJECTSTORE_HOST", "x", "expected input is not a valid IPv4 address"),
     ("KAPPA_SHUFFLE_PARTITIONS", "0", "expected an integer >= 1"),
     ("KAPPA_SERVE_PORT", "70000", "expected an integer from 1 to 65535"),
     ("KAPPA_SPARK_UI", "maybe", "expected true or false"),

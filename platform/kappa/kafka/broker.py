@@ -67,8 +67,8 @@ def _server_properties(settings: Settings, data_dir: Path) -> str:
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{c}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{p}",
+        "listeners": f"PLAINTEXT://{settings.kafka_host}:{p},CONTROLLER://127.0.0.1:{c}",
+        "advertised.listeners": f"PLAINTEXT://{settings.kafka_host}:{p}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -147,8 +147,9 @@ def start(settings: Settings, timeout_s: float = 90.0) -> BrokerStatus:
             f"the local broker is already running (pid {pid}) at {settings.bootstrap_servers}; "
             "`kappa kafka status` shows it, `kappa kafka stop` stops it"
         )
-    for name, port in (("client", settings.kafka_port), ("controller", settings.kafka_controller_port)):
-        if processes.port_in_use(port):
+    for name, port, host in (("client", settings.kafka_port, str(settings.kafka_host)),
+                             ("controller", settings.kafka_controller_port, "127.0.0.1")):
+        if processes.port_in_use(port, host):
             raise BrokerError(
                 f"port {port} ({name} port) is already in use by another process; stop it or choose "
                 f"another port with KAPPA_KAFKA_PORT / KAPPA_KAFKA_CONTROLLER_PORT"
