@@ -420,7 +420,7 @@ def start(settings: Settings, timeout_s: float = 120.0) -> ClusterStatus:
             return True
 
         _wait("the Spark operator's CRDs to be established", established, 60, procs, d)
-        client.CoreV1Api(api).create_node(yaml.safe_load(_node_manifest()))
+        client.CoreV1Api(api).create_node(yaml.safe_load(_node_manifest(real)))
 
     try:
         launch("kine")
@@ -496,7 +496,10 @@ def _kappa_images(settings: Settings) -> tuple[str, ...]:
     return (image,) if held else ()
 
 
-def _node_manifest() -> str:
+def _node_manifest(real: bool = False) -> str:
+    """kwok's node. Beside a real node (``real``) it is tainted ``kappa.dev/fake-node=kwok:NoSchedule``:
+    the scheduler would otherwise prefer its 32 free CPUs, where a pod is reported Running and
+    nothing runs."""
     import yaml
 
     key, value = KWOK_NODE_ANNOTATION
@@ -513,6 +516,8 @@ def _node_manifest() -> str:
         "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "ephemeral-storage": "500Gi", "pods": "110"},
                    "capacity": {"cpu": "32", "memory": "128Gi", "ephemeral-storage": "500Gi", "pods": "110"}},
     }
+    if real:
+        node["spec"] = {"taints": [{"key": "kappa.dev/fake-node", "value": "kwok", "effect": "NoSchedule"}]}
     return yaml.safe_dump(node)
 
 
