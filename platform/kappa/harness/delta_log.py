@@ -18,8 +18,11 @@ import time
 from collections import Counter
 from datetime import timezone
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from urllib.parse import unquote
+
+if TYPE_CHECKING:
+    from kappa.config import Settings
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 
@@ -158,15 +161,17 @@ def read_delta(path: str, columns: list[str]):
     return dataset(path).to_table(columns=columns)
 
 
-def txn_commits(table: str | Path) -> Counter[tuple[str, int]]:
+def txn_commits(table: str | Path, settings: Settings | None = None) -> Counter[tuple[str, int]]:
     """(txnAppId, txnVersion) -> how many commits of the Delta table carry it, read from the ``txn``
     actions of the JSON commit files in ``_delta_log`` itself (a Delta reader's snapshot keeps only
-    the newest version per app id, so it could not show a micro-batch committed twice)."""
-    import json
+    the newest version per app id, so it could not show a micro-batch committed twice). ``table``
+    is a folder or an object-store URI (``s3a://…``, reached with ``settings``' endpoint)."""
+    from kappa.core import storage
 
+    log = storage.join(table, "_delta_log")
     counts: Counter = Counter()
-    for commit in sorted(Path(table, "_delta_log").glob("*.json")):
-        for line in commit.read_text().splitlines():
+    for name in sorted(n for n in storage.list_names(log, settings) if _COMMIT.match(n)):
+        for line in storage.read_text(storage.join(log, name), settings).splitlines():
             action = json.loads(line) if line.strip() else {}
             if "txn" in action:
                 counts[(action["txn"]["appId"], action["txn"]["version"])] += 1
