@@ -264,6 +264,10 @@ def test_config_from_the_charts_configmap_keys(tmp_path):
     assert cfg.jars == (f"local://{tmp_path}/delta.jar", f"local://{tmp_path}/kafka.jar")
     with pytest.raises(Exception, match="imag"):
         KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGEE": "x"})
+    # outside the image its folder cannot be listed: the jars named instead
+    named = KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "img:1", "KAPPA_K8S_JARS":
+                                                 "local:///opt/kappa/jars/spark/a.jar, local:///opt/kappa/jars/spark/b.jar,"})
+    assert named.jars == ("local:///opt/kappa/jars/spark/a.jar", "local:///opt/kappa/jars/spark/b.jar")
 
 
 # ------------------------------------------------------------------------------------ outcomes

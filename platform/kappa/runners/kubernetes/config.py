@@ -76,7 +76,9 @@ class KubernetesRunnerConfig(BaseModel):
     def from_mapping(cls, values: Mapping[str, str], prefix: str = "KAPPA_K8S_") -> "KubernetesRunnerConfig":
         """A config from flat string settings such as the chart's ``kappa-config`` ConfigMap
         (``KAPPA_K8S_IMAGE``, ``KAPPA_K8S_DRIVER_MEMORY`` …); keys without ``prefix`` are ignored.
-        ``JARS_DIR`` lists the image's jars into ``jars`` (see :meth:`with_jars_from`). The caller
+        ``JARS_DIR`` lists the image's jars into ``jars`` (see :meth:`with_jars_from`); ``JARS``
+        names them instead, comma-separated ``local://`` URIs, for a runner outside the image (a
+        laptop's CLI against the cluster), where the image's folder cannot be listed. The caller
         passes the mapping (``kappa.config`` reads the environment). Raises
         ``pydantic.ValidationError`` naming a bad or unknown key."""
         flat = {k[len(prefix):].lower(): v for k, v in values.items() if k.startswith(prefix)}
@@ -86,6 +88,8 @@ class KubernetesRunnerConfig(BaseModel):
             if sub:
                 fields[role] = Resources.model_validate(sub)
         jars_dir = flat.pop("jars_dir", None)
+        if "jars" in flat:
+            fields["jars"] = tuple(j.strip() for j in flat.pop("jars").split(",") if j.strip())
         if "spark_conf" in flat:
             fields["spark_conf"] = dict(
                 kv.split("=", 1) for kv in flat.pop("spark_conf").split(",") if "=" in kv
