@@ -131,16 +131,18 @@ test-fast: install tools
 image:
 	tools/container/image.sh
 
-# Kubernetes on a real node (issue 43), so far its first steps: build the image and inspect it, then
-# start the control plane with a real node (containerd, a kubelet; make node-tools) and run the image
-# in pods there (tests/cluster, marker `cluster`, which `make test` leaves out). Prints each step's time
-# and, last, the pods the tests left with their node, runtime and images, and containerd's own view.
+# Kubernetes on a real node (issue 43): build the image and inspect it, then start the control plane
+# with a real node (containerd, a kubelet; make node-tools) and run the image in pods there
+# (tests/cluster, marker `cluster`, which `make test` leaves out). Prints each step's time and, last,
+# the pods the tests left with their node, runtime and images, containerd's own view, and every Spark
+# pod the loop's applications ran (driver and executors, the killed ones marked deleted).
 test-cluster: install
 	@t0=$$SECONDS; $(MAKE) --no-print-directory image; echo "test-cluster: make image: $$((SECONDS - t0)) s"
 	@t0=$$SECONDS; $(MAKE) --no-print-directory node-tools objectstore-tools; \
 	  echo "test-cluster: make node-tools objectstore-tools: $$((SECONDS - t0)) s"
-	@rm -f .kappa/test-artifacts/cluster-pods.txt; t0=$$SECONDS; $(BIN)/pytest -m cluster tests/cluster --durations=0; rc=$$?; \
-	  cat .kappa/test-artifacts/cluster-pods.txt 2>/dev/null; \
+	@rm -f .kappa/test-artifacts/cluster-pods.txt .kappa/test-artifacts/cluster-spark-pods.txt; t0=$$SECONDS; \
+	  $(BIN)/pytest -m cluster tests/cluster --durations=0; rc=$$?; \
+	  cat .kappa/test-artifacts/cluster-pods.txt .kappa/test-artifacts/cluster-spark-pods.txt 2>/dev/null; \
 	  echo "test-cluster: tests/cluster: $$((SECONDS - t0)) s"; exit $$rc
 
 # Headless Chromium for the Dagster UI screenshot test (Debian's package; skipped when present).
