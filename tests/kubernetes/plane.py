@@ -61,8 +61,9 @@ def kappa_namespace(plane: cluster.ClusterStatus, name: str, *values: str) -> st
     return name
 
 
-def wait_for(what: str, check, timeout_s: float = 60.0, every_s: float = 0.25):
-    """Poll ``check()`` until it returns something truthy (returned), or fail naming ``what``."""
+def wait_for(what: str, check, timeout_s: float = 60.0, every_s: float = 0.25, detail=None):
+    """Poll ``check()`` until it returns something truthy (returned), or fail naming ``what`` (and
+    ``detail()``'s text, e.g. a pod's log, when given)."""
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
@@ -70,7 +71,8 @@ def wait_for(what: str, check, timeout_s: float = 60.0, every_s: float = 0.25):
         if last:
             return last
         time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})"
+                         + (f"\n{detail()}" if detail else ""))
 
 
 def client_as(plane: cluster.ClusterStatus, api_client, namespace: str, account: str):
