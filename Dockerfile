@@ -63,11 +63,13 @@ COPY tools/image/entrypoint.sh /opt/entrypoint.sh
 COPY assets/ /opt/kappa/assets/
 # The SparkApplications' mainApplicationFile (must be a file): a streaming version runs
 # `python -m kappa.runners.entrypoint`, a gate runs the `kappa` command (`kappa gate ASSET VERSION`).
+# Not named kappa.py: a script's folder comes first on sys.path, so a kappa.py beside entrypoint.py
+# would be imported as the package `kappa` (a driver pod on the real node failed so).
 RUN mkdir -p /opt/kappa/bin /opt/kappa/work \
  && printf 'import runpy\nrunpy.run_module("kappa.runners.entrypoint", run_name="__main__", alter_sys=True)\n' \
       > /opt/kappa/bin/entrypoint.py \
  && printf 'import runpy\nrunpy.run_module("kappa.cli", run_name="__main__", alter_sys=True)\n' \
-      > /opt/kappa/bin/kappa.py \
+      > /opt/kappa/bin/kappa_cli.py \
  && ln -s /usr/bin/tini /sbin/tini \
  && ln -s /usr/lib/jvm/java-17-openjdk-${TARGETARCH:-amd64} /usr/lib/jvm/java-17 \
  && chown -R 185:185 /opt/kappa/work

@@ -49,7 +49,7 @@ ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
 #: The image's two shims (see the Dockerfile) and the module each runs.
 ENTRY_POINTS = {
     ENTRYPOINT_FILE: ["-m", "kappa.runners.entrypoint"],
-    "local:///opt/kappa/bin/kappa.py": ["-m", "kappa.cli"],
+    "local:///opt/kappa/bin/kappa_cli.py": ["-m", "kappa.cli"],
 }
 
 

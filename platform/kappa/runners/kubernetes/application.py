@@ -46,7 +46,7 @@ from kappa.spec import AssetSpec, Resources
 #: The Spark entry points inside the Kappa image: two-line shims (see the Dockerfile) that run
 #: ``python -m kappa.runners.entrypoint`` and the ``kappa`` command; ``mainApplicationFile`` must be a file.
 ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
-KAPPA_CLI_FILE = "local:///opt/kappa/bin/kappa.py"
+KAPPA_CLI_FILE = "local:///opt/kappa/bin/kappa_cli.py"
 #: Where the Kafka cluster CA certificate (PEM) is mounted when ``KAPPA_KAFKA_SSL_TRUSTSTORE_LOCATION`` is unset.
 KAFKA_CA_DIR = "/etc/kappa/kafka-ca"
 #: The pod volume of the application's Spark RPC key Secret (driver and executors).
