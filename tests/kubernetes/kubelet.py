@@ -43,13 +43,14 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.utils import parse_quantity
 
+from kappa.runners.kubernetes.application import ENTRYPOINT_FILE, KAPPA_CLI_FILE
+
 from ..kappa_cli import clean_env
 
-ENTRYPOINT_FILE = "local:///opt/kappa/bin/entrypoint.py"
-#: The image's two shims (see the Dockerfile) and the module each runs.
+#: The image's two shims (see the Dockerfile; their names are the runner's) and the module each runs.
 ENTRY_POINTS = {
     ENTRYPOINT_FILE: ["-m", "kappa.runners.entrypoint"],
-    "local:///opt/kappa/bin/kappa_cli.py": ["-m", "kappa.cli"],
+    KAPPA_CLI_FILE: ["-m", "kappa.cli"],
 }
 
 
