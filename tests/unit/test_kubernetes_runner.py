@@ -268,6 +268,9 @@ def test_config_from_the_charts_configmap_keys(tmp_path):
     named = KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "img:1", "KAPPA_K8S_JARS":
                                                  "local:///opt/kappa/jars/spark/a.jar, local:///opt/kappa/jars/spark/b.jar,"})
     assert named.jars == ("local:///opt/kappa/jars/spark/a.jar", "local:///opt/kappa/jars/spark/b.jar")
+    with pytest.raises(ValueError, match="KAPPA_K8S_JARS and KAPPA_K8S_JARS_DIR are both set"):
+        KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "img:1", "KAPPA_K8S_JARS": "local:///a.jar",
+                                             "KAPPA_K8S_JARS_DIR": str(tmp_path)})
 
 
 # ------------------------------------------------------------------------------------ outcomes

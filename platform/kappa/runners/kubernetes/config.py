@@ -80,7 +80,8 @@ class KubernetesRunnerConfig(BaseModel):
         names them instead, comma-separated ``local://`` URIs, for a runner outside the image (a
         laptop's CLI against the cluster), where the image's folder cannot be listed. The caller
         passes the mapping (``kappa.config`` reads the environment). Raises
-        ``pydantic.ValidationError`` naming a bad or unknown key."""
+        ``pydantic.ValidationError`` naming a bad or unknown key, ``ValueError`` when both
+        ``JARS`` and ``JARS_DIR`` are set."""
         flat = {k[len(prefix):].lower(): v for k, v in values.items() if k.startswith(prefix)}
         fields: dict[str, Any] = {}
         for role in ("driver", "executor"):
@@ -89,6 +90,8 @@ class KubernetesRunnerConfig(BaseModel):
                 fields[role] = Resources.model_validate(sub)
         jars_dir = flat.pop("jars_dir", None)
         if "jars" in flat:
+            if jars_dir:
+                raise ValueError(f"{prefix}JARS and {prefix}JARS_DIR are both set: name the image's jars one way")
             fields["jars"] = tuple(j.strip() for j in flat.pop("jars").split(",") if j.strip())
         if "spark_conf" in flat:
             fields["spark_conf"] = dict(
