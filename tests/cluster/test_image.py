@@ -145,15 +145,21 @@ def test_the_entrypoint_refuses_a_pod_without_sparks_settings(image, args, error
 def test_executor_mode_starts_sparks_executor_backend_with_the_pods_jvm_options(image):
     """``executor`` as Spark's pod spec runs it: the backend class on the image's classpath, heap from
     SPARK_EXECUTOR_MEMORY, SPARK_JAVA_OPT_<i> in numeric order (10 after 2, so the last -D wins) and
-    with their spaces kept. The driver URL is unreachable (no network), so it exits after trying."""
+    with their spaces kept, after a ``spark.master`` naming the pod's API server and the RPC key
+    file as ``spark.authenticate.secret.file`` (without them the backend's first SecurityManager
+    cannot read the key). The driver URL is unreachable (no network), so it exits after trying."""
     env = {"SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.0.0.1:1", "SPARK_EXECUTOR_ID": "1",
            "SPARK_EXECUTOR_CORES": "1", "SPARK_EXECUTOR_MEMORY": "300m", "SPARK_APPLICATION_ID": "spark-test",
            "SPARK_EXECUTOR_POD_IP": "127.0.0.1", "SPARK_EXECUTOR_POD_NAME": "app-exec-1",
+           "KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443",
            "SPARK_JAVA_OPT_0": "-XshowSettings:properties", "SPARK_JAVA_OPT_1": "-Dkappa.probe=a b",
-           "SPARK_JAVA_OPT_2": "-Dkappa.order=two", "SPARK_JAVA_OPT_10": "-Dkappa.order=ten"}
+           "SPARK_JAVA_OPT_2": "-Dkappa.order=two", "SPARK_JAVA_OPT_10": "-Dkappa.order=ten",
+           "SPARK_JAVA_OPT_3": "-Dspark.authenticate.secret.executor.file=/etc/kappa/spark-auth/secret"}
     got = run("executor", env=env)
     out = got.stdout + got.stderr
     assert "kappa.probe = a b" in out and "kappa.order = ten" in out, out[-3000:]
+    assert "spark.master = k8s://https://10.96.0.1:443" in out, out[-3000:]
+    assert "spark.authenticate.secret.file = /etc/kappa/spark-auth/secret" in out, out[-3000:]
     assert "sun.java.command = org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend" in out, out[-3000:]
     assert "ClassNotFoundException" not in out and "NoClassDefFoundError" not in out, out[-3000:]
     assert "spark://CoarseGrainedScheduler@127.0.0.1:1" in out and got.returncode != 0, out[-3000:]

@@ -14,7 +14,17 @@
 #                    SPARK_APPLICATION_ID, SPARK_EXECUTOR_POD_IP, SPARK_EXECUTOR_POD_NAME,
 #                    SPARK_RESOURCE_PROFILE_ID, SPARK_JAVA_OPT_0..N (the executor's JVM options, in
 #                    index order), SPARK_CLASSPATH (extra entries, optional). Runs Spark's
-#                    KubernetesExecutorBackend with the jars of the image's pyspark.
+#                    KubernetesExecutorBackend with the jars of the image's pyspark. Ahead of
+#                    those options it sets spark.master to the pod's API server (k8s://...) and,
+#                    when they name spark.authenticate.secret.executor.file, the same file as
+#                    spark.authenticate.secret.file: the backend's first SecurityManager, the one
+#                    that fetches the driver's properties, reads only that generic key, and reads
+#                    a key file only when spark.master names Kubernetes, which Spark does not
+#                    pass to executors (Spark 4.1.3: CoarseGrainedExecutorBackend.run's
+#                    `new SecurityManager(executorConf)`, SecurityManager.secretKeyFromFile,
+#                    SparkConf.isExecutorStartupConf). Without them an executor of an
+#                    application that authenticates its RPC fails with "A secret key must be
+#                    specified via the spark.authenticate.secret config".
 #   anything else    run as given (Dagster's code location, runs and webservers; `kappa ...`).
 #
 # Every process runs under tini (PID 1: reaps children, forwards signals, so a pod's SIGTERM reaches
@@ -51,7 +61,12 @@ case "$1" in
     while read -r name; do java_opts+=("${!name}"); done < <(
       compgen -v SPARK_JAVA_OPT_ | sed -n 's/^SPARK_JAVA_OPT_\([0-9][0-9]*\)$/\1 &/p' | sort -n | cut -d' ' -f2)
     classpath="${SPARK_CONF_DIR:-$SPARK_HOME/conf}:$SPARK_HOME/jars/*${SPARK_CLASSPATH:+:$SPARK_CLASSPATH}"
-    exec /usr/bin/tini -- "$JAVA_HOME/bin/java" "${java_opts[@]}" \
+    startup=("-Dspark.master=k8s://https://${KUBERNETES_SERVICE_HOST:-kubernetes.default.svc}:${KUBERNETES_SERVICE_PORT:-443}")
+    for opt in "${java_opts[@]}"; do
+      [[ $opt == -Dspark.authenticate.secret.executor.file=* ]] &&
+        startup+=("-Dspark.authenticate.secret.file=${opt#-Dspark.authenticate.secret.executor.file=}")
+    done
+    exec /usr/bin/tini -- "$JAVA_HOME/bin/java" "${startup[@]}" "${java_opts[@]}" \
       "-Xms$SPARK_EXECUTOR_MEMORY" "-Xmx$SPARK_EXECUTOR_MEMORY" \
       -cp "$classpath" org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
       --driver-url "$SPARK_DRIVER_URL" \
