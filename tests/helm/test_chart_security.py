@@ -506,7 +506,7 @@ def test_runner_config_map_is_a_valid_kubernetes_runner_config(rendered):
     from kappa.config import Settings
 
     (cm,) = kinds(rendered, "ConfigMap")
-    data = {k: v for k, v in cm["data"].items() if k != "KAPPA_K8S_JARS_DIR"}  # image path, absent here
+    data = dict(cm["data"])
     cfg = KubernetesRunnerConfig.from_mapping(data)
     assert cfg.namespace == "kappa"
     (kafka,) = kinds(rendered, "Kafka")

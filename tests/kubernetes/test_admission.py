@@ -91,6 +91,9 @@ ATTACKS = {
         lambda a: a["spec"]["sparkConf"].update({"spark.kubernetes.container.image": EVIL}), "no spark.kubernetes"),
     "jars from the internet": (
         lambda a: a["spec"].update(deps={"jars": ["https://evil.example/x.jar"]}), "no deps"),
+    "an executor class path outside the image's /opt/kappa": (
+        lambda a: a["spec"]["sparkConf"].update({"spark.executor.extraClassPath": "/opt/kappa/jars/spark/*:/tmp/x.jar"}),
+        "class path only under /opt/kappa/"),
     "a writable root filesystem": (
         lambda a: _driver_container(a)["securityContext"].update(readOnlyRootFilesystem=False),
         "read-only root filesystem and an ephemeral-storage limit"),

@@ -77,7 +77,7 @@ def cfg() -> KubernetesRunnerConfig:
         image="registry.example.com/kappa/kappa:1.2.3",
         object_store_secret="lake-keys",
         kafka_cluster="events",
-        jars=("local:///opt/kappa/jars/spark/a.jar", "local:///opt/kappa/jars/spark/b.jar"),
+        jars_dir="/opt/kappa/jars/lake",
     )
 
 
@@ -131,7 +131,8 @@ def test_table_and_checkpoint_are_the_versions_own_paths_on_the_object_store(cfg
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://minio.minio:9000"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
-    assert conf["spark.jars"] == "local:///opt/kappa/jars/spark/a.jar,local:///opt/kappa/jars/spark/b.jar"
+    assert conf["spark.driver.extraClassPath"] == conf["spark.executor.extraClassPath"] == "/opt/kappa/jars/lake/*"
+    assert "spark.jars" not in conf
     assert all(isinstance(v, str) for v in conf.values())
 
 
@@ -248,29 +249,23 @@ def test_bad_versions_names_and_paths_are_refused(cfg):
         KubernetesRunnerConfig(image="x", warehouse="s3a://b/w")
 
 
-def test_config_from_the_charts_configmap_keys(tmp_path):
-    (tmp_path / "delta.jar").write_text("")
-    (tmp_path / "kafka.jar").write_text("")
+def test_config_from_the_charts_configmap_keys():
     cfg = KubernetesRunnerConfig.from_mapping({
         "KAPPA_RUNNER": "kubernetes",
         "KAPPA_K8S_IMAGE": "img:1",
         "KAPPA_K8S_DRIVER_MEMORY": "3g",
         "KAPPA_K8S_EXECUTOR_CORES": "2",
         "KAPPA_K8S_EXECUTOR_INSTANCES": "4",
-        "KAPPA_K8S_JARS_DIR": str(tmp_path),
+        "KAPPA_K8S_JARS_DIR": "/opt/kappa/jars/lake",
         "OTHER": "ignored",
     })
     assert cfg.driver.memory == "3g" and cfg.executor.cores == 2 and cfg.executor_instances == 4
-    assert cfg.jars == (f"local://{tmp_path}/delta.jar", f"local://{tmp_path}/kafka.jar")
+    # a folder inside the image, never listed here: a runner outside the image (a laptop's CLI) has
+    # the same config as the one inside it
+    assert cfg.jars_dir == "/opt/kappa/jars/lake"
+    assert KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "img:1"}).jars_dir == "/opt/kappa/jars/spark"
     with pytest.raises(Exception, match="imag"):
         KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGEE": "x"})
-    # outside the image its folder cannot be listed: the jars named instead
-    named = KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "img:1", "KAPPA_K8S_JARS":
-                                                 "local:///opt/kappa/jars/spark/a.jar, local:///opt/kappa/jars/spark/b.jar,"})
-    assert named.jars == ("local:///opt/kappa/jars/spark/a.jar", "local:///opt/kappa/jars/spark/b.jar")
-    with pytest.raises(ValueError, match="KAPPA_K8S_JARS and KAPPA_K8S_JARS_DIR are both set"):
-        KubernetesRunnerConfig.from_mapping({"KAPPA_K8S_IMAGE": "img:1", "KAPPA_K8S_JARS": "local:///a.jar",
-                                             "KAPPA_K8S_JARS_DIR": str(tmp_path)})
 
 
 # ------------------------------------------------------------------------------------ outcomes

@@ -27,18 +27,20 @@ def test_session_and_spark_application_share_one_configuration(tmp_path):
     settings = load_settings(project_dir=ROOT, jars_dir=tmp_path, warehouse="s3a://lake/w", checkpoints="s3a://lake/c",
                              s3_endpoint="http://minio:9000", s3_path_style_access=True, shuffle_partitions=6)
     session = spark_conf(settings)
-    cfg = k8s.KubernetesRunnerConfig(image="img:1", jars=("local:///opt/kappa/jars/spark/delta.jar",))
+    cfg = k8s.KubernetesRunnerConfig(image="img:1")
     spec = load_catalog(ROOT / "assets")["weather"]
     app = k8s.build_spark_application(spec, k8s.example_version(settings, spec, 1), cfg, settings)["spec"]["sparkConf"]
-    # what only one side can have: master and driver heap (the session), submission mode (the app),
-    # and the jars: files on this machine vs files in the image
+    # what only one side can have: master and driver heap (the session), submission mode, RPC
+    # security and the executors' class path (the app)
     assert set(session) - set(app) == SESSION_ONLY
     assert set(app) - set(session) == APPLICATION_ONLY
-    # (the session's on the driver's class path: local mode's executor is the driver's JVM, and
-    # spark.jars would copy each jar into a temporary directory at every start)
+    # the jars on the class path where they are, never spark.jars (a copy of each per start, per
+    # executor): the session's files on this machine, one path each (local mode's executor is the
+    # driver's JVM); the image's folder for the application's driver and executors
     assert [Path(j).name for j in session["spark.driver.extraClassPath"].split(":")] == [
         "delta.jar", "kappa-delta-logstore.jar"] and "spark.jars" not in session
-    assert app["spark.jars"] == "local:///opt/kappa/jars/spark/delta.jar"
+    assert app["spark.driver.extraClassPath"] == app["spark.executor.extraClassPath"] == "/opt/kappa/jars/spark/*"
+    assert "spark.jars" not in app
     # executors in other JVMs (a standalone cluster's) load them from the same paths, not copies
     remote = spark_conf(load_settings(project_dir=ROOT, jars_dir=tmp_path, spark_master="spark://127.0.0.1:7077"))
     assert remote["spark.executor.extraClassPath"] == remote["spark.driver.extraClassPath"] == \

@@ -1,7 +1,8 @@
 """JVM dependencies resolved by Maven (``jvm/*/pom.xml``) into ``build/jars/<set>``.
 
 Nothing is fetched at run time: Spark receives its extra jars on the driver's class path (the local
-session) or through ``spark.jars`` (a SparkApplication: files in the image), and the local broker runs from a classpath of its jar folder. ``make install`` runs the Maven step.
+session) or on the driver's and executors' class path from the image's folder (a SparkApplication),
+and the local broker runs from a classpath of its jar folder. ``make install`` runs the Maven step.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 (:func:`spark_conf`), shared with the SparkApplications of the kubernetes runner.
 
 Extra jars (Kafka source, Delta, hadoop-aws and its SDK) come from the Maven-resolved
-``build/jars/spark``: on the driver's class path for the local session, through ``spark.jars`` for
-a SparkApplication; nothing is resolved by Ivy at run time. Delta is enabled with its SQL extension and
+``build/jars/spark``: on the driver's class path for the local session, and the image's copy of
+that folder on the driver's and executors' class path for a SparkApplication; nothing is resolved
+by Ivy at run time and nothing is copied. Delta is enabled with its SQL extension and
 catalog (Delta docs, "Quickstart: Set up Apache Spark with Delta Lake").
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from kappa.config import Settings, aws_environment
@@ -19,25 +19,26 @@ from kappa.core.jvm import JIT_OPTIONS, java_executable, spark_jars
 
 _LOG4J = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
 
-#: Keys only one side can have. The local session names its master, its driver heap and the jars
-#: on this machine, on the driver's class path: in local mode the executor is the driver's JVM, so
-#: the jars reach every task from there, whereas ``spark.jars`` would have the executor fetch a
-#: copy of each into a temporary directory at every start (650 MB with the AWS SDK bundle
-#: hadoop-aws needs), left behind whenever a process is killed. (A session whose master is not
-#: ``local[…]`` has executors in other JVMs: they fetch the jars through ``spark.jars``.) A SparkApplication's master is the
-#: cluster (spark-submit sets it), its driver heap is ``spec.driver.memory`` and its jars are files
-#: inside the image (``spark.jars``, ``local://`` URIs, passed in as ``jars``: no copy either);
-#: spark-submit must not wait for a streaming application to end, and executors take their
-#: configuration from the driver rather than a ConfigMap (the drivers may not write ConfigMaps).
-SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory", "spark.driver.extraClassPath"})  # local[…]
+#: Keys only one side can have. The local session names its master and its driver heap; in local
+#: mode the executor is the driver's JVM, so the jars on the driver's class path reach every task.
+#: A SparkApplication's master is the cluster (spark-submit sets it), its driver heap is
+#: ``spec.driver.memory``, and its executors are other JVMs: the image's jars go on their class
+#: path too (``spark.executor.extraClassPath``). Neither side uses ``spark.jars``: it has the
+#: driver copy each jar into its working folder and every executor fetch a copy from the driver
+#: (650 MB with the AWS SDK bundle hadoop-aws needs; on the real node that filled the pods'
+#: 512 Mi work emptyDir within a minute and the kubelet evicted them). spark-submit must not
+#: wait for a streaming application to end, and executors take their configuration from the
+#: driver rather than a ConfigMap (the drivers may not write ConfigMaps).
+SESSION_ONLY = frozenset({"spark.master", "spark.driver.memory"})  # local[…]
 APPLICATION_ONLY = frozenset({"spark.kubernetes.submission.waitAppCompletion", "spark.kubernetes.executor.disableConfigMap",
                               "spark.authenticate", "spark.network.crypto.enabled",
                               "spark.authenticate.secret.driver.file", "spark.authenticate.secret.executor.file",
-                              "spark.jars"})
+                              "spark.executor.extraClassPath"})
 #: Keys both sides have whose value is a path: on this machine for the session, inside the Kappa
-#: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work) for a
-#: SparkApplication. A path of the machine that rendered the application must never reach a pod.
-MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOptions"})
+#: image (Dockerfile: the venv at /opt/kappa/venv, the writable work dir /opt/kappa/work, the jars
+#: at /opt/kappa/jars/spark) for a SparkApplication. A path of the machine that rendered the
+#: application must never reach a pod.
+MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOptions", "spark.driver.extraClassPath"})
 #: Delta's log store for s3a:// (jvm/delta-logstore, build/jars/spark/kappa-delta-logstore.jar,
 #: on the class path with the other jars of :func:`kappa.core.jvm.spark_jars`): put-if-absent
 #: through S3's conditional PutObject, safe with many drivers per table.
@@ -50,14 +51,15 @@ IMAGE_WORK_DIR = "/opt/kappa/work"
 AUTH_SECRET_FILE = "/etc/kappa/spark-auth/secret"
 
 
-def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[str] | None = None) -> dict[str, str]:
+def spark_conf(settings: Settings, *, application: bool = False, jars_dir: str = "/opt/kappa/jars/spark") -> dict[str, str]:
     """THE Spark configuration of Kappa, as ``spark.*`` key -> string value, for the local
     session (``application=False``) and for every SparkApplication's ``sparkConf``
     (``application=True``; :func:`kappa.runners.kubernetes.application.build_spark_application`).
-    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY` (the
-    jars: ``spark.driver.extraClassPath`` of the Maven-resolved jars of ``settings.jars_dir`` for
-    the session, ``spark.jars`` = ``jars`` for an application, left out when ``jars`` is empty)
-    and the paths of :data:`MACHINE_PATHS` (this machine's vs the image's).
+    Both get the same settings apart from :data:`SESSION_ONLY` / :data:`APPLICATION_ONLY` and the
+    paths of :data:`MACHINE_PATHS` (this machine's vs the image's). The jars: the Maven-resolved
+    jars of ``settings.jars_dir`` on the session driver's class path, one path each; for an
+    application, ``jars_dir`` (a folder inside the image) as ``<jars_dir>/*`` on the driver's and
+    the executors' class path (``spark.{driver,executor}.extraClassPath``).
 
     Shared: Delta's SQL extension and catalog (Delta docs, "Quickstart"), session time zone UTC
     (event-time windows must not depend on the machine), RocksDB state store (Spark's
@@ -170,8 +172,8 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         conf["spark.network.crypto.enabled"] = "true"
         conf["spark.authenticate.secret.driver.file"] = AUTH_SECRET_FILE
         conf["spark.authenticate.secret.executor.file"] = AUTH_SECRET_FILE
-        if jars:
-            conf["spark.jars"] = ",".join(str(j) for j in jars)
+        image_classpath = f"{jars_dir.rstrip('/')}/*"  # the JVM's class-path wildcard: every jar of the folder
+        conf["spark.driver.extraClassPath"] = conf["spark.executor.extraClassPath"] = image_classpath
     else:
         conf["spark.master"] = settings.spark_master
         conf["spark.driver.memory"] = settings.spark_driver_memory
@@ -180,8 +182,8 @@ def spark_conf(settings: Settings, *, application: bool = False, jars: Sequence[
         if not settings.spark_master.startswith("local"):
             # Executors in other JVMs (a standalone cluster's) load the jars from the same paths: the
             # workers `kappa spark` starts share this machine's build/jars; other machines need it at
-            # the same path (kappa.services.spark_cluster). spark.jars would copy every jar, the
-            # 640 MB AWS SDK bundle included, into every executor's work folder.
+            # the same path (kappa.services.spark_cluster). spark.jars would copy every jar (see
+            # SESSION_ONLY) into every executor's work folder.
             conf["spark.executor.extraClassPath"] = classpath
     return conf
 

@@ -222,7 +222,7 @@ def _application(
     driver["serviceAccount"] = driver_sa
     executor = _role("executor", executor_res, labels, env[1], mounts, pod_volumes, cfg)
     executor["instances"] = instances
-    conf = spark_conf(settings, application=True, jars=cfg.jars)
+    conf = spark_conf(settings, application=True, jars_dir=cfg.jars_dir)
     conf.update(cfg.spark_conf)
     app_spec: dict[str, Any] = {
         "type": "Python",

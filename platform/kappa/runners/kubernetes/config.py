@@ -8,7 +8,6 @@ local runner and the Dagster code location use; the SparkApplications get them f
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,8 +40,11 @@ class KubernetesRunnerConfig(BaseModel):
     object_store_secret: str = "kappa-object-store"
     object_store_access_key_key: str = "AWS_ACCESS_KEY_ID"
     object_store_secret_key_key: str = "AWS_SECRET_ACCESS_KEY"
-    #: ``spark.jars``: the Maven-resolved jars inside the image (``local://`` URIs).
-    jars: tuple[str, ...] = ()
+    #: The image's folder of Maven-resolved jars (Kafka source, Delta, hadoop-aws and its SDK, the
+    #: log store), on the class path of every driver and executor as ``<folder>/*``
+    #: (``spark.{driver,executor}.extraClassPath``): loaded where they are, nothing copied (the
+    #: Dockerfile puts them there; a runner outside the image needs no list of them).
+    jars_dir: str = "/opt/kappa/jars/spark"
     driver: Resources = Resources(cores=1, memory="2g")
     executor: Resources = Resources(cores=1, memory="2g")
     executor_instances: int = Field(1, ge=1)
@@ -76,39 +78,20 @@ class KubernetesRunnerConfig(BaseModel):
     def from_mapping(cls, values: Mapping[str, str], prefix: str = "KAPPA_K8S_") -> "KubernetesRunnerConfig":
         """A config from flat string settings such as the chart's ``kappa-config`` ConfigMap
         (``KAPPA_K8S_IMAGE``, ``KAPPA_K8S_DRIVER_MEMORY`` …); keys without ``prefix`` are ignored.
-        ``JARS_DIR`` lists the image's jars into ``jars`` (see :meth:`with_jars_from`); ``JARS``
-        names them instead, comma-separated ``local://`` URIs, for a runner outside the image (a
-        laptop's CLI against the cluster), where the image's folder cannot be listed. The caller
-        passes the mapping (``kappa.config`` reads the environment). Raises
-        ``pydantic.ValidationError`` naming a bad or unknown key, ``ValueError`` when both
-        ``JARS`` and ``JARS_DIR`` are set."""
+        The caller passes the mapping (``kappa.config`` reads the environment). Raises
+        ``pydantic.ValidationError`` naming a bad or unknown key."""
         flat = {k[len(prefix):].lower(): v for k, v in values.items() if k.startswith(prefix)}
         fields: dict[str, Any] = {}
         for role in ("driver", "executor"):
             sub = {k[len(role) + 1:]: flat.pop(k) for k in list(flat) if k.startswith(f"{role}_") and k != "executor_instances"}
             if sub:
                 fields[role] = Resources.model_validate(sub)
-        jars_dir = flat.pop("jars_dir", None)
-        if "jars" in flat:
-            if jars_dir:
-                raise ValueError(f"{prefix}JARS and {prefix}JARS_DIR are both set: name the image's jars one way")
-            fields["jars"] = tuple(j.strip() for j in flat.pop("jars").split(",") if j.strip())
         if "spark_conf" in flat:
             fields["spark_conf"] = dict(
                 kv.split("=", 1) for kv in flat.pop("spark_conf").split(",") if "=" in kv
             )
         fields.update(flat)
-        if jars_dir:
-            return cls.with_jars_from(Path(jars_dir), image_dir=jars_dir, **fields)
         return cls.model_validate(fields)
-
-    @classmethod
-    def with_jars_from(cls, jars_dir: Path, image_dir: str = "/opt/kappa/jars/spark", **fields: Any) -> "KubernetesRunnerConfig":
-        """A config whose ``jars`` are the ``*.jar`` files of ``jars_dir`` as ``local://`` URIs under
-        ``image_dir``. Inside the Kappa image (where Dagster's code location runs) ``jars_dir`` *is*
-        ``image_dir``, so the list is exactly what the image holds."""
-        names = sorted(p.name for p in Path(jars_dir).glob("*.jar"))
-        return cls(jars=tuple(f"local://{image_dir.rstrip('/')}/{n}" for n in names), **fields)
 
 
 def asset_resources(spec: AssetSpec) -> AssetResources:

@@ -68,7 +68,7 @@ def server_conf(settings: Settings, host: str, port: int) -> dict[str, str]:
     """Kappa's Spark configuration plus the Thrift server's. Delta's jars are on the driver's class
     path (as for every local session; whatever the master): the Thrift server's handler threads
     resolve the session catalog (``DeltaCatalog``) through the application class loader, which
-    ``spark.jars`` does not reach.
+    jars added with ``spark.jars`` would not reach.
 
     With ``settings.serve_tls_keystore``: ``hive.server2.use.SSL`` with that keystore (its password
     is not in this dict, see :data:`KEYSTORE_PASSWORD_KEY`). With ``settings.serve_object_store_keys``:
