@@ -45,13 +45,15 @@ MACHINE_PATHS = frozenset({"spark.sql.warehouse.dir", "spark.driver.extraJavaOpt
 LOG_STORE_CLASS = "dev.kappa.delta.S3ConditionalLogStore"
 IMAGE_LOG4J = "/opt/kappa/venv/lib/python3.11/site-packages/kappa/resources/log4j2.properties"
 IMAGE_WORK_DIR = "/opt/kappa/work"
+#: The image's folder of the Maven-resolved jars (the Dockerfile copies build/jars/spark there).
+IMAGE_JARS_DIR = "/opt/kappa/jars/spark"
 #: Where a SparkApplication's driver and executors read their application's Spark RPC key: the
 #: runner mounts the application's own Secret there (kappa.runners.kubernetes.application); the
 #: chart's admission requires exactly this path.
 AUTH_SECRET_FILE = "/etc/kappa/spark-auth/secret"
 
 
-def spark_conf(settings: Settings, *, application: bool = False, jars_dir: str = "/opt/kappa/jars/spark") -> dict[str, str]:
+def spark_conf(settings: Settings, *, application: bool = False, jars_dir: str = IMAGE_JARS_DIR) -> dict[str, str]:
     """THE Spark configuration of Kappa, as ``spark.*`` key -> string value, for the local
     session (``application=False``) and for every SparkApplication's ``sparkConf``
     (``application=True``; :func:`kappa.runners.kubernetes.application.build_spark_application`).

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kappa.spec import AssetResources, AssetSpec, Resources
+from kappa.streaming.session import IMAGE_JARS_DIR
 
 
 #: A Kubernetes resource quantity such as ``512Mi``, ``8Gi`` or ``1G`` (Kubernetes API,
@@ -44,7 +45,7 @@ class KubernetesRunnerConfig(BaseModel):
     #: log store), on the class path of every driver and executor as ``<folder>/*``
     #: (``spark.{driver,executor}.extraClassPath``): loaded where they are, nothing copied (the
     #: Dockerfile puts them there; a runner outside the image needs no list of them).
-    jars_dir: str = "/opt/kappa/jars/spark"
+    jars_dir: str = IMAGE_JARS_DIR
     driver: Resources = Resources(cores=1, memory="2g")
     executor: Resources = Resources(cores=1, memory="2g")
     executor_instances: int = Field(1, ge=1)
