@@ -292,5 +292,11 @@ def test_the_loop_on_the_node_loses_and_duplicates_nothing_when_an_executor_and_
         print("\n".join(f"{t:6.0f} s  {n}" for n, t in steps))
     finally:
         pods.write()
-        objectstore.stop(services)
-        broker.stop(services, grace_s=20)
+        # the plane is the package's: leave it as found (the namespace's pods, SparkApplications and
+        # NetworkPolicies gone, so kube-router's chains for them too)
+        try:
+            core.delete_namespace(NS)
+            wait(f"namespace {NS} deleted", lambda: NS not in {n.metadata.name for n in core.list_namespace().items}, 300)
+        finally:
+            objectstore.stop(services)
+            broker.stop(services, grace_s=20)
