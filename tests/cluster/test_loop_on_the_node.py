@@ -37,6 +37,7 @@ def wait(what: str, check, timeout_s: float, detail=None):
     """Poll every 2 s (a table read from the object store each time)."""
     return wait_for(what, check, timeout_s, every_s=2.0, detail=detail)
 
+
 pytestmark = [pytest.mark.cluster, pytest.mark.plane, pytest.mark.broker, pytest.mark.objectstore]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kappa.spec import AssetResources, AssetSpec, Resources
-from kappa.streaming.session import IMAGE_JARS_DIR
+from kappa.streaming.session import IMAGE_JARS_DIR, IMAGE_WORK_DIR
 
 
 #: A Kubernetes resource quantity such as ``512Mi``, ``8Gi`` or ``1G`` (Kubernetes API,
@@ -59,7 +59,7 @@ class KubernetesRunnerConfig(BaseModel):
     #: The image's writable work directory (its ``WORKDIR`` and ``KAPPA_HOME``, see the Dockerfile).
     #: Spark pods run with a read-only root filesystem; this and ``/tmp`` are their only writable
     #: paths besides Spark's own local directories (emptyDirs Spark adds, ``SPARK_LOCAL_DIRS``).
-    work_dir: str = "/opt/kappa/work"
+    work_dir: str = IMAGE_WORK_DIR
     #: ``sizeLimit`` of the emptyDirs at ``/tmp`` and at :attr:`work_dir` (Kubernetes quantities).
     tmp_size_limit: str = Field("2Gi", pattern=QUANTITY)
     work_size_limit: str = Field("512Mi", pattern=QUANTITY)
